@@ -1,0 +1,48 @@
+// Op 3 — fused MLA prefill branch, FP8 (`mla_prefill_branch_fp8`), spec 03.
+//
+// Seven steps: RoPE on q's rope part and on the new cache rows' rope part (in place), RMSNorm of
+// the new cache rows' latent part (in place), gather of latent rows into a contiguous buffer,
+// dynamic per-(row, bk-group) FP8 quantization (f32, bit-exact on every back-end), block-scaled
+// GEMM with kv_b_proj, split into K_nope / V per head, causal attention -> output bf16 [T, H, v].
+#pragma once
+
+#include <cstdint>
+
+#include "mlakit/backend.hpp"
+#include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/status.hpp"
+#include "mlakit/tensor_view.hpp"
+
+namespace mlakit {
+
+struct MlaPrefillFp8Desc {
+  std::int64_t num_heads = 128;  // H
+  std::int64_t nope = 128;
+  std::int64_t rope = 64;
+  std::int64_t v = 128;
+  std::int64_t latent = 512;     // kv_lora_rank
+  std::int64_t bn = 128;         // weight-scale block rows
+  std::int64_t bk = 128;         // weight-scale block columns = activation group
+  float scale = 1.0f;            // softmax scale
+  float epsilon = 1e-6f;         // RMSNorm epsilon
+};
+
+struct MlaPrefillFp8Args {
+  TensorView q;                   // bf16 [T, H, nope + rope]; rope part rotated in place
+  TensorView input_row_offsets;   // u32 [B+1]
+  TensorView freqs_cis;           // bf16 or f32 [max_pos, rope], interleaved (cos, sin) pairs
+  TensorView kv_norm_gamma;       // bf16 [latent]
+  PagedKVCacheView kv_cache;      // bf16 MLA cache, kv_dim 1, 1 head, head_size latent + rope; new rows updated in place
+  std::uint32_t layer_idx = 0;
+  TensorView buffer_row_offsets;  // u32 [B+1]
+  TensorView cache_offsets;       // u32 [B] or [B+1] (last entry ignored)
+  std::int64_t buffer_length = 0; // must equal buffer_row_offsets[B]
+  TensorView kv_b_proj;           // f8e4m3 [H·(nope+v), latent]
+  TensorView kv_b_proj_scale;     // f32 [ceil(H·(nope+v)/bn), ceil(latent/bk)]
+  TensorView output;              // bf16 [T, H, v] (written)
+};
+
+Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args,
+                       const RunOptions& options = {});
+
+}  // namespace mlakit

@@ -1,0 +1,44 @@
+// The paged KV cache (spec README §3): one object for all layers of a model.
+#pragma once
+
+#include <cstdint>
+
+#include "mlakit/tensor_view.hpp"
+
+namespace mlakit {
+
+struct PagedKVCacheView {
+  // [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, head_size], row-major.
+  TensorView blocks;
+  // Quantized caches only: f32 [num_blocks, kv_dim, num_layers, page_size, num_kv_heads,
+  // ceil(head_size / quant_granularity)]. Absent (data == nullptr) for bf16/f32 caches.
+  TensorView scales;
+  std::int64_t quant_granularity = 0;
+  // u32 [B, max_pages]; an entry equal to num_blocks means "no page".
+  TensorView lookup_table;
+  // u32 [B]: tokens in the cache before this step.
+  TensorView cache_lengths;
+
+  std::int64_t num_blocks() const { return blocks.shape[0]; }
+  std::int64_t kv_dim() const { return blocks.shape[1]; }
+  std::int64_t num_layers() const { return blocks.shape[2]; }
+  std::int64_t page_size() const { return blocks.shape[3]; }
+  std::int64_t num_kv_heads() const { return blocks.shape[4]; }
+  std::int64_t head_size() const { return blocks.shape[5]; }
+  std::int64_t scales_per_row() const { return scales.shape[5]; }
+
+  // Element offset of (blk, kv, layer, off, head, 0) in `blocks` (and, divided by
+  // head_size and multiplied by scales_per_row, in `scales`).
+  std::int64_t row_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer, std::int64_t off,
+                          std::int64_t head) const {
+    return ((((blk * kv_dim() + kv) * num_layers() + layer) * page_size() + off) * num_kv_heads() + head) *
+           head_size();
+  }
+  std::int64_t scale_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer, std::int64_t off,
+                            std::int64_t head) const {
+    return ((((blk * kv_dim() + kv) * num_layers() + layer) * page_size() + off) * num_kv_heads() + head) *
+           scales_per_row();
+  }
+};
+
+}  // namespace mlakit

@@ -1,0 +1,82 @@
+// Shared validation (spec README §4): every operator's checker is built from these.
+// Each check returns true when it passes; the first failure is kept and returned by status().
+// Messages read "<op>: <field>=<value> <what is wrong> (<expected>)".
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/status.hpp"
+#include "mlakit/tensor_view.hpp"
+
+namespace mlakit::core {
+
+std::string shape_string(const TensorView& v);
+
+// Expected shape entry: a fixed size, or kAnyDim.
+inline constexpr std::int64_t kAnyDim = -1;
+
+struct CacheExpect {
+  std::initializer_list<DType> dtypes;
+  std::int64_t kv_dim = kAnyDim;        // 1 (MLA) or 2, or kAnyDim for {1, 2}
+  std::int64_t num_kv_heads = kAnyDim;
+  std::int64_t head_size = kAnyDim;
+  bool scales = false;                  // scales required (true) or forbidden (false)
+  std::int64_t min_granularity = 0;     // with scales: quant_granularity must be >= this
+  std::uint32_t layer_idx = 0;
+  bool need_cache_lengths = true;       // cache_lengths must be a u32 [B] tensor
+};
+
+class Validator {
+ public:
+  explicit Validator(const char* op) : op_(op) {}
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  const char* op() const { return op_; }
+
+  // Records a failure (the first one wins): message "<op>: <field><text>". Returns false.
+  bool fail(const std::string& field, const std::string& text, StatusCode code = StatusCode::invalid_argument);
+
+  bool positive(const char* field, std::int64_t value);
+  bool non_negative(const char* field, std::int64_t value);
+  bool at_most(const char* field, std::int64_t value, const char* limit_name, std::int64_t limit);
+
+  // Present, contiguous, dtype in `dtypes`, rank and shape matching `dims` (kAnyDim = any size).
+  bool tensor(const char* field, const TensorView& v, std::initializer_list<DType> dtypes,
+              std::initializer_list<std::int64_t> dims);
+  // Absent (data == nullptr) is fine; present means tensor(...).
+  bool optional_tensor(const char* field, const TensorView& v, std::initializer_list<DType> dtypes,
+                       std::initializer_list<std::int64_t> dims);
+
+  // u32 [B+1] offsets: [0] = 0, non-decreasing, [B] = total_rows. Host memory (it is read).
+  bool row_offsets(const char* field, const TensorView& offsets, std::int64_t total_rows);
+
+  // blocks / scales / lookup_table / cache_lengths: shapes, dtypes, layer_idx, for `batch` sequences.
+  bool paged_cache(const char* field, const PagedKVCacheView& cache, const CacheExpect& expect,
+                   std::int64_t batch);
+
+  // Every position in [first, last) of sequence b maps to a real page (LUT entry < num_blocks)
+  // and lies inside the lookup table's row.
+  bool pages_exist(const char* field, const PagedKVCacheView& cache, std::int64_t b, std::int64_t first,
+                   std::int64_t last);
+
+  // The two byte ranges must not overlap (either may be absent).
+  bool no_overlap(const char* field_a, const TensorView& a, const char* field_b, const TensorView& b);
+
+  // All present tensors live in one memory space; writes it to *space.
+  bool same_memory(std::initializer_list<std::pair<const char*, const TensorView*>> views, MemorySpace* space);
+
+ private:
+  const char* op_;
+  Status status_;
+};
+
+// Element i of a host u32 / i32 tensor.
+inline std::uint32_t u32_at(const TensorView& v, std::int64_t i) { return static_cast<const std::uint32_t*>(v.data)[i]; }
+inline std::int32_t i32_at(const TensorView& v, std::int64_t i) { return static_cast<const std::int32_t*>(v.data)[i]; }
+
+}  // namespace mlakit::core

@@ -1,0 +1,57 @@
+// One driver per operator: the golden-matrix case table, the case generator, how to run the
+// operator on a bundle, how to compare outputs, and how much work a call is. The tests, the
+// benchmarks, the golden files and the mlakit command all go through these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/common/compare.hpp"
+#include "harness/common/tensor.hpp"
+#include "mlakit/backend.hpp"
+#include "mlakit/status.hpp"
+
+namespace mlakit::harness {
+
+struct CaseSpec {
+  std::string name;   // unique within the operator, [a-z0-9_]
+  std::string what;   // one line: which edge case it covers
+  json knobs;         // generator settings; keys missing here take the driver's defaults
+};
+
+struct Work {
+  double flops = 0;  // useful floating-point operations (2 per multiply-add)
+  double bytes = 0;  // bytes the operator must read or write at least
+};
+
+class OpDriver {
+ public:
+  virtual ~OpDriver() = default;
+  virtual const char* name() const = 0;                  // spec/golden name, e.g. "lightning_indexer"
+  virtual json default_knobs() const = 0;                // every knob with its default value
+  virtual std::vector<CaseSpec> cases() const = 0;       // the golden matrix (small, fast)
+  virtual CaseSpec default_case() const = 0;             // DeepSeek-shaped, for `mlakit` with no arguments
+  virtual std::vector<CaseSpec> bench_cases() const = 0; // the spec's "sizes worth benchmarking"
+  // Inputs and params of one call (no outputs). Missing knobs take default_knobs().
+  virtual Bundle generate(const json& knobs, std::uint64_t seed) const = 0;
+  // Runs the operator on b's inputs: drops old out.*, creates and poisons them (copying
+  // in-place arguments to out.<name> first), then calls the public entry point.
+  virtual Status run(Bundle& b, const RunOptions& options) const = 0;
+  // The tolerance JSON of the golden format, for outputs of b (keys "out.*").
+  virtual json tolerance(const Bundle& b) const = 0;
+  // Compares candidate's out.* with expected's out.* (both carry b's inputs) by that tolerance.
+  virtual std::vector<Comparison> compare(const Bundle& expected, const Bundle& candidate) const = 0;
+  virtual Work work(const Bundle& b) const = 0;
+};
+
+// Registry: each operator's driver registers itself at static-initialization time.
+bool register_driver(const OpDriver* driver);
+const std::vector<const OpDriver*>& all_drivers();
+const OpDriver* find_driver(std::string_view name);
+
+// knobs overlaid on defaults (unknown keys in `overrides` are an error: returns false + why).
+bool merge_knobs(const json& defaults, const json& overrides, json* merged, std::string* why);
+
+}  // namespace mlakit::harness

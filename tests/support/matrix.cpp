@@ -1,0 +1,112 @@
+#include "support/matrix.hpp"
+
+#include <map>
+
+namespace mlakit::testing {
+
+using harness::Bundle;
+using harness::Comparison;
+
+IsaCap::IsaCap(Isa cap) : saved_(max_isa()) { set_max_isa(cap); }
+IsaCap::~IsaCap() { set_max_isa(saved_); }
+
+std::vector<BackendUnderTest> backends_under_test() {
+  std::vector<BackendUnderTest> v;
+  for (Isa i : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
+    v.push_back({Backend::cpu, i, std::string("cpu_") + isa_name(i)});
+  v.push_back({Backend::cuda, Isa::generic, "cuda"});
+  return v;
+}
+
+std::string skip_reason(const BackendUnderTest& be) {
+  std::string why;
+  if (!backend_available(be.backend, &why)) return why;
+  if (be.backend == Backend::cpu && static_cast<int>(be.isa) > static_cast<int>(cpu_supported_isa()))
+    return std::string("this CPU cannot run ISA level ") + isa_name(be.isa) + " (it supports up to " +
+           isa_name(cpu_supported_isa()) + ")";
+  return {};
+}
+
+std::vector<MatrixParam> matrix_params(const std::string& op) {
+  std::vector<MatrixParam> params;
+  const auto* driver = harness::find_driver(op);
+  if (!driver) return params;
+  for (const auto& spec : driver->cases())
+    for (std::uint64_t seed : kSeeds)
+      for (const auto& be : backends_under_test()) params.push_back({op, spec, seed, be});
+  return params;
+}
+
+std::string matrix_param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  return info.param.spec.name + "_seed" + std::to_string(info.param.seed) + "_" + info.param.be.label;
+}
+
+namespace {
+
+std::map<std::string, harness::Tensor> inputs_of(const Bundle& b) {
+  std::map<std::string, harness::Tensor> in;
+  for (const auto& [name, t] : b.tensors)
+    if (name.rfind("out.", 0) != 0) in[name] = t;
+  return in;
+}
+
+void expect_inputs_untouched(const Bundle& b, const std::map<std::string, harness::Tensor>& before,
+                             const std::string& who) {
+  for (const auto& [name, t] : before)
+    EXPECT_TRUE(b.at(name).same_bytes(t)) << who << " modified input '" << name << "'";
+}
+
+void expect_guards(const Bundle& b, const std::string& who) {
+  for (const auto& name : b.output_names())
+    EXPECT_TRUE(b.at(name).guard_intact()) << who << " wrote past the end of '" << name << "'";
+}
+
+void expect_pass(const std::vector<Comparison>& cmp, const std::string& who) {
+  EXPECT_FALSE(cmp.empty()) << who << ": nothing was compared";
+  for (const auto& c : cmp) EXPECT_TRUE(c.pass) << who << ": " << harness::describe(c);
+}
+
+Bundle run_checked(const harness::OpDriver& driver, const Bundle& inputs, const RunOptions& opt,
+                   const std::string& who) {
+  Bundle b = inputs;
+  const auto before = inputs_of(b);
+  const Status s = driver.run(b, opt);
+  EXPECT_TRUE(s.ok()) << who << ": " << s.message;
+  expect_inputs_untouched(b, before, who);
+  expect_guards(b, who);
+  // Determinism: a second run with the same inputs gives the same bits.
+  Bundle again = inputs;
+  const Status s2 = driver.run(again, opt);
+  EXPECT_TRUE(s2.ok()) << who << " (second run): " << s2.message;
+  for (const auto& name : b.output_names())
+    EXPECT_TRUE(again.at(name).same_bytes(b.at(name))) << who << ": second run differs in '" << name << "'";
+  return b;
+}
+
+}  // namespace
+
+void run_against_reference(const harness::OpDriver& driver, const harness::CaseSpec& spec, std::uint64_t seed,
+                           const BackendUnderTest& be) {
+  const Bundle inputs = driver.generate(spec.knobs, seed);
+  const Bundle expected = run_checked(driver, inputs, RunOptions{Backend::reference}, "reference");
+  IsaCap cap(be.isa);
+  RunOptions opt;
+  opt.backend = be.backend;
+  Bundle probe = inputs;
+  const Status s = driver.run(probe, opt);
+  if (s.code == StatusCode::unsupported) GTEST_SKIP() << be.label << " declines this case: " << s.message;
+  const Bundle actual = run_checked(driver, inputs, opt, be.label);
+  expect_pass(driver.compare(expected, actual), be.label + " vs reference");
+}
+
+void run_reference_against_oracle(const harness::OpDriver& driver, const harness::CaseSpec& spec, std::uint64_t seed,
+                                  const Oracle& oracle) {
+  const Bundle inputs = driver.generate(spec.knobs, seed);
+  const Bundle expected = run_checked(driver, inputs, RunOptions{Backend::reference}, "reference");
+  Bundle alt = inputs;
+  alt.remove_outputs();
+  oracle(alt);
+  expect_pass(driver.compare(alt, expected), "reference vs oracle");
+}
+
+}  // namespace mlakit::testing
