@@ -1,0 +1,179 @@
+// The shared validation helpers and the back-end router: each rule fails with a message naming
+// the operator, the field, the value and the expectation.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/common/dispatch.hpp"
+#include "core/common/validate.hpp"
+
+namespace mlakit::core {
+namespace {
+
+TensorView u32_view(std::vector<std::uint32_t>& v) {
+  return TensorView::contiguous(v.data(), DType::u32, {static_cast<std::int64_t>(v.size())});
+}
+
+void expect_message(const Validator& v, const std::string& field, const std::string& fragment) {
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code, StatusCode::invalid_argument);
+  EXPECT_EQ(v.status().op, "op");
+  EXPECT_EQ(v.status().field, field);
+  EXPECT_NE(v.status().message.find("op: " + field), std::string::npos) << v.status().message;
+  EXPECT_NE(v.status().message.find(fragment), std::string::npos) << v.status().message;
+}
+
+TEST(Validator, RowOffsetsMustStartAtZeroRiseAndEndAtTotal) {
+  std::vector<std::uint32_t> good = {0, 3, 3, 7};
+  Validator ok("op");
+  EXPECT_TRUE(ok.row_offsets("iro", u32_view(good), 7));
+
+  std::vector<std::uint32_t> start = {1, 3};
+  Validator a("op");
+  EXPECT_FALSE(a.row_offsets("iro", u32_view(start), 3));
+  expect_message(a, "iro[0]", "=1 (must be 0)");
+
+  std::vector<std::uint32_t> falling = {0, 20, 17};
+  Validator b("op");
+  EXPECT_FALSE(b.row_offsets("iro", u32_view(falling), 17));
+  expect_message(b, "iro[2]", "=17 < iro[1]=20 (must be non-decreasing)");
+
+  Validator c("op");
+  EXPECT_FALSE(c.row_offsets("iro", u32_view(good), 8));
+  expect_message(c, "iro[3]", "=7 (must equal the total row count 8)");
+
+  Validator d("op");
+  std::uint32_t dummy = 0;
+  EXPECT_FALSE(d.row_offsets("iro", TensorView::contiguous(&dummy, DType::u32, {0}), 0));
+  expect_message(d, "iro.shape", "[0]");
+}
+
+TEST(Validator, TensorChecksPresenceDtypeRankShapeAndContiguity) {
+  float buf[24] = {};
+  Validator missing("op");
+  EXPECT_FALSE(missing.tensor("x", TensorView{}, {DType::f32}, {2}));
+  expect_message(missing, "x", "missing");
+
+  Validator dtype("op");
+  EXPECT_FALSE(dtype.tensor("x", TensorView::contiguous(buf, DType::bf16, {2, 3}), {DType::f32}, {2, 3}));
+  expect_message(dtype, "x.dtype", "=bf16 (expected f32)");
+
+  Validator rank("op");
+  EXPECT_FALSE(rank.tensor("x", TensorView::contiguous(buf, DType::f32, {6}), {DType::f32}, {2, 3}));
+  expect_message(rank, "x.rank", "=1 (expected 2");
+
+  Validator shape("op");
+  EXPECT_FALSE(shape.tensor("x", TensorView::contiguous(buf, DType::f32, {2, 4}), {DType::f32}, {2, 3}));
+  expect_message(shape, "x.shape", "=[2, 4] (expected [2, 3])");
+
+  TensorView strided = TensorView::contiguous(buf, DType::f32, {2, 3});
+  strided.strides[0] = 4;
+  Validator contig("op");
+  EXPECT_FALSE(contig.tensor("x", strided, {DType::f32}, {2, 3}));
+  expect_message(contig, "x.strides", "contiguous");
+
+  Validator any("op");
+  EXPECT_TRUE(any.tensor("x", TensorView::contiguous(buf, DType::f32, {2, 3}), {DType::f32}, {kAnyDim, 3}));
+  EXPECT_TRUE(any.optional_tensor("y", TensorView{}, {DType::f32}, {5}));
+}
+
+TEST(Validator, FirstFailureWins) {
+  Validator v("op");
+  EXPECT_FALSE(v.positive("a", 0));
+  EXPECT_FALSE(v.positive("b", -1));
+  expect_message(v, "a", "=0 (must be > 0)");
+}
+
+struct CacheFixture {
+  std::vector<std::uint16_t> blocks = std::vector<std::uint16_t>(3 * 1 * 2 * 4 * 1 * 8);
+  std::vector<std::uint32_t> lut = {2, 0, 1, 1, 3, 3};  // B = 2, max_pages = 3; 3 = sentinel
+  std::vector<std::uint32_t> lens = {5, 0};
+  PagedKVCacheView view() {
+    PagedKVCacheView c;
+    c.blocks = TensorView::contiguous(blocks.data(), DType::bf16, {3, 1, 2, 4, 1, 8});
+    c.lookup_table = TensorView::contiguous(lut.data(), DType::u32, {2, 3});
+    c.cache_lengths = TensorView::contiguous(lens.data(), DType::u32, {2});
+    return c;
+  }
+};
+
+TEST(Validator, PagedCacheShapesAndPages) {
+  CacheFixture f;
+  Validator ok("op");
+  CacheExpect e{{DType::bf16}, 1, 1, 8, false, 0, 1, true};
+  EXPECT_TRUE(ok.paged_cache("kv_cache", f.view(), e, 2));
+  EXPECT_TRUE(ok.pages_exist("kv_cache", f.view(), 0, 0, 8));  // pages 0, 1 -> blocks 2, 0
+  EXPECT_TRUE(ok.pages_exist("kv_cache", f.view(), 1, 0, 4));  // page 0 -> block 1
+
+  Validator sentinel("op");
+  EXPECT_FALSE(sentinel.pages_exist("kv_cache", f.view(), 1, 3, 6));  // page 1 is the sentinel
+  expect_message(sentinel, "kv_cache.lookup_table[1, 1]", "=3 (must be < num_blocks=3: position 4");
+
+  Validator past("op");
+  EXPECT_FALSE(past.pages_exist("kv_cache", f.view(), 0, 0, 13));  // needs page column 3 of 3
+  expect_message(past, "kv_cache.lookup_table", "too small");
+
+  Validator layer("op");
+  CacheExpect bad_layer = e;
+  bad_layer.layer_idx = 2;
+  EXPECT_FALSE(layer.paged_cache("kv_cache", f.view(), bad_layer, 2));
+  expect_message(layer, "layer_idx", "=2 (must be < num_layers=2)");
+
+  Validator kv("op");
+  CacheExpect two = e;
+  two.kv_dim = 2;
+  EXPECT_FALSE(kv.paged_cache("kv_cache", f.view(), two, 2));
+  expect_message(kv, "kv_cache.blocks.shape[1]", "kv_dim must be 2");
+
+  Validator scales("op");
+  CacheExpect need = e;
+  need.scales = true;
+  need.min_granularity = 8;
+  EXPECT_FALSE(scales.paged_cache("kv_cache", f.view(), need, 2));
+  expect_message(scales, "kv_cache.quant_granularity", "=0 (must be >= 8)");
+
+  Validator batch("op");
+  EXPECT_FALSE(batch.paged_cache("kv_cache", f.view(), e, 3));
+  expect_message(batch, "kv_cache.lookup_table.shape", "expected [3, *]");
+}
+
+TEST(Validator, OverlapAndMemorySpace) {
+  float buf[16];
+  TensorView a = TensorView::contiguous(buf, DType::f32, {8});
+  TensorView b = TensorView::contiguous(buf + 7, DType::f32, {8});
+  TensorView c = TensorView::contiguous(buf + 8, DType::f32, {8});
+  Validator v("op");
+  EXPECT_TRUE(v.no_overlap("a", a, "c", c));
+  EXPECT_FALSE(v.no_overlap("a", a, "b", b));
+  expect_message(v, "a", "overlaps b");
+
+  TensorView d = c;
+  d.memory = MemorySpace::device;
+  Validator m("op");
+  MemorySpace space;
+  EXPECT_FALSE(m.same_memory({{"a", &a}, {"d", &d}}, &space));
+  expect_message(m, "d", "device memory but a is in host memory");
+}
+
+TEST(Route, ResolvesAutomaticAndRefusesMixedMemory) {
+  Route r;
+  ASSERT_TRUE(route("op", RunOptions{Backend::automatic}, MemorySpace::host, &r).ok());
+  EXPECT_EQ(r.backend, Backend::cpu);
+  EXPECT_TRUE(r.fall_back_to_reference);
+  ASSERT_TRUE(route("op", RunOptions{Backend::reference}, MemorySpace::host, &r).ok());
+  EXPECT_EQ(r.backend, Backend::reference);
+  const Status s = route("op", RunOptions{Backend::cuda}, MemorySpace::host, &r);
+  EXPECT_EQ(s.code, StatusCode::invalid_argument);
+  EXPECT_NE(s.message.find("host memory"), std::string::npos);
+  const Status d = route("op", RunOptions{Backend::cpu}, MemorySpace::device, &r);
+  EXPECT_EQ(d.code, StatusCode::invalid_argument);
+  std::string why;
+  if (!backend_available(Backend::cuda, &why)) {
+    const Status u = route("op", RunOptions{Backend::cuda}, MemorySpace::device, &r);
+    EXPECT_EQ(u.code, StatusCode::unavailable);
+    EXPECT_NE(u.message.find(why), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mlakit::core
