@@ -128,16 +128,37 @@ std::string feature_list(std::uint32_t f) {
   return s;
 }
 
-Isa isa_from_features(std::uint32_t f) {
+std::uint32_t isa_required_features(Isa level) {
   const std::uint32_t avx2 = kAvx2 | kFma | kF16c | kBmi2;
   const std::uint32_t avx512 = avx2 | kAvx512F | kAvx512BW | kAvx512VL | kAvx512DQ;
-  const std::uint32_t avx512bf16 = avx512 | kAvx512Bf16;
-  const std::uint32_t amx = avx512bf16 | kAmxTile | kAmxBf16;
-  if ((f & amx) == amx) return Isa::amx;
-  if ((f & avx512bf16) == avx512bf16) return Isa::avx512bf16;
-  if ((f & avx512) == avx512) return Isa::avx512;
-  if ((f & avx2) == avx2) return Isa::avx2;
+  const std::uint32_t avx512bf16 = avx512 | kAvx512Bf16 | kAvx512Vbmi | kAvx512Vnni;
+  const std::uint32_t amx = avx512bf16 | kAmxTile | kAmxBf16 | kAmxInt8;
+  switch (level) {
+    case Isa::generic: return 0;
+    case Isa::avx2: return avx2;
+    case Isa::avx512: return avx512;
+    case Isa::avx512bf16: return avx512bf16;
+    case Isa::amx: return amx;
+  }
+  return ~0u;
+}
+
+Isa isa_from_features(std::uint32_t f) {
+  for (Isa level : {Isa::amx, Isa::avx512bf16, Isa::avx512, Isa::avx2}) {
+    const std::uint32_t need = isa_required_features(level);
+    if ((f & need) == need) return level;
+  }
   return Isa::generic;
+}
+
+std::string isa_unavailable_reason(Isa level) {
+  const std::uint32_t need = isa_required_features(level);
+  const std::uint32_t missing = need & ~cpu_info().features;
+  if (missing) return std::string("cpu lacks ") + feature_list(missing);
+  const Isa cap = max_isa();
+  if (static_cast<int>(level) > static_cast<int>(cap))
+    return std::string("capped by MLAKIT_MAX_ISA / set_max_isa at ") + isa_name(cap);
+  return {};
 }
 
 }  // namespace mlakit::core

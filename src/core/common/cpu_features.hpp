@@ -33,7 +33,14 @@ struct CpuInfo {
 
 const CpuInfo& cpu_info();
 std::string feature_list(std::uint32_t features);
+// The features a level's code may use: everything its simd/<level>/ files are compiled with
+// (cmake/MlakitSimd.cmake). A level is usable only when all of them are present, so avx512bf16
+// also needs VBMI and VNNI (Cooper Lake, which has BF16 without VBMI, runs the avx512 level).
+std::uint32_t isa_required_features(Isa level);
 // Highest level whose every feature is present.
 Isa isa_from_features(std::uint32_t features);
+// Why `level` cannot run here ("cpu lacks avx512_bf16 avx512vbmi", "capped by MLAKIT_MAX_ISA /
+// set_max_isa at avx2"); empty when it can.
+std::string isa_unavailable_reason(Isa level);
 
 }  // namespace mlakit::core

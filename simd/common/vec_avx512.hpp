@@ -1,0 +1,113 @@
+// Vector wrappers for the avx512 level (AVX-512 F/BW/VL/DQ on top of avx2): 16 f32 / i32 lanes,
+// masks in k registers. Same vocabulary as vec_avx2.hpp.
+#pragma once
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512DQ__) || \
+    !defined(__AVX2__) || !defined(__FMA__)
+#error "simd/common/vec_avx512.hpp needs -mavx512f -mavx512bw -mavx512vl -mavx512dq: include it only from simd/<level>/ files of level avx512 or above"
+#endif
+#if !defined(MLAKIT_SIMD_NS)
+#error "include simd/common/level.hpp, not this header"
+#endif
+
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics build their "undefined" operands as `__m512 __Y = __Y;`, which
+// -W(maybe-)uninitialized report wherever they are inlined. Off for the rest of this (simd-only)
+// translation unit.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+
+constexpr std::size_t kLanes = 16;
+
+struct F { __m512 v; };
+struct I { __m512i v; };
+struct M { __mmask16 v; };
+
+namespace detail {
+inline __mmask16 first_n(std::size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }  // n < 16
+}  // namespace detail
+
+inline F fzero() { return {_mm512_setzero_ps()}; }
+inline F fsplat(float x) { return {_mm512_set1_ps(x)}; }
+inline F fload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline F fload_n(const float* p, std::size_t n) { return {_mm512_maskz_loadu_ps(detail::first_n(n), p)}; }
+inline F fload_bf16(const std::uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(w, 16))};
+}
+inline F fload_bf16_n(const std::uint16_t* p, std::size_t n) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(detail::first_n(n), p);
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))};
+}
+inline void fstore(float* p, F a) { _mm512_storeu_ps(p, a.v); }
+inline void fstore_n(float* p, F a, std::size_t n) { _mm512_mask_storeu_ps(p, detail::first_n(n), a.v); }
+inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F fmadd(F a, F b, F c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline M is_nan(F a) { return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)}; }
+inline I bits(F a) { return {_mm512_castps_si512(a.v)}; }
+inline F floats(I a) { return {_mm512_castsi512_ps(a.v)}; }
+namespace detail {
+inline __m256 fold(__m512 a) {
+  return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+}  // namespace detail
+inline float reduce_add(F a) {
+  const __m256 h = detail::fold(a.v);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline void reduce_add4(F a, F b, F c, F d, float* out) {
+  const __m256 ab = _mm256_hadd_ps(detail::fold(a.v), detail::fold(b.v));
+  const __m256 cd = _mm256_hadd_ps(detail::fold(c.v), detail::fold(d.v));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
+inline I isplat(std::int32_t x) { return {_mm512_set1_epi32(x)}; }
+inline I iload(const std::int32_t* p) { return {_mm512_loadu_si512(p)}; }
+inline void istore(std::int32_t* p, I a) { _mm512_storeu_si512(p, a.v); }
+inline void istore_n(std::int32_t* p, I a, std::size_t n) { _mm512_mask_storeu_epi32(p, detail::first_n(n), a.v); }
+inline I iload_u8(const std::uint8_t* p) {
+  return {_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+}
+inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
+  return {_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
+}
+// Lanes must hold values in [0, 65535] (truncating narrow).
+inline void istore_u16(std::uint16_t* p, I a) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a.v));
+}
+inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
+  _mm256_mask_storeu_epi16(p, detail::first_n(n), _mm512_cvtepi32_epi16(a.v));
+}
+inline I operator&(I a, I b) { return {_mm512_and_si512(a.v, b.v)}; }
+inline I operator|(I a, I b) { return {_mm512_or_si512(a.v, b.v)}; }
+inline I operator^(I a, I b) { return {_mm512_xor_si512(a.v, b.v)}; }
+inline I operator+(I a, I b) { return {_mm512_add_epi32(a.v, b.v)}; }
+template <int S> inline I shl(I a) { return {_mm512_slli_epi32(a.v, S)}; }
+template <int S> inline I shr(I a) { return {_mm512_srli_epi32(a.v, S)}; }
+template <int S> inline I sar(I a) { return {_mm512_srai_epi32(a.v, S)}; }
+inline M cmpeq(I a, I b) { return {_mm512_cmpeq_epi32_mask(a.v, b.v)}; }
+inline M cmpgt(I a, I b) { return {_mm512_cmpgt_epi32_mask(a.v, b.v)}; }
+inline M operator|(M a, M b) { return {static_cast<__mmask16>(a.v | b.v)}; }
+inline I select(M m, I a, I b) { return {_mm512_mask_blend_epi32(m.v, b.v, a.v)}; }
+inline std::uint32_t movemask(M m) { return static_cast<std::uint32_t>(m.v); }
+
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS
+
+#if !defined(MLAKIT_SIMD_LEVEL_NAME_SET)
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+constexpr const char* kLevelName = "avx512";
+}
+#endif

@@ -1,0 +1,33 @@
+// Vector wrappers for the avx512bf16 level: the avx512 wrappers plus a native bf16 pair dot
+// product (vdpbf16ps) on 32 bf16 lanes. The level's flags also carry AVX512-VBMI and VNNI
+// (cpu_features requires them for this level).
+#pragma once
+
+#if !defined(__AVX512BF16__) || !defined(__AVX512VBMI__) || !defined(__AVX512VNNI__)
+#error "simd/common/vec_avx512bf16.hpp needs -mavx512bf16 -mavx512vbmi -mavx512vnni: include it only from simd/avx512bf16/ (or amx) files"
+#endif
+
+#define MLAKIT_SIMD_LEVEL_NAME_SET 1
+#include "simd/common/vec_avx512.hpp"
+
+#define MLAKIT_SIMD_HAS_BF16_DOT 1
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+
+constexpr const char* kLevelName = "avx512bf16";
+
+// 2*kLanes bf16 values (the bit patterns), consumed in pairs by bf16_dot.
+struct B { __m512i v; };
+constexpr std::size_t kBf16Lanes = 2 * kLanes;
+
+inline B bload(const std::uint16_t* p) { return {_mm512_loadu_si512(p)}; }
+inline B bload_n(const std::uint16_t* p, std::size_t n) {  // n < 32; the rest zero
+  return {_mm512_maskz_loadu_epi16(static_cast<__mmask32>((1u << n) - 1u), p)};
+}
+// acc[i] += a[2i]*b[2i] + a[2i+1]*b[2i+1]. The products are exact in f32; vdpbf16ps treats
+// bf16 denormal inputs as zero (f8e4m3 values are never bf16 denormals).
+inline F bf16_dot(F acc, B a, B b) {
+  return {_mm512_dpbf16_ps(acc.v, (__m512bh)a.v, (__m512bh)b.v)};
+}
+
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -1,0 +1,45 @@
+// Dot-product tile kernels ("GEMM tiles"): ISA-neutral declarations (no intrinsics).
+//
+//   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + sum_{p<k} A[i*lda + p] * B[j*ldb + p]
+//   for i < m, j < n
+//
+// A and B are both row-major along the reduction axis (rows of A: query heads, rows of B: keys,
+// k: head_dim), the layout of the indexers' q and paged K rows; no packing or transposition is
+// needed by the caller. Strides are in elements; any alignment; m, n, k may be 0 (k = 0 gives
+// C = accumulate ? C : 0). Elements of C outside the m x n tile are never touched, and C is not
+// read when accumulate is false.
+//
+// Element types: f32 (float), bf16 (uint16_t bit patterns), f8e4m3 (uint8_t codes, exact decode).
+// Accumulation is in f32 (at least): each of the kLanes partial sums runs over k / lanes products,
+// then a fixed reduction tree; so |err| <= (k/lanes + log2 lanes + 1) * 2^-24 * sum|a*b| per
+// element, inside the spec's c*k*2^-24*sum|a*b| bound. NaN inputs propagate. Results are
+// deterministic for a given level (no dependence on threads or alignment).
+//
+// The kernels convert B once per register tile of `nr` rows (f8 -> f32 or bf16, bf16 -> f32 where
+// there is no native bf16 dot) and reuse it for every row of A: the "decode K once per key tile,
+// use it for all query heads" pattern. A is converted once per call when its type is not the
+// compute type, so callers that reuse one A across many calls (a query against many pages) should
+// convert it themselves and call f32_f8 / bf16_f8 (bf16_f8 when `bf16_dot` is true).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlakit::simd {
+
+template <class TA, class TB>
+using GemmFn = void (*)(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b,
+                        std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
+
+struct GemmKernels {
+  const char* level;
+  unsigned mr, nr;  // register tile: rows of A x rows of B
+  bool bf16_dot;    // bf16 x bf16 products run on a native bf16 dot instruction (vdpbf16ps)
+  GemmFn<float, float> f32_f32;
+  GemmFn<std::uint16_t, std::uint16_t> bf16_bf16;
+  GemmFn<std::uint8_t, std::uint8_t> f8_f8;
+  GemmFn<float, std::uint8_t> f32_f8;
+  GemmFn<std::uint16_t, std::uint8_t> bf16_f8;
+};
+
+}  // namespace mlakit::simd

@@ -1,0 +1,6 @@
+#include "simd/common/gemm_impl.hpp"
+
+namespace mlakit::simd {
+extern const GemmKernels gemm_generic;
+const GemmKernels gemm_generic = generic::make_gemm_kernels();
+}  // namespace mlakit::simd

@@ -1,0 +1,38 @@
+// Top-k selection over one row of f32 scores: ISA-neutral declarations (no intrinsics).
+//
+// Order (spec §op1 "Selection"): higher score first; equal scores by smaller index; +0 == -0;
+// NaN ranks below every number (-inf included), and NaNs order among themselves by smaller
+// index. The kernel writes m = min(k, eligible) indices (i32, best first) to out[0..m) and
+// returns m; out[m..k) is not touched (callers fill their -1 tail).
+//   TopkNan::last    — NaNs are eligible (they come after every number): op 1.
+//   TopkNan::exclude — NaNs are never selected (a row whose remaining scores are all NaN stops
+//                      early): op 2.
+// Exact and deterministic: the result depends only on the scores, never on the level.
+//
+// Method: scores become order-preserving 32-bit keys (NaN -> lowest key, -0 -> +0) in one vector
+// pass; a 3-digit radix select (11 + 11 + 10 bits, each digit over the survivors of the previous
+// one) finds the exact key of the m-th best and how many of the elements equal to it are taken;
+// one vector pass collects the winners in index order, and a stable LSD radix sort on the key
+// orders them (ties keep index order).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlakit::simd {
+
+enum class TopkNan : std::uint8_t { last, exclude };
+
+// Bytes of scratch a call with n scores and k wanted needs (any alignment of `scratch` is fine).
+constexpr std::size_t topk_scratch_bytes(std::size_t n, std::size_t k) {
+  const std::size_t m = k < n ? k : n;
+  return 8 * n + 16 * m + 64;
+}
+
+struct TopkKernels {
+  const char* level;
+  std::size_t (*select)(const float* scores, std::size_t n, std::size_t k, TopkNan nan, std::int32_t* out,
+                        void* scratch);
+};
+
+}  // namespace mlakit::simd

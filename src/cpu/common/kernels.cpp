@@ -1,0 +1,130 @@
+#include "cpu/common/kernels.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <type_traits>
+
+#include "core/common/cpu_features.hpp"
+
+namespace mlakit::cpu {
+namespace {
+
+struct Entry {
+  const char* family;
+  Isa level;
+  const void* table;
+};
+
+// The kernel list, expanded: each table's declared type must be its family's table type.
+#define MLAKIT_SIMD_KERNEL(family, Type, lvl) \
+  static_assert(std::is_same_v<decltype(simd::family##_##lvl), const simd::Type>, #family "_" #lvl);
+#include "simd/kernels.inc"
+#undef MLAKIT_SIMD_KERNEL
+
+const Entry kEntries[] = {
+#define MLAKIT_SIMD_KERNEL(family, Type, lvl) {#family, Isa::lvl, &simd::family##_##lvl},
+#include "simd/kernels.inc"
+#undef MLAKIT_SIMD_KERNEL
+};
+
+template <class T> constexpr const char* family_of();
+template <> constexpr const char* family_of<simd::Fp8DecodeKernels>() { return "fp8_decode"; }
+template <> constexpr const char* family_of<simd::GemmKernels>() { return "gemm"; }
+template <> constexpr const char* family_of<simd::TopkKernels>() { return "topk"; }
+template <> constexpr const char* family_of<simd::PeakKernels>() { return "peak"; }
+
+bool verbose() {
+  static const bool v = [] {
+    const char* e = std::getenv("MLAKIT_VERBOSE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return v;
+}
+
+// Declines of a candidate `level` when the requested level is `want`.
+std::string decline_reason(Isa level, Isa want) {
+  std::string why = core::isa_unavailable_reason(level);
+  if (why.empty() && static_cast<int>(level) > static_cast<int>(want))
+    why = std::string("above the requested level ") + isa_name(want);
+  return why;
+}
+
+template <class T>
+const T& choose(Isa want, std::vector<Decline>* declines) {
+  const char* family = family_of<T>();
+  std::vector<Decline> local;
+  const T* chosen = nullptr;
+  Isa chosen_level = Isa::generic;
+  for (const Entry& e : kEntries) {
+    if (std::strcmp(e.family, family) != 0) continue;
+    std::string why = decline_reason(e.level, want);
+    if (why.empty() || e.level == Isa::generic) {
+      chosen = static_cast<const T*>(e.table);
+      chosen_level = e.level;
+      break;
+    }
+    local.push_back({e.level, std::string(isa_name(e.level)) + ": " + why});
+  }
+  if (verbose()) {
+    static std::mutex mu;
+    static std::set<std::pair<std::string, int>> printed;
+    std::lock_guard<std::mutex> lock(mu);
+    if (printed.insert({family, static_cast<int>(want)}).second) {
+      std::fprintf(stderr, "mlakit: %s kernels: %s (requested %s)\n", family, isa_name(chosen_level), isa_name(want));
+      for (const Decline& d : local) std::fprintf(stderr, "mlakit:   declined %s\n", d.reason.c_str());
+    }
+  }
+  if (declines) *declines = std::move(local);
+  return *chosen;  // simd/generic is always in the list, and never declines
+}
+
+template <class T>
+const T* exactly(Isa level) {
+  for (const Entry& e : kEntries)
+    if (e.level == level && std::strcmp(e.family, family_of<T>()) == 0) return static_cast<const T*>(e.table);
+  return nullptr;
+}
+
+}  // namespace
+
+const simd::Fp8DecodeKernels& fp8_decode_kernels(Isa level, std::vector<Decline>* d) {
+  return choose<simd::Fp8DecodeKernels>(level, d);
+}
+const simd::GemmKernels& gemm_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::GemmKernels>(level, d); }
+const simd::TopkKernels& topk_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::TopkKernels>(level, d); }
+const simd::PeakKernels& peak_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::PeakKernels>(level, d); }
+
+const simd::Fp8DecodeKernels& fp8_decode_kernels() { return fp8_decode_kernels(active_isa()); }
+const simd::GemmKernels& gemm_kernels() { return gemm_kernels(active_isa()); }
+const simd::TopkKernels& topk_kernels() { return topk_kernels(active_isa()); }
+
+const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level) { return exactly<simd::Fp8DecodeKernels>(level); }
+const simd::GemmKernels* gemm_kernels_at(Isa level) { return exactly<simd::GemmKernels>(level); }
+const simd::TopkKernels* topk_kernels_at(Isa level) { return exactly<simd::TopkKernels>(level); }
+const simd::PeakKernels* peak_kernels_at(Isa level) { return exactly<simd::PeakKernels>(level); }
+
+std::vector<Isa> kernel_levels() {
+  std::vector<Isa> levels;
+  for (const Entry& e : kEntries) {
+    bool seen = false;
+    for (Isa l : levels) seen = seen || l == e.level;
+    if (!seen) levels.push_back(e.level);
+  }
+  return levels;
+}
+
+std::vector<std::pair<std::string, std::string>> kernel_choices() {
+  const Isa want = active_isa();
+  std::vector<std::pair<std::string, std::string>> out;
+  out.emplace_back("fp8_decode", fp8_decode_kernels(want).level);
+  const simd::GemmKernels& g = gemm_kernels(want);
+  out.emplace_back("gemm", std::string(g.level) + " (" + std::to_string(g.mr) + "x" + std::to_string(g.nr) +
+                               " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") + ")");
+  out.emplace_back("topk", topk_kernels(want).level);
+  return out;
+}
+
+}  // namespace mlakit::cpu

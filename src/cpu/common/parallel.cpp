@@ -1,0 +1,134 @@
+#include "cpu/common/parallel.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+namespace mlakit::cpu {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x <= 0 || x > (1L << 20)) return fallback;  // ignore garbage
+  return static_cast<int>(x);
+}
+
+int default_threads() { return env_int("MLAKIT_NUM_THREADS", hardware_threads()); }
+
+struct ArenaState {
+  std::mutex mu;
+  int threads = 0;  // 0: not created yet
+  std::shared_ptr<tbb::task_arena> arena;
+};
+
+ArenaState& arena_state() {
+  static ArenaState s;
+  return s;
+}
+
+std::atomic<int> g_requested{0};  // set_num_threads value; 0 = default
+
+std::shared_ptr<tbb::task_arena> current_arena() {
+  ArenaState& s = arena_state();
+  const int want = g_requested.load() > 0 ? g_requested.load() : default_threads();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.arena || s.threads != want) {
+    s.arena = std::make_shared<tbb::task_arena>(want);
+    s.threads = want;
+  }
+  return s.arena;
+}
+
+std::atomic<std::size_t> g_budget{0};  // 0 = default
+
+std::size_t default_budget() {
+  const int mb = env_int("MLAKIT_WORKSPACE_MB", 256);
+  return static_cast<std::size_t>(mb) << 20;
+}
+
+struct ThreadScratch {
+  void* p[4] = {};
+  std::size_t size[4] = {};
+  ~ThreadScratch() {
+    for (void* q : p)
+      if (q) ::operator delete(q, std::align_val_t(64));
+  }
+};
+
+}  // namespace
+
+int hardware_threads() {
+  const unsigned h = std::thread::hardware_concurrency();
+  return h ? static_cast<int>(h) : 1;
+}
+
+int num_threads() {
+  const int r = g_requested.load();
+  return r > 0 ? r : default_threads();
+}
+
+void set_num_threads(int n) { g_requested.store(n > 0 ? n : 0); }
+
+namespace detail {
+void run_tiles(std::size_t tiles, TileBody body, void* ctx) {
+  if (tiles == 0) return;
+  if (tiles == 1 || num_threads() == 1) {
+    for (std::size_t t = 0; t < tiles; ++t) body(ctx, t);
+    return;
+  }
+  std::shared_ptr<tbb::task_arena> arena = current_arena();
+  arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, tiles, 1),
+        [&](const tbb::blocked_range<std::size_t>& r) {
+          for (std::size_t t = r.begin(); t != r.end(); ++t) body(ctx, t);
+        },
+        tbb::simple_partitioner());
+  });
+}
+}  // namespace detail
+
+int thread_slot() {
+  const int s = tbb::this_task_arena::current_thread_index();
+  return s == tbb::task_arena::not_initialized ? 0 : s;
+}
+
+std::size_t workspace_budget_bytes() {
+  const std::size_t b = g_budget.load();
+  return b ? b : default_budget();
+}
+
+void set_workspace_budget_bytes(std::size_t bytes) { g_budget.store(bytes); }
+
+std::size_t items_within_budget(std::size_t bytes_per_item, std::size_t total, std::size_t min_items) {
+  std::size_t n = bytes_per_item ? workspace_budget_bytes() / bytes_per_item : total;
+  if (n < min_items) n = min_items;
+  if (n > total) n = total;
+  return n;
+}
+
+void* thread_scratch(std::size_t bytes, int slot) {
+  thread_local ThreadScratch ts;
+  if (slot < 0 || slot > 3) slot = 0;
+  if (ts.size[slot] < bytes) {
+    if (ts.p[slot]) ::operator delete(ts.p[slot], std::align_val_t(64));
+    std::size_t grow = ts.size[slot] * 2;
+    if (grow < bytes) grow = bytes;
+    ts.p[slot] = ::operator new(grow, std::align_val_t(64));
+    ts.size[slot] = grow;
+  }
+  return ts.p[slot];
+}
+
+}  // namespace mlakit::cpu

@@ -1,0 +1,104 @@
+// Scheduling helpers of the cpu back-end (TBB).
+//
+// Determinism: work is cut into fixed tiles whose boundaries depend only on the problem size and
+// the tile size, never on the number of threads; each tile is computed by one thread start to
+// end, and tiles never combine their results through floating-point reductions in a
+// schedule-dependent order. So outputs are bitwise identical for 1, 2 or N threads.
+//
+// Threads: the back-end runs its loops in its own task arena of num_threads() threads: the value
+// of set_num_threads() if given, else MLAKIT_NUM_THREADS, else every hardware thread. Other TBB
+// users in the process are not affected.
+//
+// Workspace: operators size their temporary score buffers to at most workspace_budget_bytes()
+// (default 256 MiB, MLAKIT_WORKSPACE_MB, set_workspace_budget_bytes()) and chunk the work to fit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace mlakit::cpu {
+
+// ---- threads ------------------------------------------------------------------------------------
+int num_threads();
+// n >= 1 sets the count; n <= 0 returns to the default (environment, then hardware).
+void set_num_threads(int n);
+int hardware_threads();
+
+// ---- deterministic parallel loops -----------------------------------------------------------------
+namespace detail {
+// Type-erased body: calls fn(ctx, tile_index).
+using TileBody = void (*)(void* ctx, std::size_t tile);
+void run_tiles(std::size_t num_tiles, TileBody body, void* ctx);
+}  // namespace detail
+
+inline std::size_t num_tiles(std::size_t n, std::size_t tile) { return tile == 0 ? 0 : (n + tile - 1) / tile; }
+
+// body(begin, end) for the tiles [t*tile, min(n, (t+1)*tile)), t = 0 .. num_tiles-1, in parallel.
+template <class Body>
+void parallel_for_tiles(std::size_t n, std::size_t tile, Body&& body) {
+  if (n == 0) return;
+  if (tile == 0) tile = n;
+  struct Ctx {
+    Body* body;
+    std::size_t n, tile;
+  } ctx{&body, n, tile};
+  detail::run_tiles(
+      num_tiles(n, tile),
+      [](void* c, std::size_t t) {
+        auto* x = static_cast<Ctx*>(c);
+        const std::size_t b = t * x->tile;
+        const std::size_t e = b + x->tile < x->n ? b + x->tile : x->n;
+        (*x->body)(b, e);
+      },
+      &ctx);
+}
+
+// body(i0, i1, j0, j1) over the fixed tile grid of an n0 x n1 index space.
+template <class Body>
+void parallel_for_tiles_2d(std::size_t n0, std::size_t tile0, std::size_t n1, std::size_t tile1, Body&& body) {
+  if (n0 == 0 || n1 == 0) return;
+  if (tile0 == 0) tile0 = n0;
+  if (tile1 == 0) tile1 = n1;
+  const std::size_t t1 = num_tiles(n1, tile1);
+  struct Ctx {
+    Body* body;
+    std::size_t n0, tile0, n1, tile1, t1;
+  } ctx{&body, n0, tile0, n1, tile1, t1};
+  detail::run_tiles(
+      num_tiles(n0, tile0) * t1,
+      [](void* c, std::size_t t) {
+        auto* x = static_cast<Ctx*>(c);
+        const std::size_t a = t / x->t1, b = t % x->t1;
+        const std::size_t i0 = a * x->tile0, j0 = b * x->tile1;
+        const std::size_t i1 = i0 + x->tile0 < x->n0 ? i0 + x->tile0 : x->n0;
+        const std::size_t j1 = j0 + x->tile1 < x->n1 ? j0 + x->tile1 : x->n1;
+        (*x->body)(i0, i1, j0, j1);
+      },
+      &ctx);
+}
+
+// body(item) for each index in [0, n): one tile per item (ragged work such as one query row or
+// one (sequence, head) pair per item).
+template <class Body>
+void parallel_for_each(std::size_t n, Body&& body) {
+  parallel_for_tiles(n, 1, [&](std::size_t b, std::size_t) { body(b); });
+}
+
+// Which of the arena's threads runs the caller, in [0, num_threads()): an index for per-thread
+// scratch. Outside a parallel loop it is 0.
+int thread_slot();
+
+// ---- workspace budget -----------------------------------------------------------------------------
+std::size_t workspace_budget_bytes();
+// bytes == 0 returns to the default (MLAKIT_WORKSPACE_MB, else 256 MiB).
+void set_workspace_budget_bytes(std::size_t bytes);
+
+// How many items of `bytes_per_item` fit the budget, at least `min_items` and at most `total`.
+std::size_t items_within_budget(std::size_t bytes_per_item, std::size_t total, std::size_t min_items = 1);
+
+// Per-thread scratch memory, 64-byte aligned, reused across calls: valid until the next call with
+// the same slot on the same thread. Slots 0..3 let one kernel hold a few buffers at once.
+void* thread_scratch(std::size_t bytes, int slot = 0);
+
+}  // namespace mlakit::cpu

@@ -1,0 +1,105 @@
+// Run-time kernel choice: fastest level first, declines with reasons, the cap, the info listing.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kernels/kernel_list.hpp"
+
+namespace mlakit::kernel_tests {
+namespace {
+
+class CapGuard {
+ public:
+  explicit CapGuard(Isa cap) : saved_(max_isa()) { set_max_isa(cap); }
+  ~CapGuard() { set_max_isa(saved_); }
+
+ private:
+  Isa saved_;
+};
+
+Isa best_runnable(const std::string& family, Isa want) {
+  for (Isa l : levels_of(family))
+    if (l <= want && cpu_skip_reason(l).empty()) return l;
+  return Isa::generic;
+}
+
+TEST(KernelDispatch, ListHasEveryFamilyAtEveryLevelFastestFirst) {
+  for (const char* family : {"fp8_decode", "gemm", "topk", "peak"}) {
+    const auto levels = levels_of(family);
+    ASSERT_FALSE(levels.empty()) << family;
+    EXPECT_EQ(levels.back(), Isa::generic) << family << ": generic must close the list";
+    for (std::size_t i = 1; i < levels.size(); ++i) EXPECT_GT(levels[i - 1], levels[i]) << family;
+  }
+  EXPECT_EQ(cpu::kernel_levels().back(), Isa::generic);
+}
+
+TEST(KernelDispatch, PicksTheFastestLevelTheCpuRuns) {
+  for (Isa want : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
+    std::vector<cpu::Decline> declines;
+    const auto& t = cpu::fp8_decode_kernels(want, &declines);
+    EXPECT_STREQ(t.level, isa_name(best_runnable("fp8_decode", want))) << "requested " << isa_name(want);
+    EXPECT_STREQ(cpu::gemm_kernels(want).level, isa_name(best_runnable("gemm", want)));
+    EXPECT_STREQ(cpu::topk_kernels(want).level, isa_name(best_runnable("topk", want)));
+    EXPECT_STREQ(cpu::peak_kernels(want).level, isa_name(best_runnable("peak", want)));
+    for (const auto& d : declines) {
+      EXPECT_GT(d.level, best_runnable("fp8_decode", want));
+      EXPECT_EQ(d.reason.rfind(std::string(isa_name(d.level)) + ": ", 0), 0u) << d.reason;
+    }
+  }
+}
+
+TEST(KernelDispatch, DeclinesNameTheMissingFeature) {
+  if (cpu_supported_isa() >= Isa::avx512bf16) GTEST_SKIP() << "this CPU runs every level with kernels";
+  std::vector<cpu::Decline> declines;
+  cpu::gemm_kernels(Isa::amx, &declines);
+  ASSERT_FALSE(declines.empty());
+  EXPECT_EQ(declines.front().level, Isa::avx512bf16);
+  EXPECT_NE(declines.front().reason.find("avx512bf16: cpu lacks"), std::string::npos) << declines.front().reason;
+  EXPECT_NE(declines.front().reason.find("avx512_bf16"), std::string::npos) << declines.front().reason;
+}
+
+TEST(KernelDispatch, CapLowersTheActiveChoice) {
+  {
+    CapGuard cap(Isa::generic);
+    EXPECT_STREQ(cpu::fp8_decode_kernels().level, "generic");
+    EXPECT_STREQ(cpu::gemm_kernels().level, "generic");
+    EXPECT_STREQ(cpu::topk_kernels().level, "generic");
+    std::vector<cpu::Decline> declines;
+    cpu::topk_kernels(active_isa(), &declines);
+  }
+  if (cpu_supported_isa() >= Isa::avx2) {
+    CapGuard cap(Isa::avx2);
+    EXPECT_STREQ(cpu::gemm_kernels().level, "avx2");
+    std::vector<cpu::Decline> declines;
+    cpu::gemm_kernels(Isa::amx, &declines);  // above the cap: declined as capped (or lacking)
+    for (const auto& d : declines) EXPECT_GT(d.level, Isa::avx2);
+    if (cpu_supported_isa() >= Isa::avx512) {
+      ASSERT_FALSE(declines.empty());
+      EXPECT_NE(declines.back().reason.find("capped"), std::string::npos) << declines.back().reason;
+    }
+  }
+}
+
+TEST(KernelDispatch, ExactLevelTables) {
+  for (Isa l : levels_of("gemm")) {
+    ASSERT_NE(cpu::gemm_kernels_at(l), nullptr);
+    EXPECT_STREQ(cpu::gemm_kernels_at(l)->level, isa_name(l));
+    EXPECT_STREQ(cpu::fp8_decode_kernels_at(l)->level, isa_name(l));
+    EXPECT_STREQ(cpu::topk_kernels_at(l)->level, isa_name(l));
+    EXPECT_STREQ(cpu::peak_kernels_at(l)->level, isa_name(l));
+  }
+  EXPECT_EQ(cpu::gemm_kernels_at(Isa::amx), nullptr);  // no amx kernels yet: avx512bf16 serves it
+}
+
+TEST(KernelDispatch, ChoicesForInfo) {
+  const auto choices = cpu::kernel_choices();
+  ASSERT_EQ(choices.size(), 3u);
+  EXPECT_EQ(choices[0].first, "fp8_decode");
+  EXPECT_EQ(choices[1].first, "gemm");
+  EXPECT_EQ(choices[2].first, "topk");
+  EXPECT_EQ(choices[0].second, cpu::fp8_decode_kernels().level);
+  EXPECT_EQ(choices[1].second.rfind(cpu::gemm_kernels().level, 0), 0u) << choices[1].second;
+}
+
+}  // namespace
+}  // namespace mlakit::kernel_tests
