@@ -5,6 +5,38 @@
 // cache at each token's position (K then V heads for an ordinary cache, the single latent head
 // for an MLA cache). Weight formats: dense (dtype of X), FP8 block-scaled (128×128 scale blocks),
 // GPTQ int4 with optional zero points and act-order g_idx.
+//
+// Placement. Row t of sequence b (local index i) has position pos = cache_lengths[b] + i and is
+// written at (LUT[b, pos / page_size], kv, layer_idx, pos % page_size, h, d). Ordinary cache
+// (kv_dim 2): column q_dim + j goes to kv = j / (Hkv·hd), h = (j / hd) % Hkv, d = j % hd, so
+// N = q_dim + 2·Hkv·hd. MLA cache (kv_dim 1): num_kv_heads must be 1 and column q_dim + d goes to
+// the latent head, so N = q_dim + head_size. The cache dtype equals hidden_state's dtype (bf16 or
+// f32); quantized caches (kv_cache.scales present) are refused.
+//
+// Arithmetic. The reference decodes every weight exactly (fp8: code·scale in f64; GPTQ:
+// bf16((q − z)·scale) with the product formed exactly and rounded once to bf16, ties to even),
+// accumulates x·w in f64 and rounds once to the dtype. Optimized back-ends accumulate in f32 at
+// least; the golden tolerance is |err| <= 4·K·2^-24·Σ_k|x_k·w_k| + u_out·(|ref| + |out|), u_out
+// 2^-8 (bf16) or 2^-24 (f32): the last term counts the rounding of both results, so that two
+// correct roundings on either side of a tie are not reported as an error. NaN weights (fp8 codes
+// 0x7F/0xFF) make their output column NaN.
+//
+// Choices where the spec is silent (all checked by validation, nothing is written on failure):
+// * q_dim >= 1; K >= 1; T = 0 is valid and writes nothing.
+// * Tensors belonging to another weight format must be absent (null data), e.g. qweight with the
+//   dense format, or weight_scale with GPTQ. has_zp = true is refused for dense and fp8_block;
+//   group_size is ignored by them.
+// * GPTQ: group_size is 32, 64 or 128 (the sizes GPU kernels tile for); K % 8 == 0 and
+//   K % group_size == 0; has_zp needs N % 8 == 0; g_idx (host memory, it is read during
+//   validation) holds values in [0, K / group_size). Act-order maps need not be balanced.
+// * Scale tensors may hold any f32/f16/bf16 value (NaN/inf propagate); they are not inspected.
+// * Every page a new token needs must exist (LUT entry < num_blocks), and no two new tokens may
+//   map to the same cache row (two sequences sharing a page at a written position, or a LUT that
+//   names the same block twice): such a write would race and its result would depend on the
+//   back-end.
+// * output must not overlap any input or the cache; the cache must not overlap hidden_state,
+//   input_row_offsets, the weight tensors, the lookup table or cache_lengths. All tensors live in
+//   one memory space.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +53,7 @@ enum class WeightFormat { dense, fp8_block, gptq };
 struct FusedQkvPagedDesc {
   std::int64_t q_dim = 4096;
   WeightFormat weight_format = WeightFormat::dense;
-  std::int64_t group_size = 128;  // GPTQ only
+  std::int64_t group_size = 128;  // GPTQ only: 32, 64 or 128
   bool has_zp = false;            // GPTQ only
 };
 
@@ -32,6 +64,7 @@ struct FusedQkvPagedArgs {
   // fp8_block: weight = f8e4m3 [N, K], weight_scale = f32 [ceil(N/128), ceil(K/128)]
   // gptq:      qweight = i32 [K/8, N], scales = f16|bf16 [K/gs, N], qzeros = i32 [K/gs, N/8] (has_zp),
   //            g_idx = i32 [K] (optional)
+  // Tensors of the other formats must be absent.
   TensorView weight;
   TensorView weight_scale;
   TensorView qweight;

@@ -1,0 +1,238 @@
+// Validation and the public entry point of fused_qkv_paged (spec 05).
+#include "mlakit/ops/fused_qkv_paged.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/common/dispatch.hpp"
+#include "core/common/validate.hpp"
+#include "cpu/fused_qkv_paged.hpp"
+#include "reference/fused_qkv_paged.hpp"
+
+namespace mlakit {
+namespace core {
+
+Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space);
+
+namespace {
+
+constexpr const char* kOp = "fused_qkv_paged";
+
+const char* format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::dense: return "dense";
+    case WeightFormat::fp8_block: return "fp8_block";
+    case WeightFormat::gptq: return "gptq";
+  }
+  return "?";
+}
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+// "=<v>" (built by appending: GCC 12 misreports `"=" + std::string` under -Wrestrict).
+std::string eq(std::int64_t v) {
+  std::string s("=");
+  s += std::to_string(v);
+  return s;
+}
+
+// A tensor that the chosen weight format does not take must be absent.
+bool absent(Validator& v, const char* field, const TensorView& t, WeightFormat f) {
+  if (!v.ok()) return false;
+  if (t.data == nullptr) return true;
+  return v.fail(field, std::string(" is present (the ") + format_name(f) + " weight format takes no " + field +
+                           "; pass an empty view)");
+}
+
+// The weight's output dimension must match q_dim plus the cache columns.
+bool n_matches(Validator& v, const char* field, std::int64_t got, std::int64_t n, const std::string& how) {
+  if (!v.ok()) return false;
+  if (got == n) return true;
+  return v.fail(field, eq(got) + " (expected N = " + how + " = " + str(n) + ")");
+}
+
+}  // namespace
+
+Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space) {
+  Validator v(kOp);
+  const WeightFormat fmt = d.weight_format;
+  if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq) {
+    v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
+    return v.status();
+  }
+  v.positive("q_dim", d.q_dim);
+
+  // Activations and the ragged batch.
+  v.tensor("hidden_state", a.hidden_state, {DType::bf16, DType::f32}, {kAnyDim, kAnyDim});
+  if (!v.ok()) return v.status();
+  const DType dt = a.hidden_state.dtype;
+  const std::int64_t T = a.hidden_state.shape[0];
+  const std::int64_t K = a.hidden_state.shape[1];
+  if (K < 1) v.fail("hidden_state.shape[1]", eq(K) + " (K must be >= 1)");
+  v.row_offsets("input_row_offsets", a.input_row_offsets, T);
+  if (!v.ok()) return v.status();
+  const std::int64_t B = a.input_row_offsets.shape[0] - 1;
+
+  // The cache: same dtype as the activations, not quantized.
+  CacheExpect ce{{dt}};
+  ce.layer_idx = a.layer_idx;
+  v.paged_cache("kv_cache", a.kv_cache, ce, B);
+  if (!v.ok()) return v.status();
+  const PagedKVCacheView& kc = a.kv_cache;
+  const bool mla = kc.kv_dim() == 1;
+  if (mla && kc.num_kv_heads() != 1)
+    v.fail("kv_cache.blocks.shape[4]", eq(kc.num_kv_heads()) +
+                                           " (an MLA cache, kv_dim=1, has exactly one latent head)");
+  if (!v.ok()) return v.status();
+  const std::int64_t kv_cols = kc.kv_dim() * kc.num_kv_heads() * kc.head_size();
+  const std::int64_t N = d.q_dim + kv_cols;
+  const std::string n_how =
+      mla ? "q_dim + head_size = " + str(d.q_dim) + " + " + str(kc.head_size())
+          : "q_dim + 2·num_kv_heads·head_size = " + str(d.q_dim) + " + 2·" + str(kc.num_kv_heads()) + "·" +
+                str(kc.head_size());
+
+  if (fmt != WeightFormat::gptq && d.has_zp)
+    v.fail("has_zp", std::string("=true (only the gptq weight format has zero points; format is ") +
+                         format_name(fmt) + ")");
+
+  // The weight, per format.
+  switch (fmt) {
+    case WeightFormat::dense:
+      absent(v, "weight_scale", a.weight_scale, fmt);
+      absent(v, "qweight", a.qweight, fmt);
+      absent(v, "scales", a.scales, fmt);
+      absent(v, "qzeros", a.qzeros, fmt);
+      absent(v, "g_idx", a.g_idx, fmt);
+      if (v.ok() && a.weight.data != nullptr && a.weight.dtype != dt)
+        v.fail("weight.dtype", std::string("=").append(dtype_name(a.weight.dtype)) + " (expected " +
+                                   std::string(dtype_name(dt)) + ", the dtype of hidden_state)");
+      v.tensor("weight", a.weight, {dt}, {kAnyDim, K});
+      n_matches(v, "weight.shape[0]", v.ok() ? a.weight.shape[0] : 0, N, n_how);
+      break;
+    case WeightFormat::fp8_block:
+      absent(v, "qweight", a.qweight, fmt);
+      absent(v, "scales", a.scales, fmt);
+      absent(v, "qzeros", a.qzeros, fmt);
+      absent(v, "g_idx", a.g_idx, fmt);
+      v.tensor("weight", a.weight, {DType::f8e4m3}, {kAnyDim, K});
+      n_matches(v, "weight.shape[0]", v.ok() ? a.weight.shape[0] : 0, N, n_how);
+      v.tensor("weight_scale", a.weight_scale, {DType::f32}, {(N + 127) / 128, (K + 127) / 128});
+      break;
+    case WeightFormat::gptq: {
+      absent(v, "weight", a.weight, fmt);
+      absent(v, "weight_scale", a.weight_scale, fmt);
+      const std::int64_t gs = d.group_size;
+      if (v.ok() && gs != 32 && gs != 64 && gs != 128)
+        v.fail("group_size", eq(gs) + " (expected 32, 64 or 128)");
+      if (v.ok() && K % 8 != 0)
+        v.fail("hidden_state.shape[1]", eq(K) + " (gptq packs 8 input channels per int32: K % 8 must be 0)");
+      if (v.ok() && K % gs != 0)
+        v.fail("hidden_state.shape[1]", eq(K) + " (K must be a multiple of group_size=" + str(gs) + ")");
+      if (!v.ok()) break;
+      const std::int64_t G = K / gs;
+      v.tensor("qweight", a.qweight, {DType::i32}, {K / 8, kAnyDim});
+      n_matches(v, "qweight.shape[1]", v.ok() ? a.qweight.shape[1] : 0, N, n_how);
+      v.tensor("scales", a.scales, {DType::f16, DType::bf16}, {G, N});
+      if (d.has_zp) {
+        if (v.ok() && N % 8 != 0)
+          v.fail("has_zp", std::string("=true with N=") + str(N) + " (qzeros packs 8 output columns per int32: N % 8 must be 0)");
+        v.tensor("qzeros", a.qzeros, {DType::i32}, {G, N / 8});
+      } else if (v.ok() && a.qzeros.data != nullptr) {
+        v.fail("qzeros", " is present but has_zp=false (zero points are 8 then; pass an empty view)");
+      }
+      if (v.optional_tensor("g_idx", a.g_idx, {DType::i32}, {K}) && a.g_idx.data != nullptr) {
+        if (a.g_idx.memory != MemorySpace::host)
+          v.fail("g_idx", " is in device memory (it must be readable on the host here)");
+        for (std::int64_t k = 0; v.ok() && k < K; ++k) {
+          const std::int32_t g = i32_at(a.g_idx, k);
+          if (g < 0 || g >= G)
+            v.fail("g_idx[" + str(k) + "]", eq(g) + " (must be in [0, K/group_size=" + str(G) + "))");
+        }
+      }
+      break;
+    }
+  }
+  if (!v.ok()) return v.status();
+
+  v.tensor("output", a.output, {dt}, {T, d.q_dim});
+  v.same_memory({{"hidden_state", &a.hidden_state},
+                 {"input_row_offsets", &a.input_row_offsets},
+                 {"weight", &a.weight},
+                 {"weight_scale", &a.weight_scale},
+                 {"qweight", &a.qweight},
+                 {"scales", &a.scales},
+                 {"qzeros", &a.qzeros},
+                 {"g_idx", &a.g_idx},
+                 {"kv_cache.blocks", &kc.blocks},
+                 {"kv_cache.lookup_table", &kc.lookup_table},
+                 {"kv_cache.cache_lengths", &kc.cache_lengths},
+                 {"output", &a.output}},
+                space);
+  if (!v.ok()) return v.status();
+
+  // Written buffers against everything else.
+  const std::pair<const char*, const TensorView*> inputs[] = {
+      {"hidden_state", &a.hidden_state}, {"input_row_offsets", &a.input_row_offsets},
+      {"weight", &a.weight},             {"weight_scale", &a.weight_scale},
+      {"qweight", &a.qweight},           {"scales", &a.scales},
+      {"qzeros", &a.qzeros},             {"g_idx", &a.g_idx},
+      {"kv_cache.lookup_table", &kc.lookup_table}, {"kv_cache.cache_lengths", &kc.cache_lengths}};
+  for (const auto& [name, view] : inputs) v.no_overlap("output", a.output, name, *view);
+  v.no_overlap("output", a.output, "kv_cache.blocks", kc.blocks);
+  for (const auto& [name, view] : inputs) v.no_overlap("kv_cache.blocks", kc.blocks, name, *view);
+  if (!v.ok()) return v.status();
+
+  // Pages for every new token, and no two new tokens on one cache row.
+  struct Row {
+    std::int64_t key, b, pos;
+  };
+  std::vector<Row> rows;
+  rows.reserve(static_cast<std::size_t>(T));
+  const std::int64_t ps = kc.page_size();
+  const std::int64_t max_pages = kc.lookup_table.shape[1];
+  const auto* lut = static_cast<const std::uint32_t*>(kc.lookup_table.data);
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t len = std::int64_t(u32_at(a.input_row_offsets, b + 1)) - u32_at(a.input_row_offsets, b);
+    const std::int64_t first = u32_at(kc.cache_lengths, b);
+    if (!v.pages_exist("kv_cache", kc, b, first, first + len)) return v.status();
+    for (std::int64_t pos = first; pos < first + len; ++pos)
+      rows.push_back({std::int64_t(lut[b * max_pages + pos / ps]) * ps + pos % ps, b, pos});
+  }
+  std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) {
+    return x.key != y.key ? x.key < y.key : (x.b != y.b ? x.b < y.b : x.pos < y.pos);
+  });
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    if (rows[i].key != rows[i - 1].key) continue;
+    const Row& p = rows[i - 1];
+    const Row& q = rows[i];
+    v.fail("kv_cache.lookup_table[" + str(q.b) + ", " + str(q.pos / ps) + "]",
+           eq(lut[q.b * max_pages + q.pos / ps]) + " (position " + str(q.pos) + " of sequence " + str(q.b) +
+               " and position " + str(p.pos) + " of sequence " + str(p.b) +
+               " would write the same cache row: new tokens need distinct rows)");
+    break;
+  }
+  return v.status();
+}
+
+}  // namespace core
+
+Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const RunOptions& o) {
+  MemorySpace space = MemorySpace::host;
+  Status s = core::validate_fused_qkv_paged(d, a, &space);
+  if (!s.ok()) return s;
+  core::Route r;
+  s = core::route("fused_qkv_paged", o, space, &r);
+  if (!s.ok()) return s;
+  if (r.backend == Backend::cpu) {
+    s = cpu::fused_qkv_paged(d, a);
+    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
+  }
+  if (r.backend == Backend::cuda)
+    return Status::error(StatusCode::unavailable, "fused_qkv_paged", "backend",
+                         "fused_qkv_paged: backend=cuda has no kernel for this operator yet");
+  reference::fused_qkv_paged(d, a);
+  return Status::success();
+}
+
+}  // namespace mlakit

@@ -1,0 +1,12 @@
+// cpu back-end of fused_qkv_paged.
+#pragma once
+
+#include "mlakit/ops/fused_qkv_paged.hpp"
+
+namespace mlakit::cpu {
+
+// Assumes a validated call. Returns StatusCode::unsupported (before writing anything) for calls
+// it has no kernel for.
+Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
+
+}  // namespace mlakit::cpu
