@@ -5,6 +5,39 @@
 // Invalid slots (p >= topk_lengths[t], index < 0 or >= num_rows) are skipped; duplicates count.
 // A row with no valid slot gives output 0 and lse +inf. The optional sink adds exp(sink[h] - m)
 // to the denominator only.
+//
+// Math, for query row t and head h, over the valid slots p (row = the cache row indices[t, p];
+// for the FP8 cache row[d] = f32(code[d]) · scale[row], used for both Q·K and P·V):
+//   s_p = scale · Σ_d q[t,h,d] · row[d]                   (d < qk_depth)
+//   m   = max_p s_p,   l = Σ_p exp(s_p − m)
+//   den = l + (attn_sink given ? exp(attn_sink[h] − m) : 0)
+//   output[t,h,:] = Σ_p exp(s_p − m) · row[0 : v_depth] / den
+//   lse[t,h]      = m + log(l)                             (natural log, without the sink)
+// Back-ends may round exp(s_p − m) to bf16 before the P·V product (as FlashMLA does); the
+// denominator is summed from the unrounded values.
+//
+// Choices where the spec is silent:
+// * Index encoding: indices are i32 values; a u32 tensor is read as the same bit pattern (so
+//   0xFFFFFFFF is -1 and every value >= 2^31 is negative, hence invalid). An index is valid iff
+//   0 <= index < num_blocks·page_size; invalid values are skipped, never an error.
+// * kv_cache.lookup_table and kv_cache.cache_lengths are optional: the op addresses physical rows
+//   and never reads them. When present they are checked for dtype and rank only (u32
+//   [B, max_pages] and u32 [B]); their contents are not inspected.
+// * topk_lengths (when present) must satisfy topk_lengths[t] <= indices_stride. The values are
+//   checked when the tensor is in host memory; a device-memory tensor cannot be read before the
+//   launch, and back-ends then treat a larger value as indices_stride.
+// * Non-finite data follow IEEE arithmetic: a selected row holding a NaN (FP8 codes 0x7F / 0xFF, or
+//   a NaN scale) makes the whole output row and lse of that query token NaN, for every head
+//   (the NaN enters every score through Q·K). NaN in q makes that head's row NaN. A NaN or +inf
+//   attention sink likewise propagates through the denominator; -inf means "no sink".
+// * A row with no valid slot writes output 0 and lse +inf whether or not a sink is given.
+// * T = 0 is a valid call that writes nothing.
+// * Validation (spec README §4) happens before anything is written: descriptor fields positive,
+//   v_depth <= qk_depth, scale finite; q bf16 [T, Hq, qk_depth]; cache bf16 without scales or
+//   f8e4m3 with f32 scales and quant_granularity >= qk_depth, kv_dim 1, one head,
+//   head_size = qk_depth, layer_idx < num_layers; indices i32/u32 [T, indices_stride];
+//   topk_lengths u32 [T]; attn_sink f32 [Hq]; output bf16 [T, Hq, v_depth]; lse f32 [T, Hq];
+//   output and lse overlap no input and not each other; every tensor in one memory space.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +54,13 @@ struct SparseMlaPrefillDesc {
   std::int64_t qk_depth = 576;
   std::int64_t v_depth = 512;        // <= qk_depth
   std::int64_t indices_stride = 2048;
-  float scale = 1.0f;
+  float scale = 1.0f;                // softmax scale (DeepSeek-V3.2: 1/sqrt(192)); finite
 };
 
 struct SparseMlaPrefillArgs {
   TensorView q;               // bf16 [T, Hq, qk_depth]
-  PagedKVCacheView kv_cache;  // bf16 MLA cache, or f8e4m3 with one f32 scale per row (quant_granularity >= qk_depth)
+  PagedKVCacheView kv_cache;  // bf16 MLA cache, or f8e4m3 with one f32 scale per row (quant_granularity >= qk_depth);
+                              // lookup_table / cache_lengths optional and unread (see above)
   std::uint32_t layer_idx = 0;
   TensorView indices;         // i32 or u32 [T, indices_stride]
   TensorView topk_lengths;    // u32 [T], optional (absent: indices_stride)

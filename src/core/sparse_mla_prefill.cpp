@@ -1,0 +1,135 @@
+// Validation and the public entry point of op 4 (sparse MLA prefill).
+#include "mlakit/ops/sparse_mla_prefill.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "core/common/dispatch.hpp"
+#include "core/common/validate.hpp"
+#include "cpu/sparse_mla_prefill.hpp"
+#include "reference/sparse_mla_prefill.hpp"
+
+namespace mlakit::core {
+
+Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, MemorySpace* space);
+
+namespace {
+
+constexpr const char* kOp = "sparse_mla_prefill";
+
+// Message text built with a stream (GCC 12 warns falsely on `"literal" + std::string&&` at -O3).
+template <class... Parts>
+std::string text(const Parts&... parts) {
+  std::ostringstream s;
+  (s << ... << parts);
+  return s.str();
+}
+
+}  // namespace
+
+Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, MemorySpace* space) {
+  Validator v(kOp);
+  // Descriptor.
+  v.positive("num_q_heads", d.num_q_heads) && v.positive("qk_depth", d.qk_depth) &&
+      v.positive("v_depth", d.v_depth) && v.at_most("v_depth", d.v_depth, "qk_depth", d.qk_depth) &&
+      v.positive("indices_stride", d.indices_stride);
+  if (v.ok() && !std::isfinite(d.scale)) v.fail("scale", text("=", d.scale, " (must be finite)"));
+  if (!v.ok()) return v.status();
+
+  // Query rows fix T.
+  if (!v.tensor("q", a.q, {DType::bf16}, {kAnyDim, d.num_q_heads, d.qk_depth})) return v.status();
+  const std::int64_t T = a.q.shape[0];
+
+  // The cache: blocks and scales are read through physical rows; the lookup table and the
+  // lengths are not read, so the shared checker sees a stand-in table and they are checked
+  // below for dtype and rank only.
+  static const std::uint32_t kNoTable = 0;
+  PagedKVCacheView rows = a.kv_cache;
+  rows.lookup_table = TensorView::contiguous(&kNoTable, DType::u32, {0, 0});
+  rows.cache_lengths = TensorView{};
+  const bool fp8 = a.kv_cache.blocks.present() && a.kv_cache.blocks.dtype == DType::f8e4m3;
+  CacheExpect expect{{DType::bf16, DType::f8e4m3}};
+  expect.kv_dim = 1;
+  expect.num_kv_heads = 1;
+  expect.head_size = d.qk_depth;
+  expect.scales = fp8;
+  expect.min_granularity = fp8 ? d.qk_depth : 0;
+  expect.layer_idx = a.layer_idx;
+  expect.need_cache_lengths = false;
+  if (!v.paged_cache("kv_cache", rows, expect, kAnyDim)) return v.status();
+  const TensorView& lut = a.kv_cache.lookup_table;
+  const TensorView& lens = a.kv_cache.cache_lengths;
+  if (!v.optional_tensor("kv_cache.lookup_table", lut, {DType::u32}, {kAnyDim, kAnyDim})) return v.status();
+  if (!v.optional_tensor("kv_cache.cache_lengths", lens, {DType::u32}, {lut.present() ? lut.shape[0] : kAnyDim}))
+    return v.status();
+
+  if (!v.tensor("indices", a.indices, {DType::i32, DType::u32}, {T, d.indices_stride})) return v.status();
+  if (!v.optional_tensor("topk_lengths", a.topk_lengths, {DType::u32}, {T})) return v.status();
+  if (a.topk_lengths.present() && a.topk_lengths.memory == MemorySpace::host) {
+    for (std::int64_t t = 0; t < T; ++t) {
+      const std::uint32_t len = u32_at(a.topk_lengths, t);
+      if (static_cast<std::int64_t>(len) > d.indices_stride) {
+        v.fail(text("topk_lengths[", t, "]"), text("=", len, " (must be <= indices_stride=", d.indices_stride, ")"));
+        return v.status();
+      }
+    }
+  }
+  if (!v.optional_tensor("attn_sink", a.attn_sink, {DType::f32}, {d.num_q_heads})) return v.status();
+  if (!v.tensor("output", a.output, {DType::bf16}, {T, d.num_q_heads, d.v_depth})) return v.status();
+  if (!v.optional_tensor("lse", a.lse, {DType::f32}, {T, d.num_q_heads})) return v.status();
+
+  // Written buffers must not alias anything the call reads, nor each other.
+  const std::pair<const char*, const TensorView*> inputs[] = {
+      {"q", &a.q},
+      {"kv_cache.blocks", &a.kv_cache.blocks},
+      {"kv_cache.scales", &a.kv_cache.scales},
+      {"kv_cache.lookup_table", &lut},
+      {"kv_cache.cache_lengths", &lens},
+      {"indices", &a.indices},
+      {"topk_lengths", &a.topk_lengths},
+      {"attn_sink", &a.attn_sink},
+  };
+  for (const auto& [name, view] : inputs) {
+    if (!v.no_overlap("output", a.output, name, *view)) return v.status();
+    if (!v.no_overlap("lse", a.lse, name, *view)) return v.status();
+  }
+  if (!v.no_overlap("lse", a.lse, "output", a.output)) return v.status();
+
+  v.same_memory({{"q", &a.q},
+                 {"kv_cache.blocks", &a.kv_cache.blocks},
+                 {"kv_cache.scales", &a.kv_cache.scales},
+                 {"kv_cache.lookup_table", &lut},
+                 {"kv_cache.cache_lengths", &lens},
+                 {"indices", &a.indices},
+                 {"topk_lengths", &a.topk_lengths},
+                 {"attn_sink", &a.attn_sink},
+                 {"output", &a.output},
+                 {"lse", &a.lse}},
+                space);
+  return v.status();
+}
+
+}  // namespace mlakit::core
+
+namespace mlakit {
+
+Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const RunOptions& o) {
+  MemorySpace space = MemorySpace::host;
+  Status s = core::validate_sparse_mla_prefill(d, a, &space);
+  if (!s.ok()) return s;
+  core::Route r;
+  s = core::route("sparse_mla_prefill", o, space, &r);
+  if (!s.ok()) return s;
+  if (r.backend == Backend::cpu) {
+    s = cpu::sparse_mla_prefill(d, a);
+    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
+  }
+  if (r.backend == Backend::cuda)
+    return Status::error(StatusCode::unavailable, "sparse_mla_prefill", "backend",
+                         "sparse_mla_prefill: backend=cuda has no kernel for this operator yet");
+  reference::sparse_mla_prefill(d, a);
+  return Status::success();
+}
+
+}  // namespace mlakit
