@@ -37,8 +37,11 @@
 //  * "__metadata__" is optional (a plain safetensors file from Python loads); when present it must
 //    be an object of strings. "op" goes to Bundle::op; "params" and "tolerance", when present, must
 //    parse (same strict JSON rules) to objects and go to Bundle::params / Bundle::tolerance; every
-//    other key (format, producer, case, seed, ...) goes to Bundle::metadata unchanged. Whether a
-//    file must carry op/params is the caller's decision.
+//    other key (producer, case, seed, ...) goes to Bundle::metadata unchanged, except
+//    format = "mlakit-golden/1", which is dropped because the writer adds it by default: so
+//    read(write(b)) == b for a generated bundle and write(read(f)) == f for a golden file, while a
+//    foreign tag (e.g. format = "pt") is kept and written back. Whether a file must carry op/params
+//    is the caller's decision.
 #pragma once
 
 #include <cstddef>
