@@ -18,7 +18,7 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-// ---- helpers ---------------------------------------------------------------------
+// ---- test files ------------------------------------------------------------------
 
 // A file from a header string (written as is, no padding) and a data section.
 Bytes make_file(const std::string& header, const Bytes& data = {}, std::uint64_t declared = ~0ull) {
