@@ -15,7 +15,7 @@ namespace {
 using harness::Bundle;
 using harness::Tensor;
 
-// Values decoded from the bit fields with ldexp (no shared conversion helpers).
+// Values decoded from the bit fields with ldexp (independent of the library's conversion functions).
 double decode_bf16_bits(std::uint16_t h) {
   const int s = h >> 15, e = (h >> 7) & 0xFF, m = h & 0x7F;
   if (e == 0xFF) return m ? NAN : (s ? -INFINITY : INFINITY);
