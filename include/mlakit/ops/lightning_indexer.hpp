@@ -4,12 +4,26 @@
 //   dot[h]  = Σ_d f32(q[t,h,d]) · f32(K[j,d])
 //   score   = k_scale[j] · Σ_h max(dot[h], 0) · q_s[t,h]
 // and writes the top_k positions (logical, within the sequence), highest score first.
+// Visible positions: j < cache_lengths[b] + i + 1 (causal) or j < cache_lengths[b] + seq_len[b] (none),
+// where i is the row's index inside its sequence.
 //
 // Choices where the spec is silent:
 //  * Ties (equal scores, +0 == −0) go to the smaller position; NaN scores rank below every
 //    number and among themselves by smaller position; unused columns hold -1.
+//  * max(dot, 0) is IEEE `maximum`: a NaN dot stays NaN (so does the score); max(−0, +0) = +0.
 //  * `output_indices` must be exactly [T, top_k]; every element is written.
-//  * T = 0 is a valid call that writes nothing.
+//  * T = 0 is a valid call that writes nothing. A sequence with no rows reads nothing, so its
+//    lookup-table row is not checked (it may be all sentinels).
+//  * Every position a row reads, 0 … cache_lengths[b] + seq_len[b] − 1 for each sequence with rows,
+//    must map to a real page; cache_lengths[b] + seq_len[b] must fit in i32 (the output type).
+//  * K scales: the cache's f32 scale of a row is used for the whole row, so quant_granularity must be
+//    >= head_dim (one scale per key token); any larger value is accepted and means the same.
+//  * output_indices may not overlap any input; all tensors live in one memory space, and the
+//    offsets, lookup table and cache lengths must be host-readable (validation reads them).
+//  * The reference back-end computes each head's dot product exactly (f64 holds every sum of fp8
+//    products for head_dim <= 2^17), the score in f64, and selects on the f64 score. Optimized
+//    back-ends accumulate in f32; where two scores are closer than their rounding error the order
+//    may differ from the reference (spec README §5 bounds how far).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +58,10 @@ Status lightning_indexer(const LightningIndexerDesc& desc, const LightningIndexe
 
 // Companion: logical positions -> encoded physical rows (blk·page_size + off) for op 4.
 // v >= 0 maps through the page table of its row's sequence; -1 stays -1; any other
-// negative value, a position past the table, or a sentinel page is a validation error.
+// negative value, a position past the table, or a sentinel (or out-of-range) page is a validation
+// error. `indices`, `input_row_offsets` and `lookup_table` must be host-readable (every value is
+// checked before anything is written); num_blocks·page_size must fit in i32. `rows` may not overlap
+// any input. The cpu and reference back-ends share one scalar gather.
 struct RemapIndicesArgs {
   TensorView indices;            // i32 [T, top_k]
   TensorView input_row_offsets;  // u32 [B+1]

@@ -1,0 +1,17 @@
+// Reference back-end of op 1 (spec 01) and of its companion remap: scalar, exact, readable.
+// Called only after validation.
+#pragma once
+
+#include "mlakit/ops/lightning_indexer.hpp"
+
+namespace mlakit::reference {
+
+// Scores in f64: each head's dot product is exact (every fp8 product is exact and their sum fits in
+// f64's 53 bits for head_dim <= 2^17); the weighted head sum and the k_scale product are rounded to f64
+// and never to f32. Selection orders these f64 scores (the oracle's ordering of the golden matrix).
+void lightning_indexer(const LightningIndexerDesc& desc, const LightningIndexerArgs& args);
+
+// The scalar gather shared by the reference and cpu back-ends.
+void remap_indices_to_rows(const RemapIndicesArgs& args);
+
+}  // namespace mlakit::reference
