@@ -517,7 +517,8 @@ class LightningIndexerDriver final : public OpDriver {
     if (nd > 6 || Dm < (k.H > 1 ? 1 : 0))
       throw std::invalid_argument("lightning_indexer: exact data needs head_dim >= " + std::to_string(nd + 1) +
                                   " and at most 2^17 positions");
-    const int e0 = static_cast<int>(std::floor(std::log2(128.0 / static_cast<double>(tag_max))));
+    int e0 = 7;  // the largest e with 2^e·tag_max <= 128 (exact arithmetic: files regenerate bit for bit)
+    while (std::ldexp(static_cast<double>(tag_max), e0) > 128.0) --e0;
     // |M| <= 8·(H-1)·nnz must stay below 2^(14+e0) - 1.
     std::int64_t nnz = Dm;
     if (k.H > 1) {
