@@ -4,6 +4,22 @@
 // the new cache rows' latent part (in place), gather of latent rows into a contiguous buffer,
 // dynamic per-(row, bk-group) FP8 quantization (f32, bit-exact on every back-end), block-scaled
 // GEMM with kv_b_proj, split into K_nope / V per head, causal attention -> output bf16 [T, H, v].
+//
+// Choices where the spec is silent:
+// * Phases: steps 1-2 finish for every new token of the call before any row is gathered, so a window
+//   always sees the rotated, normalized rows. Two new tokens may not map to the same physical cache
+//   row (a page shared between sequences, or listed twice): such a call is rejected.
+// * A query whose position is below cache_offsets[b], or whose window is empty, has no visible key:
+//   its output row is 0 (not NaN). New tokens outside their window are still rotated and normalized.
+// * Window rows at positions past cache_lengths[b] + seq_len[b] - 1 are never attended; their contents
+//   (NaN or inf included) never reach the output. Their KV need not be computed.
+// * NaN codes (0x7F/0xFF) in kv_b_proj propagate: a NaN in head h's K rows makes every output of h
+//   NaN, one in its V rows makes that output column NaN (for queries with at least one visible key).
+// * scale: any finite value. epsilon: finite and > 0 (0 would turn an all-zero latent row into NaN).
+//   Every dimension is in [1, 2^24]; rope is even.
+// * freqs_cis needs a row for every new token's position; positions are not bounded otherwise.
+// * The offsets, page table, cache lengths and cache_offsets are read on the host during validation.
+// * Accuracy of other back-ends against the reference: see the mla_prefill_fp8 driver's tolerance.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +40,7 @@ struct MlaPrefillFp8Desc {
   std::int64_t bn = 128;         // weight-scale block rows
   std::int64_t bk = 128;         // weight-scale block columns = activation group
   float scale = 1.0f;            // softmax scale
-  float epsilon = 1e-6f;         // RMSNorm epsilon
+  float epsilon = 1e-6f;         // RMSNorm epsilon (> 0)
 };
 
 struct MlaPrefillFp8Args {

@@ -1,0 +1,191 @@
+// mla_prefill_fp8: validation (shared by every back-end) and the public entry point.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/common/dispatch.hpp"
+#include "core/common/validate.hpp"
+#include "cpu/mla_prefill_fp8.hpp"
+#include "mlakit/ops/mla_prefill_fp8.hpp"
+#include "reference/mla_prefill_fp8.hpp"
+
+namespace mlakit::core {
+namespace {
+
+constexpr const char* kOp = "mla_prefill_fp8";
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // keeps every shape product far from overflow
+
+std::string str(std::int64_t x) { return std::to_string(x); }
+
+bool check_dims(Validator& v, const MlaPrefillFp8Desc& d) {
+  const std::pair<const char*, std::int64_t> dims[] = {{"num_heads", d.num_heads}, {"nope", d.nope}, {"rope", d.rope},
+                                                        {"v", d.v},         {"latent", d.latent}, {"bn", d.bn},
+                                                        {"bk", d.bk}};
+  for (const auto& [name, value] : dims)
+    if (!v.positive(name, value) || !v.at_most(name, value, "2^24", kMaxDim)) return false;
+  if (d.rope % 2 != 0) return v.fail("rope", "=" + str(d.rope) + " (must be even: RoPE rotates interleaved pairs)");
+  if (!std::isfinite(d.scale)) return v.fail("scale", "=" + std::to_string(d.scale) + " (must be finite)");
+  if (!std::isfinite(d.epsilon) || !(d.epsilon > 0))
+    return v.fail("epsilon", "=" + std::to_string(d.epsilon) +
+                                 " (must be finite and > 0: a zero epsilon turns an all-zero latent row into 0·inf = NaN)");
+  return true;
+}
+
+// Every position the call reads or writes has a page; the new tokens have RoPE frequencies.
+bool check_positions(Validator& v, const MlaPrefillFp8Args& a, std::int64_t B) {
+  const auto& cache = a.kv_cache;
+  const std::int64_t max_pos = a.freqs_cis.shape[0];
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t seq_len = std::int64_t{u32_at(a.input_row_offsets, b + 1)} - u32_at(a.input_row_offsets, b);
+    const std::int64_t cache_len = u32_at(cache.cache_lengths, b);
+    if (seq_len > 0 && cache_len + seq_len > max_pos)
+      return v.fail("freqs_cis.shape[0]", "=" + str(max_pos) + " (sequence " + str(b) + " has new tokens at positions " +
+                                              str(cache_len) + ".." + str(cache_len + seq_len - 1) +
+                                              ": freqs_cis needs a row for each)");
+    if (!v.pages_exist("kv_cache", cache, b, cache_len, cache_len + seq_len)) return false;
+    const std::int64_t window =
+        std::int64_t{u32_at(a.buffer_row_offsets, b + 1)} - u32_at(a.buffer_row_offsets, b);
+    const std::int64_t offset = u32_at(a.cache_offsets, b);
+    if (!v.pages_exist("kv_cache", cache, b, offset, offset + window)) return false;
+  }
+  return true;
+}
+
+// The new tokens' rows are written in place: two of them must not share a physical cache row
+// (a page shared between sequences, or listed twice in one lookup-table row).
+bool check_distinct_writes(Validator& v, const MlaPrefillFp8Args& a, std::int64_t B) {
+  const auto& cache = a.kv_cache;
+  const std::int64_t ps = cache.page_size(), cols = cache.lookup_table.shape[1];
+  struct Write {
+    std::int64_t row, b, pos;
+  };
+  std::vector<Write> writes;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t cache_len = u32_at(cache.cache_lengths, b);
+    const std::int64_t seq_len = std::int64_t{u32_at(a.input_row_offsets, b + 1)} - u32_at(a.input_row_offsets, b);
+    for (std::int64_t p = cache_len; p < cache_len + seq_len; ++p)
+      writes.push_back({std::int64_t{u32_at(cache.lookup_table, b * cols + p / ps)} * ps + p % ps, b, p});
+  }
+  std::stable_sort(writes.begin(), writes.end(), [](const Write& x, const Write& y) { return x.row < y.row; });
+  for (std::size_t i = 1; i < writes.size(); ++i) {
+    if (writes[i].row != writes[i - 1].row) continue;
+    const Write& w = writes[i];
+    const Write& first = writes[i - 1];
+    return v.fail("kv_cache.lookup_table[" + str(w.b) + ", " + str(w.pos / ps) + "]",
+                  "=" + str(w.row / ps) + " (position " + str(w.pos) + " of sequence " + str(w.b) +
+                      " would write the same cache row (block " + str(w.row / ps) + ", offset " + str(w.row % ps) +
+                      ") as position " + str(first.pos) + " of sequence " + str(first.b) +
+                      "; new tokens need distinct rows)");
+  }
+  return true;
+}
+
+bool check_aliasing(Validator& v, const MlaPrefillFp8Args& a) {
+  const std::pair<const char*, const TensorView*> inputs[] = {
+      {"input_row_offsets", &a.input_row_offsets},       {"freqs_cis", &a.freqs_cis},
+      {"kv_norm_gamma", &a.kv_norm_gamma},               {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
+      {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths}, {"buffer_row_offsets", &a.buffer_row_offsets},
+      {"cache_offsets", &a.cache_offsets},               {"kv_b_proj", &a.kv_b_proj},
+      {"kv_b_proj_scale", &a.kv_b_proj_scale}};
+  // Written buffers: output, q (rope part, in place), the cache blocks (new rows, in place).
+  if (!v.no_overlap("output", a.output, "q", a.q)) return false;
+  if (!v.no_overlap("output", a.output, "kv_cache.blocks", a.kv_cache.blocks)) return false;
+  if (!v.no_overlap("q", a.q, "kv_cache.blocks", a.kv_cache.blocks)) return false;
+  for (const auto& [name, view] : inputs) {
+    if (!v.no_overlap("output", a.output, name, *view)) return false;
+    if (!v.no_overlap("q", a.q, name, *view)) return false;
+    if (!v.no_overlap("kv_cache.blocks", a.kv_cache.blocks, name, *view)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, MemorySpace* space) {
+  Validator v(kOp);
+  if (!check_dims(v, d)) return v.status();
+  if (!v.same_memory({{"q", &a.q},
+                      {"input_row_offsets", &a.input_row_offsets},
+                      {"freqs_cis", &a.freqs_cis},
+                      {"kv_norm_gamma", &a.kv_norm_gamma},
+                      {"kv_cache.blocks", &a.kv_cache.blocks},
+                      {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
+                      {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths},
+                      {"buffer_row_offsets", &a.buffer_row_offsets},
+                      {"cache_offsets", &a.cache_offsets},
+                      {"kv_b_proj", &a.kv_b_proj},
+                      {"kv_b_proj_scale", &a.kv_b_proj_scale},
+                      {"output", &a.output}},
+                     space))
+    return v.status();
+
+  const std::int64_t H = d.num_heads, kv_rows = d.num_heads * (d.nope + d.v);
+  if (!v.tensor("q", a.q, {DType::bf16}, {kAnyDim, H, d.nope + d.rope})) return v.status();
+  const std::int64_t T = a.q.shape[0];
+  if (!v.row_offsets("input_row_offsets", a.input_row_offsets, T)) return v.status();
+  const std::int64_t B = a.input_row_offsets.shape[0] - 1;
+  if (!v.tensor("freqs_cis", a.freqs_cis, {DType::bf16, DType::f32}, {kAnyDim, d.rope})) return v.status();
+  if (!v.tensor("kv_norm_gamma", a.kv_norm_gamma, {DType::bf16}, {d.latent})) return v.status();
+  CacheExpect expect{{DType::bf16}};
+  expect.kv_dim = 1;
+  expect.num_kv_heads = 1;
+  expect.head_size = d.latent + d.rope;
+  expect.scales = false;
+  expect.layer_idx = a.layer_idx;
+  if (!v.paged_cache("kv_cache", a.kv_cache, expect, B)) return v.status();
+
+  if (!v.tensor("buffer_row_offsets", a.buffer_row_offsets, {DType::u32}, {B + 1})) return v.status();
+  if (!v.non_negative("buffer_length", a.buffer_length)) return v.status();
+  if (a.buffer_row_offsets.memory == MemorySpace::host &&
+      std::int64_t{u32_at(a.buffer_row_offsets, B)} != a.buffer_length) {
+    v.fail("buffer_length", "=" + str(a.buffer_length) + " (must equal buffer_row_offsets[" + str(B) +
+                                "]=" + str(u32_at(a.buffer_row_offsets, B)) + ")");
+    return v.status();
+  }
+  if (!v.row_offsets("buffer_row_offsets", a.buffer_row_offsets, a.buffer_length)) return v.status();
+  if (!v.tensor("cache_offsets", a.cache_offsets, {DType::u32}, {kAnyDim})) return v.status();
+  if (a.cache_offsets.shape[0] != B && a.cache_offsets.shape[0] != B + 1) {
+    v.fail("cache_offsets.shape", "=" + shape_string(a.cache_offsets) + " (expected [" + str(B) + "] or [" +
+                                      str(B + 1) + "])");
+    return v.status();
+  }
+  if (a.cache_offsets.memory != MemorySpace::host) {
+    v.fail("cache_offsets", " is in device memory (offsets must be readable on the host here)");
+    return v.status();
+  }
+  if (!v.tensor("kv_b_proj", a.kv_b_proj, {DType::f8e4m3}, {kv_rows, d.latent})) return v.status();
+  if (!v.tensor("kv_b_proj_scale", a.kv_b_proj_scale, {DType::f32},
+                {(kv_rows + d.bn - 1) / d.bn, (d.latent + d.bk - 1) / d.bk}))
+    return v.status();
+  if (!v.tensor("output", a.output, {DType::bf16}, {T, H, d.v})) return v.status();
+
+  if (!check_positions(v, a, B)) return v.status();
+  if (!check_distinct_writes(v, a, B)) return v.status();
+  check_aliasing(v, a);
+  return v.status();
+}
+
+}  // namespace mlakit::core
+
+namespace mlakit {
+
+Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args, const RunOptions& options) {
+  MemorySpace space = MemorySpace::host;
+  Status s = core::validate_mla_prefill_fp8(desc, args, &space);
+  if (!s.ok()) return s;
+  core::Route route;
+  s = core::route(core::kOp, options, space, &route);
+  if (!s.ok()) return s;
+  if (route.backend == Backend::cpu) {
+    s = cpu::mla_prefill_fp8(desc, args);
+    if (!(s.code == StatusCode::unsupported && route.fall_back_to_reference)) return s;
+  }
+  if (route.backend == Backend::cuda)
+    return Status::error(StatusCode::unavailable, core::kOp, "backend",
+                         "mla_prefill_fp8: backend=cuda has no kernel for this operator yet");
+  reference::mla_prefill_fp8(desc, args);
+  return Status::success();
+}
+
+}  // namespace mlakit
