@@ -73,11 +73,12 @@ void emulate(Bundle& b, const Emulation& e) {
         lse.data<float>()[t * Hq + h] = INFINITY;
         continue;
       }
-      std::vector<float> s(n);
+      std::vector<float> s(n), qrow(qk);
+      for (std::int64_t d = 0; d < qk; ++d) qrow[d] = static_cast<float>(q.value((t * Hq + h) * qk + d));
       float m = -INFINITY;
       for (std::int64_t i = 0; i < n; ++i) {
         float dot = 0;
-        for (std::int64_t d = 0; d < qk; ++d) dot += static_cast<float>(q.value((t * Hq + h) * qk + d)) * K[i * qk + d];
+        for (std::int64_t d = 0; d < qk; ++d) dot += qrow[d] * K[i * qk + d];
         s[i] = scale * dot;
         if (std::isnan(s[i]) || s[i] > m) m = s[i];
       }

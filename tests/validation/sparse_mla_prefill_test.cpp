@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -68,7 +69,17 @@ class SparseMlaPrefillValidation : public ::testing::Test {
     for (const auto& [name, t] : before) EXPECT_TRUE(b.at(name).same_bytes(t)) << name << " was modified";
   }
 
+  // Moves input `v` to the front of a large private buffer and returns it, so that a written view
+  // pointed into that buffer overlaps this input and nothing else, whatever the heap layout.
+  std::uint8_t* alone(TensorView& v) {
+    scratch = Tensor(DType::u8, {4096});
+    std::memcpy(scratch.bytes(), v.data, static_cast<std::size_t>(v.size_bytes()));
+    v.data = scratch.bytes();
+    return scratch.bytes();
+  }
+
   Bundle b;
+  Tensor scratch;
   SparseMlaPrefillDesc d;
   SparseMlaPrefillArgs a;
   std::map<std::string, Tensor> before;
@@ -255,15 +266,15 @@ TEST_F(SparseMlaPrefillValidation, OutputOverlapsTheCache) {
   expect_rejected("output", "overlaps kv_cache.blocks");
 }
 TEST_F(SparseMlaPrefillValidation, OutputOverlapsIndices) {
-  a.output.data = a.indices.as<std::uint8_t>() + 2;
+  a.output.data = alone(a.indices) + 2;
   expect_rejected("output", "overlaps indices");
 }
 TEST_F(SparseMlaPrefillValidation, LseOverlapsTheSink) {
-  a.lse.data = a.attn_sink.data;
+  a.lse.data = alone(a.attn_sink);
   expect_rejected("lse", "overlaps attn_sink");
 }
 TEST_F(SparseMlaPrefillValidation, LseOverlapsTopkLengths) {
-  a.lse.data = a.topk_lengths.data;
+  a.lse.data = alone(a.topk_lengths) + 4;
   expect_rejected("lse", "overlaps topk_lengths");
 }
 TEST_F(SparseMlaPrefillValidation, LseOverlapsOutput) {
