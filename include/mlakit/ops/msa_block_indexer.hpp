@@ -1,15 +1,32 @@
 // Op 2 — MSA block indexer (MiniMax `msa_indexer_ragged_paged`), spec 02.
 //
 // For each index head h and query row t (sequence b, local index i), nk = prefix_lens[b] + i + 1:
-//   s[c] = max_{j in block c, j < nk} scale · Σ_d f32(q[t,h,d]) · f32(K[j,d]),  c < ceil(nk / block_size)
+//   s[c] = max_{j in block c, j < nk} scale · Σ_d f32(q[t,h,d]) · f32(K[j,d]),  c < nb = ceil(nk / block_size)
 // with the first init_blocks forced to 1e30 and the last local_blocks forced to 1e29 (applied
-// second); writes the min(topk, nb) best block numbers, best first, ties to the smaller block,
-// NaN never selected, -1 in the unused columns. Output is head-major [Hi, R, topk].
+// second, so a block that is both gets 1e29); writes the min(topk, nb) best block numbers, best
+// first, ties to the smaller block, NaN never selected (a row whose remaining candidates are all
+// NaN stops early), -1 in the unused columns. Output is head-major [Hi, R, topk]; the values are
+// logical block numbers c of the sequence, not physical pages.
 //
 // Choices where the spec is silent:
-//  * The cache's `cache_lengths` is not read: `prefix_lens` is the length that counts (it is
-//    still validated as a u32 [B] tensor if present, since golden files carry it).
+//  * `prefix_lens` is the length that counts. The cache's `cache_lengths` is never read; it is
+//    optional, and when present it must be a host u32 [B] tensor (golden files carry it).
+//  * The forced scores are the f32 constants 1e30f and 1e29f. A computed score at or above them
+//    (only possible with extreme inputs, e.g. +inf) competes with them by the same rule.
+//  * Forced blocks therefore come first: init-only blocks ascending, then local blocks ascending.
+//    Blocks that are both init and local are the largest init and the smallest local blocks, so
+//    either priority yields the same order; the 1e29 rule is kept as the spec states it.
+//  * A key whose score is NaN makes its block's max NaN (it does not merely lose); a forced block
+//    still takes its forced value. +0 and -0 tie.
+//  * Only the pages a call reads are checked: positions 0 .. prefix_lens[b]+seq_len[b]-1 of every
+//    sequence with seq_len[b] > 0. An empty sequence reads nothing, so its page-table row and its
+//    prefix length are not checked beyond the u32 [B] shape.
+//  * input_row_offsets, prefix_lens, the lookup table and cache_lengths are read on the host;
+//    q, the cache blocks and out_idxs must share one memory space (host for cpu/reference).
+//  * out_idxs must be exactly [Hi, R, topk] and may not overlap any input; with R > 0 every one of
+//    its elements is written; R = 0 is a valid call that writes nothing.
 //  * block_size must equal the cache page size (spec), so a block is exactly one page.
+//  * scale must be finite; 0 and negative values are valid (negative reverses the ranking).
 #pragma once
 
 #include <cstdint>
