@@ -38,6 +38,7 @@ json knob_defaults() {
       {"page_size", 64},
       {"seq_lens", json::array({200, 90})},  // cache positions per sequence (this step's rows included)
       {"spare_blocks", 2},            // blocks no sequence owns: num_blocks = owned pages + spare_blocks
+      {"num_blocks", 0},              // > 0: the cache's block count instead (spare = num_blocks − owned pages)
       {"num_layers", 1},
       {"layer_idx", 0},
       {"sink", false},
@@ -196,7 +197,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     v.push_back(make_case("multilayer_fp8", "2 layers, layer_idx 1, f8e4m3 cache",
                           general({{"num_layers", 2}, {"layer_idx", 1}, {"cache_dtype", "f8e4m3"}, {"sink", true}})));
     v.push_back(make_case("unowned_rows", "60% of the slots name rows outside their own sequence (spare pages, page tails)",
-                          general({{"unowned_fraction", 0.6}, {"spare_blocks", 4}})));
+                          general({{"unowned_fraction", 0.6}, {"num_blocks", 17}})));
     v.push_back(make_case("t_zero", "no query rows (T = 0): a valid call that writes nothing", general({{"T", 0}})));
     v.push_back(make_case("large_scale", "scale 1.0 with DeepSeek depths: sharp softmax",
                           {{"scale", 1.0}, {"num_q_heads", 2}, {"T", 4}}));
@@ -282,6 +283,12 @@ class SparseMlaPrefillDriver final : public OpDriver {
     L.dtype = fp8 ? DType::f8e4m3 : DType::bf16;
     L.quant_granularity = fp8 ? qg : 0;
     L.spare_blocks = k.at("spare_blocks").get<std::int64_t>();
+    if (const std::int64_t want = k.at("num_blocks").get<std::int64_t>(); want > 0) {
+      std::int64_t owned_pages = 0;
+      for (std::int64_t n : seq_lens) owned_pages += (n + ps - 1) / ps;
+      if (want < owned_pages) throw std::invalid_argument("num_blocks is below the pages the sequences own");
+      L.spare_blocks = want - owned_pages;
+    }
     make_paged_cache(b, "kv_cache", L, cache_lens, seq_lens, rng);
     Tensor& blocks = b.at("kv_cache.blocks");
     if (fp8) {

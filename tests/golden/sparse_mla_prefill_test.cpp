@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/common/random.hpp"
+#include "harness/common/safetensors.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 #include "oracle/sparse_mla_prefill.hpp"
 #include "reference/sparse_mla_prefill.hpp"
@@ -138,6 +139,33 @@ TEST(SparseMlaPrefillDriver, DefaultAndBenchCasesAreWellFormed) {
   }
 }
 
+TEST(SparseMlaPrefillDriver, GoldenFilesRoundTripAndRerunToTheSameBytes) {
+  // What `mlakit golden` writes and `mlakit check` reads back: every case, with and without lse.
+  for (const auto& spec : driver().cases()) {
+    Bundle b = driver().generate(spec.knobs, 2);
+    ASSERT_TRUE(driver().run(b, RunOptions{Backend::reference}).ok()) << spec.name;
+    b.tolerance = driver().tolerance(b);
+    b.metadata["case"] = spec.name;
+    b.metadata["seed"] = "2";
+    std::vector<std::uint8_t> bytes;
+    ASSERT_TRUE(harness::serialize_safetensors(b, &bytes).ok()) << spec.name;
+    Bundle file;
+    const Status s = harness::parse_safetensors(bytes.data(), bytes.size(), spec.name, &file);
+    ASSERT_TRUE(s.ok()) << s.message;
+    std::string why;
+    EXPECT_TRUE(harness::same_bundle(b, file, &why)) << spec.name << ": " << why;
+    EXPECT_EQ(file.has("out.lse"), wants_lse(spec)) << spec.name;
+    EXPECT_EQ(file.tolerance.contains("out.lse"), wants_lse(spec)) << spec.name;
+    Bundle again = file;
+    again.remove_outputs();
+    ASSERT_TRUE(driver().run(again, RunOptions{Backend::reference}).ok()) << spec.name;
+    for (const auto& name : file.output_names())
+      EXPECT_TRUE(again.has(name) && again.at(name).same_bytes(file.at(name))) << spec.name << " " << name;
+    EXPECT_EQ(again.output_names(), file.output_names()) << spec.name;
+    for (const auto& c : driver().compare(file, again)) EXPECT_TRUE(c.pass) << spec.name << ": " << harness::describe(c);
+  }
+}
+
 TEST(SparseMlaPrefillDriver, GoldenParamsKeysAreTheFormatNames) {
   for (const char* c : {"deepseek_bf16", "deepseek_fp8"}) {
     CaseSpec spec;
@@ -197,6 +225,7 @@ TEST(SparseMlaPrefillDriver, ValidIndicesReachPagesNoSequenceOwns) {
   const Bundle b = driver().generate(spec.knobs, 1);
   const Tensor& lut = b.at("kv_cache.lookup_table");
   const std::int64_t nb = b.at("kv_cache.blocks").shape()[0], ps = b.at("kv_cache.blocks").shape()[3];
+  EXPECT_EQ(nb, 17);  // the num_blocks knob
   std::vector<bool> owned(nb, false);
   for (std::int64_t i = 0; i < lut.numel(); ++i)
     if (lut.data<std::uint32_t>()[i] < nb) owned[lut.data<std::uint32_t>()[i]] = true;
