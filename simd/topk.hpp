@@ -9,11 +9,13 @@
 //                      early): op 2.
 // Exact and deterministic: the result depends only on the scores, never on the level.
 //
-// Method: scores become order-preserving 32-bit keys (NaN -> lowest key, -0 -> +0) in one vector
-// pass; a 3-digit radix select (11 + 11 + 10 bits, each digit over the survivors of the previous
-// one) finds the exact key of the m-th best and how many of the elements equal to it are taken;
-// one vector pass collects the winners in index order, and a stable LSD radix sort on the key
-// orders them (ties keep index order).
+// Method: scores become order-preserving 32-bit keys (NaN -> lowest key, -0 -> +0). For long rows
+// a strided sample of the keys gives a threshold that about 1.25 k + a margin of the elements pass;
+// one vector pass (key, compare, movemask) collects them in index order. If fewer than k pass
+// (unlucky or adversarial data), the pass is redone with no threshold, so the result never depends
+// on the sample. An 8-bit radix select over the candidates finds the exact key of the k-th best and
+// how many of the elements equal to it are taken (the first ones in index order), and a stable LSD
+// radix sort on the key orders the winners (ties keep index order).
 #pragma once
 
 #include <cstddef>
@@ -26,7 +28,7 @@ enum class TopkNan : std::uint8_t { last, exclude };
 // Bytes of scratch a call with n scores and k wanted needs (any alignment of `scratch` is fine).
 constexpr std::size_t topk_scratch_bytes(std::size_t n, std::size_t k) {
   const std::size_t m = k < n ? k : n;
-  return 8 * n + 16 * m + 64;
+  return 8 * n + 8 * m + 64;
 }
 
 struct TopkKernels {

@@ -23,6 +23,6 @@ void fp8_to_bf16_lut(const std::uint8_t* src, std::uint16_t* dst, std::size_t n)
 
 namespace mlakit::simd {
 extern const Fp8DecodeKernels fp8_decode_avx512;
-const Fp8DecodeKernels fp8_decode_avx512 = {"avx512", avx512::fp8_to_f32, avx512::fp8_to_bf16, avx512::fp8_to_f32_lut,
-                                          avx512::fp8_to_bf16_lut, "vpgatherdd"};
+const Fp8DecodeKernels fp8_decode_avx512 = {"avx512", avx512::fp8_to_f32, avx512::fp8_to_bf16, "rebias",
+    avx512::fp8_to_f32_lut, avx512::fp8_to_bf16_lut, "vpgatherdd"};
 }  // namespace mlakit::simd

@@ -90,7 +90,11 @@ namespace mlakit::simd {
 extern const Fp8DecodeKernels fp8_decode_avx512bf16;
 // The shared rebias kernels stay the default until the byte-table path has been measured on a
 // VBMI machine; both are exercised by the kernel tests there.
-const Fp8DecodeKernels fp8_decode_avx512bf16 = {"avx512bf16", avx512bf16::fp8_to_f32, avx512bf16::fp8_to_bf16,
-                                                avx512bf16::fp8_to_f32_lut, avx512bf16::fp8_to_bf16_lut,
+const Fp8DecodeKernels fp8_decode_avx512bf16 = {"avx512bf16",
+                                                avx512bf16::fp8_to_f32,
+                                                avx512bf16::fp8_to_bf16,
+                                                "rebias",
+                                                avx512bf16::fp8_to_f32_lut,
+                                                avx512bf16::fp8_to_bf16_lut,
                                                 "vpermi2b"};
 }  // namespace mlakit::simd

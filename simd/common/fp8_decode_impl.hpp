@@ -38,8 +38,7 @@ void fp8_to_bf16(const std::uint8_t* src, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     const I c0 = iload_u8(src + i), c1 = iload_u8(src + i + kLanes);
-    istore_u16(dst + i, shr<16>(fp8_lanes_to_f32_bits(c0)));
-    istore_u16(dst + i + kLanes, shr<16>(fp8_lanes_to_f32_bits(c1)));
+    istore_u16_pair(dst + i, shr<16>(fp8_lanes_to_f32_bits(c0)), shr<16>(fp8_lanes_to_f32_bits(c1)));
   }
   for (; i + kLanes <= n; i += kLanes) istore_u16(dst + i, shr<16>(fp8_lanes_to_f32_bits(iload_u8(src + i))));
   if (i < n) istore_u16_n(dst + i, shr<16>(fp8_lanes_to_f32_bits(iload_u8_n(src + i, n - i))), n - i);

@@ -1,6 +1,7 @@
 // Top-k selection, written once; compiled per level by simd/<level>/topk.cpp. See simd/topk.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -13,35 +14,21 @@ namespace {
 
 constexpr std::int32_t kNanKey = static_cast<std::int32_t>(0x80000000u);  // below every number's key
 
-inline std::uint32_t popcount32(std::uint32_t x) {
-  std::uint32_t c = 0;
-  for (; x; x &= x - 1) ++c;
-  return c;
+// Signed key whose integer order is the score order: +0 and -0 both give 0, NaN gives kNanKey,
+// -inf gives kNanKey + 0x7FFFFF.
+inline std::int32_t key_of(float f) {
+  f = f + 0.0f;  // -0 -> +0
+  if (f != f) return kNanKey;
+  std::uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const std::uint32_t flip = (b >> 31) ? 0x7FFFFFFFu : 0u;
+  return static_cast<std::int32_t>(b ^ flip);
 }
 
-// Signed keys whose integer order is the score order: +0 and -0 both give 0, NaN gives kNanKey,
-// -inf gives kNanKey + 0x7FFFFF. Returns the number of NaNs.
-std::size_t make_keys(const float* s, std::size_t n, std::int32_t* keys) {
-  std::size_t nans = 0;
-  const F zero = fzero();
-  const I nan_key = isplat(kNanKey);
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const F f = fload(s + i) + zero;  // -0 + +0 = +0
-    const I b = bits(f);
-    const M nan = is_nan(f);
-    istore(keys + i, select(nan, nan_key, b ^ shr<1>(sar<31>(b))));
-    nans += popcount32(movemask(nan));
-  }
-  if (i < n) {
-    const std::size_t rest = n - i;
-    const F f = fload_n(s + i, rest) + zero;
-    const I b = bits(f);
-    const M nan = is_nan(f);
-    istore_n(keys + i, select(nan, nan_key, b ^ shr<1>(sar<31>(b))), rest);
-    nans += popcount32(movemask(nan) & ((1u << rest) - 1u));
-  }
-  return nans;
+inline I keys_of(F f) {
+  f = f + fzero();
+  const I b = bits(f);
+  return select(is_nan(f), isplat(kNanKey), b ^ shr<1>(sar<31>(b)));
 }
 
 inline std::uint32_t ukey(std::int32_t key) { return static_cast<std::uint32_t>(key) ^ 0x80000000u; }
@@ -51,9 +38,55 @@ struct Entry {
   std::int32_t idx;
 };
 
+// Appends {key, index} for every score whose key is >= lo (every score when lo is kNanKey), in
+// index order. Returns the count.
+std::size_t scan(const float* s, std::size_t n, std::int32_t lo, Entry* out) {
+  const bool all = lo == kNanKey;
+  const I below = isplat(all ? kNanKey : lo - 1);
+  constexpr std::uint32_t kFull = kLanes >= 32 ? ~0u : (1u << kLanes) - 1u;
+  std::size_t count = 0;
+  std::int32_t tmp[kLanes];
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const I key = keys_of(fload(s + i));
+    std::uint32_t mask = all ? kFull : movemask(cmpgt(key, below));
+    if (!mask) continue;
+    istore(tmp, key);
+    while (mask) {
+      const unsigned l = static_cast<unsigned>(__builtin_ctz(mask));
+      mask &= mask - 1;
+      out[count++] = {ukey(tmp[l]), static_cast<std::int32_t>(i + l)};
+    }
+  }
+  for (; i < n; ++i) {
+    const std::int32_t key = key_of(s[i]);
+    if (all || key >= lo) out[count++] = {ukey(key), static_cast<std::int32_t>(i)};
+  }
+  return count;
+}
+
+struct KeyGreater {
+  bool operator()(std::int32_t a, std::int32_t b) const { return a > b; }
+};
+
+// A key that about 1.25 k + margin of the n scores reach, from a strided sample; kNanKey when a
+// sample cannot help (the threshold would let (nearly) everything through).
+std::int32_t sample_threshold(const float* s, std::size_t n, std::size_t k) {
+  constexpr std::size_t kMaxSample = 2048;
+  const std::size_t samples = n / 4 < kMaxSample ? n / 4 : kMaxSample;
+  const std::size_t want = k * samples / n;
+  const std::size_t r = want + want / 4 + 16;
+  if (r >= samples / 2) return kNanKey;
+  std::int32_t sample[kMaxSample];
+  const std::size_t stride = n / samples;
+  for (std::size_t j = 0; j < samples; ++j) sample[j] = key_of(s[(j * n) / samples + (j * 7) % stride]);
+  std::nth_element(sample, sample + (r - 1), sample + samples, KeyGreater{});
+  return sample[r - 1];
+}
+
 // Stable sort by key, descending (equal keys keep their order, which is index order).
 void sort_desc(Entry* e, Entry* tmp, std::size_t m) {
-  if (m < 48) {
+  if (m < 64) {
     for (std::size_t i = 1; i < m; ++i) {
       const Entry x = e[i];
       std::size_t j = i;
@@ -62,122 +95,96 @@ void sort_desc(Entry* e, Entry* tmp, std::size_t m) {
     }
     return;
   }
-  static constexpr unsigned kShift[3] = {0, 11, 22};
-  static constexpr std::uint32_t kMask[3] = {0x7FF, 0x7FF, 0x3FF};
-  std::uint32_t count[2048];
+  std::uint32_t count[256];
   Entry* src = e;
   Entry* dst = tmp;
-  for (int pass = 0; pass < 3; ++pass) {
-    const unsigned sh = kShift[pass];
-    const std::uint32_t mask = kMask[pass];
-    std::memset(count, 0, (mask + 1) * sizeof(std::uint32_t));
-    for (std::size_t i = 0; i < m; ++i) ++count[(~src[i].key >> sh) & mask];
+  for (unsigned sh = 0; sh < 32; sh += 8) {
+    std::memset(count, 0, sizeof count);
+    for (std::size_t i = 0; i < m; ++i) ++count[(~src[i].key >> sh) & 0xFF];
     bool single = false;
-    for (std::uint32_t d = 0; d <= mask; ++d)
-      if (count[d] == m) single = true;
+    for (std::uint32_t d = 0; d < 256; ++d) single = single || count[d] == m;
     if (single) continue;  // every element has the same digit: the pass would not move anything
     std::uint32_t sum = 0;
-    for (std::uint32_t d = 0; d <= mask; ++d) {
+    for (std::uint32_t d = 0; d < 256; ++d) {
       const std::uint32_t c = count[d];
       count[d] = sum;
       sum += c;
     }
-    for (std::size_t i = 0; i < m; ++i) dst[count[(~src[i].key >> sh) & mask]++] = src[i];
-    Entry* t = src;
-    src = dst;
-    dst = t;
+    for (std::size_t i = 0; i < m; ++i) dst[count[(~src[i].key >> sh) & 0xFF]++] = src[i];
+    std::swap(src, dst);
   }
   if (src != e) std::memcpy(e, src, m * sizeof(Entry));
 }
 
-// Walks a histogram from the top bucket down: the bucket holding the `need`-th largest element.
-// On return *need is the rank inside that bucket (1-based).
-inline std::uint32_t find_bucket(const std::uint32_t* hist, std::uint32_t buckets, std::size_t* need) {
-  std::uint32_t b = buckets;
-  while (b > 0) {
-    --b;
-    if (hist[b] >= *need) return b;
-    *need -= hist[b];
+// Keeps the m best of the `count` candidates (in index order) at the front of e, in index order:
+// every key above the m-th best key, and the first (smallest-index) ones equal to it.
+struct EntryBetter {  // the spec order on candidates: higher key, then smaller index
+  bool operator()(const Entry& a, const Entry& b) const { return a.key > b.key || (a.key == b.key && a.idx < b.idx); }
+};
+
+void keep_best(Entry* e, std::size_t count, std::size_t m) {
+  if (count <= m) return;
+  std::uint32_t hist[257];
+  std::uint32_t prefix = 0, prefix_mask = 0;
+  std::size_t need = m;
+  for (int sh = 24; sh >= 0; sh -= 8) {
+    std::memset(hist, 0, sizeof hist);
+    for (std::size_t i = 0; i < count; ++i) {  // branch-free: non-matching keys count in bucket 256
+      const bool match = (e[i].key & prefix_mask) == prefix;
+      ++hist[match ? (e[i].key >> sh) & 0xFF : 256];
+    }
+    std::uint32_t b = 256;
+    while (b > 0) {
+      --b;
+      if (hist[b] >= need) break;
+      need -= hist[b];
+    }
+    prefix |= b << sh;
+    prefix_mask |= 0xFFu << sh;
   }
-  return 0;  // unreachable when need <= total
+  const std::uint32_t threshold = prefix;  // the m-th best key; `need` of its equals are taken
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (e[i].key > threshold) {
+      e[w++] = e[i];
+    } else if (e[i].key == threshold && need) {
+      --need;
+      e[w++] = e[i];
+    }
+  }
 }
+
+constexpr std::size_t kSmallM = 512;
 
 std::size_t topk_select(const float* scores, std::size_t n, std::size_t k, TopkNan nan_policy, std::int32_t* out,
                         void* scratch) {
   if (n == 0 || k == 0) return 0;
-  auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
-  std::int32_t* keys = reinterpret_cast<std::int32_t*>(base);
-  std::uint32_t* list = reinterpret_cast<std::uint32_t*>(keys + n);
-  const std::size_t kcap = k < n ? k : n;
-  Entry* sel = reinterpret_cast<Entry*>(list + n);
-  Entry* tmp = sel + kcap;
-
-  const std::size_t nans = make_keys(scores, n, keys);
-  const std::size_t eligible = nan_policy == TopkNan::exclude ? n - nans : n;
-  const std::size_t m = k < eligible ? k : eligible;
-  if (m == 0) return 0;
+  auto* base = reinterpret_cast<Entry*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
+  Entry* cand = base;      // n entries
+  Entry* tmp = base + n;   // min(n, k) entries
+  const std::int32_t lo_all = nan_policy == TopkNan::exclude ? kNanKey + 1 : kNanKey;
 
   std::size_t count = 0;
-  if (m == eligible) {
-    if (nan_policy == TopkNan::exclude) {
-      for (std::size_t i = 0; i < n; ++i)
-        if (keys[i] != kNanKey) sel[count++] = {ukey(keys[i]), static_cast<std::int32_t>(i)};
-    } else {
-      for (std::size_t i = 0; i < n; ++i) sel[count++] = {ukey(keys[i]), static_cast<std::int32_t>(i)};
-    }
-  } else {
-    // Exact key of the m-th best, three radix digits: bits 31..21, 20..10, 9..0.
-    std::uint32_t hist[2048];
-    std::memset(hist, 0, sizeof hist);
-    for (std::size_t i = 0; i < n; ++i) ++hist[ukey(keys[i]) >> 21];
-    std::size_t need = m;
-    const std::uint32_t b1 = find_bucket(hist, 2048, &need);
-    std::size_t len = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      if ((ukey(keys[i]) >> 21) == b1) list[len++] = static_cast<std::uint32_t>(i);
-    std::memset(hist, 0, sizeof hist);
-    for (std::size_t t = 0; t < len; ++t) ++hist[(ukey(keys[list[t]]) >> 10) & 0x7FF];
-    const std::uint32_t b2 = find_bucket(hist, 2048, &need);
-    std::size_t len2 = 0;
-    for (std::size_t t = 0; t < len; ++t)
-      if (((ukey(keys[list[t]]) >> 10) & 0x7FF) == b2) list[len2++] = list[t];
-    std::memset(hist, 0, 1024 * sizeof(std::uint32_t));
-    for (std::size_t t = 0; t < len2; ++t) ++hist[ukey(keys[list[t]]) & 0x3FF];
-    const std::uint32_t b3 = find_bucket(hist, 1024, &need);
-    const std::uint32_t threshold = (b1 << 21) | (b2 << 10) | b3;
-    // Collect in index order: every key above the threshold, and the first `need` equal to it.
-    const std::int32_t ts = static_cast<std::int32_t>(threshold ^ 0x80000000u);
-    std::size_t eq_left = need;
-    const I below = isplat(ts == kNanKey ? kNanKey : ts - 1);
-    const bool all_lanes = ts == kNanKey;
-    std::size_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      std::uint32_t mask = all_lanes ? (kLanes == 32 ? ~0u : (1u << kLanes) - 1u) : movemask(cmpgt(iload(keys + i), below));
-      while (mask) {
-        const unsigned l = static_cast<unsigned>(__builtin_ctz(mask));
-        mask &= mask - 1;
-        const std::int32_t key = keys[i + l];
-        if (key > ts) {
-          sel[count++] = {ukey(key), static_cast<std::int32_t>(i + l)};
-        } else if (eq_left) {
-          --eq_left;
-          sel[count++] = {ukey(key), static_cast<std::int32_t>(i + l)};
-        }
-      }
-    }
-    for (; i < n; ++i) {
-      const std::int32_t key = keys[i];
-      if (key > ts) {
-        sel[count++] = {ukey(key), static_cast<std::int32_t>(i)};
-      } else if (key == ts && eq_left) {
-        --eq_left;
-        sel[count++] = {ukey(key), static_cast<std::int32_t>(i)};
-      }
+  bool done = false;
+  if (n >= 1024 && 2 * k < n) {
+    const std::int32_t t0 = sample_threshold(scores, n, k);
+    if (t0 > lo_all) {
+      count = scan(scores, n, t0, cand);
+      done = count >= k;  // then the k best are all at or above t0
     }
   }
-  sort_desc(sel, tmp, count);
-  for (std::size_t t = 0; t < count; ++t) out[t] = sel[t].idx;
-  return count;
+  if (!done) count = scan(scores, n, lo_all, cand);
+  const std::size_t m = k < count ? k : count;
+  if (m <= kSmallM) {
+    // Few winners: comparison selection and sort on (key, index) beat the radix passes.
+    if (count > m) std::nth_element(cand, cand + (m - 1), cand + count, EntryBetter{});
+    std::sort(cand, cand + m, EntryBetter{});
+  } else {
+    keep_best(cand, count, m);  // keeps index order, which the stable radix sort relies on
+    sort_desc(cand, tmp, m);
+  }
+  for (std::size_t t = 0; t < m; ++t) out[t] = cand[t].idx;
+  return m;
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 //   fzero fsplat fload fload_n fload_bf16 fload_bf16_n fstore fstore_n  (_n: first n < kLanes
 //     lanes, the rest zero on load / untouched on store)
 //   F+F F*F fmadd(a,b,c)=a*b+c  is_nan bits floats reduce_add reduce_add4
-//   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_n
+//   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) movemask
 #pragma once
 
@@ -87,6 +87,10 @@ inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
 inline void istore_u16(std::uint16_t* p, I a) {
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a.v, a.v), 0xD8);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+// 2*kLanes values: a's lanes then b's.
+inline void istore_u16_pair(std::uint16_t* p, I a, I b) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(_mm256_packus_epi32(a.v, b.v), 0xD8));
 }
 inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
   std::uint16_t tmp[8];

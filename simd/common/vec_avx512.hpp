@@ -88,6 +88,10 @@ inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
 inline void istore_u16(std::uint16_t* p, I a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a.v));
 }
+inline void istore_u16_pair(std::uint16_t* p, I a, I b) {
+  istore_u16(p, a);
+  istore_u16(p + kLanes, b);
+}
 inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
   _mm256_mask_storeu_epi16(p, detail::first_n(n), _mm512_cvtepi32_epi16(a.v));
 }

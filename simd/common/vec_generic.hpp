@@ -1,9 +1,9 @@
-// Vector wrappers for the generic level: plain arrays and loops, no intrinsics. The compiler may
-// still use the x86-64 baseline (SSE2) for them. Lane count 4 keeps register pressure of the
-// register-blocked kernels inside 16 xmm registers.
+// Vector wrappers for the generic level: GCC/Clang vector extensions of 4 lanes, no intrinsics
+// and no ISA flags, so the compiler lowers them to the x86-64 baseline (SSE2) or to scalar code
+// elsewhere. Four lanes keep the register-blocked kernels inside 16 xmm registers.
 //
-// Every level provides the same small vocabulary (see vec_avx2.hpp for the list); the kernel
-// bodies in simd/common/*_impl.hpp use nothing else.
+// Every level provides the same small vocabulary (listed in vec_avx2.hpp); the kernel bodies in
+// simd/common/*_impl.hpp use nothing else.
 #pragma once
 
 #if !defined(MLAKIT_SIMD_NS)
@@ -19,84 +19,85 @@ namespace mlakit::simd::MLAKIT_SIMD_NS {
 constexpr std::size_t kLanes = 4;
 constexpr const char* kLevelName = "generic";
 
-struct F { float v[kLanes]; };
-struct I { std::int32_t v[kLanes]; };
-struct M { bool v[kLanes]; };
+typedef float v4f __attribute__((vector_size(16)));
+typedef std::int32_t v4i __attribute__((vector_size(16)));
+typedef std::uint32_t v4u __attribute__((vector_size(16)));
 
-#define MLAKIT_LANES for (std::size_t l = 0; l < kLanes; ++l)
+struct F { v4f v; };
+struct I { v4i v; };
+struct M { v4i v; };  // all-ones / all-zeros lanes
 
-inline F fzero() { F r; MLAKIT_LANES r.v[l] = 0.0f; return r; }
-inline F fsplat(float x) { F r; MLAKIT_LANES r.v[l] = x; return r; }
-inline F fload(const float* p) { F r; std::memcpy(r.v, p, sizeof r.v); return r; }
+inline F fzero() { return {v4f{0.0f, 0.0f, 0.0f, 0.0f}}; }
+inline F fsplat(float x) { return {v4f{x, x, x, x}}; }
+inline F fload(const float* p) { F r; std::memcpy(&r.v, p, sizeof r.v); return r; }
 inline F fload_n(const float* p, std::size_t n) {
   F r = fzero();
-  std::memcpy(r.v, p, n * sizeof(float));
+  std::memcpy(&r.v, p, n * sizeof(float));
   return r;
 }
 inline F fload_bf16(const std::uint16_t* p) {
-  F r;
-  MLAKIT_LANES { const std::uint32_t u = std::uint32_t(p[l]) << 16; std::memcpy(&r.v[l], &u, 4); }
-  return r;
+  const v4i w = {p[0], p[1], p[2], p[3]};
+  return {reinterpret_cast<v4f>(w << 16)};
 }
 inline F fload_bf16_n(const std::uint16_t* p, std::size_t n) {
-  F r = fzero();
-  for (std::size_t l = 0; l < n; ++l) { const std::uint32_t u = std::uint32_t(p[l]) << 16; std::memcpy(&r.v[l], &u, 4); }
-  return r;
+  std::uint16_t tmp[4] = {};
+  std::memcpy(tmp, p, n * 2);
+  return fload_bf16(tmp);
 }
-inline void fstore(float* p, F a) { std::memcpy(p, a.v, sizeof a.v); }
-inline void fstore_n(float* p, F a, std::size_t n) { std::memcpy(p, a.v, n * sizeof(float)); }
-inline F operator+(F a, F b) { MLAKIT_LANES a.v[l] += b.v[l]; return a; }
-inline F operator*(F a, F b) { MLAKIT_LANES a.v[l] *= b.v[l]; return a; }
-// a*b + c. Plain multiply-add: the generic level is the portable baseline, and the tests bound
-// every level against exact sums, so a single or a double rounding are both within contract.
-inline F fmadd(F a, F b, F c) { MLAKIT_LANES c.v[l] += a.v[l] * b.v[l]; return c; }
-inline M is_nan(F a) { M m; MLAKIT_LANES m.v[l] = a.v[l] != a.v[l]; return m; }
-inline I bits(F a) { I r; std::memcpy(r.v, a.v, sizeof r.v); return r; }
-inline F floats(I a) { F r; std::memcpy(r.v, a.v, sizeof r.v); return r; }
+inline void fstore(float* p, F a) { std::memcpy(p, &a.v, sizeof a.v); }
+inline void fstore_n(float* p, F a, std::size_t n) { std::memcpy(p, &a.v, n * sizeof(float)); }
+inline F operator+(F a, F b) { return {a.v + b.v}; }
+inline F operator*(F a, F b) { return {a.v * b.v}; }
+// a*b + c as a multiply and an add: the generic level is the portable baseline, and the tests
+// bound every level against exact sums, so single or double rounding are both within contract.
+inline F fmadd(F a, F b, F c) { return {a.v * b.v + c.v}; }
+inline M is_nan(F a) { return {a.v != a.v}; }
+inline I bits(F a) { return {reinterpret_cast<v4i>(a.v)}; }
+inline F floats(I a) { return {reinterpret_cast<v4f>(a.v)}; }
 inline float reduce_add(F a) { return (a.v[0] + a.v[2]) + (a.v[1] + a.v[3]); }
 inline void reduce_add4(F a, F b, F c, F d, float* out) {
-  out[0] = reduce_add(a); out[1] = reduce_add(b); out[2] = reduce_add(c); out[3] = reduce_add(d);
+  out[0] = reduce_add(a);
+  out[1] = reduce_add(b);
+  out[2] = reduce_add(c);
+  out[3] = reduce_add(d);
 }
 
-inline I isplat(std::int32_t x) { I r; MLAKIT_LANES r.v[l] = x; return r; }
-inline I iload(const std::int32_t* p) { I r; std::memcpy(r.v, p, sizeof r.v); return r; }
-inline void istore(std::int32_t* p, I a) { std::memcpy(p, a.v, sizeof a.v); }
-inline void istore_n(std::int32_t* p, I a, std::size_t n) { std::memcpy(p, a.v, n * 4); }
-inline I iload_u8(const std::uint8_t* p) { I r; MLAKIT_LANES r.v[l] = p[l]; return r; }
+inline I isplat(std::int32_t x) { return {v4i{x, x, x, x}}; }
+inline I iload(const std::int32_t* p) { I r; std::memcpy(&r.v, p, sizeof r.v); return r; }
+inline void istore(std::int32_t* p, I a) { std::memcpy(p, &a.v, sizeof a.v); }
+inline void istore_n(std::int32_t* p, I a, std::size_t n) { std::memcpy(p, &a.v, n * 4); }
+inline I iload_u8(const std::uint8_t* p) { return {v4i{p[0], p[1], p[2], p[3]}}; }
 inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
-  I r = isplat(0);
-  for (std::size_t l = 0; l < n; ++l) r.v[l] = p[l];
-  return r;
+  std::uint8_t tmp[4] = {};
+  std::memcpy(tmp, p, n);
+  return iload_u8(tmp);
 }
 // Lanes must hold values in [0, 65535].
-inline void istore_u16(std::uint16_t* p, I a) { MLAKIT_LANES p[l] = std::uint16_t(a.v[l]); }
+inline void istore_u16(std::uint16_t* p, I a) {
+  for (std::size_t l = 0; l < kLanes; ++l) p[l] = static_cast<std::uint16_t>(a.v[l]);
+}
+inline void istore_u16_pair(std::uint16_t* p, I a, I b) {
+  istore_u16(p, a);
+  istore_u16(p + kLanes, b);
+}
 inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
-  for (std::size_t l = 0; l < n; ++l) p[l] = std::uint16_t(a.v[l]);
+  for (std::size_t l = 0; l < n; ++l) p[l] = static_cast<std::uint16_t>(a.v[l]);
 }
-inline I operator&(I a, I b) { MLAKIT_LANES a.v[l] &= b.v[l]; return a; }
-inline I operator|(I a, I b) { MLAKIT_LANES a.v[l] |= b.v[l]; return a; }
-inline I operator^(I a, I b) { MLAKIT_LANES a.v[l] ^= b.v[l]; return a; }
-inline I operator+(I a, I b) {
-  MLAKIT_LANES a.v[l] = std::int32_t(std::uint32_t(a.v[l]) + std::uint32_t(b.v[l]));
-  return a;
-}
-template <int S> inline I shl(I a) { MLAKIT_LANES a.v[l] = std::int32_t(std::uint32_t(a.v[l]) << S); return a; }
-template <int S> inline I shr(I a) { MLAKIT_LANES a.v[l] = std::int32_t(std::uint32_t(a.v[l]) >> S); return a; }
-template <int S> inline I sar(I a) {
-  // Arithmetic shift written without relying on implementation-defined >> of negatives.
-  MLAKIT_LANES a.v[l] = a.v[l] < 0 ? ~std::int32_t(~std::uint32_t(a.v[l]) >> S) : std::int32_t(std::uint32_t(a.v[l]) >> S);
-  return a;
-}
-inline M cmpeq(I a, I b) { M m; MLAKIT_LANES m.v[l] = a.v[l] == b.v[l]; return m; }
-inline M cmpgt(I a, I b) { M m; MLAKIT_LANES m.v[l] = a.v[l] > b.v[l]; return m; }
-inline M operator|(M a, M b) { MLAKIT_LANES a.v[l] = a.v[l] || b.v[l]; return a; }
-inline I select(M m, I a, I b) { MLAKIT_LANES b.v[l] = m.v[l] ? a.v[l] : b.v[l]; return b; }
+inline I operator&(I a, I b) { return {a.v & b.v}; }
+inline I operator|(I a, I b) { return {a.v | b.v}; }
+inline I operator^(I a, I b) { return {a.v ^ b.v}; }
+inline I operator+(I a, I b) { return {reinterpret_cast<v4i>(reinterpret_cast<v4u>(a.v) + reinterpret_cast<v4u>(b.v))}; }
+template <int S> inline I shl(I a) { return {reinterpret_cast<v4i>(reinterpret_cast<v4u>(a.v) << S)}; }
+template <int S> inline I shr(I a) { return {reinterpret_cast<v4i>(reinterpret_cast<v4u>(a.v) >> S)}; }
+template <int S> inline I sar(I a) { return {a.v >> S}; }  // arithmetic on signed vector lanes
+inline M cmpeq(I a, I b) { return {a.v == b.v}; }
+inline M cmpgt(I a, I b) { return {a.v > b.v}; }
+inline M operator|(M a, M b) { return {a.v | b.v}; }
+inline I select(M m, I a, I b) { return {(m.v & a.v) | (~m.v & b.v)}; }
 inline std::uint32_t movemask(M m) {
   std::uint32_t r = 0;
-  MLAKIT_LANES r |= std::uint32_t(m.v[l]) << l;
+  for (std::size_t l = 0; l < kLanes; ++l) r |= (static_cast<std::uint32_t>(m.v[l]) >> 31) << l;
   return r;
 }
-
-#undef MLAKIT_LANES
 
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

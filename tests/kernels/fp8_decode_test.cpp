@@ -87,10 +87,10 @@ TEST_P(Fp8Decode, ToBf16BitExactAllCodes) {
   check_bf16(table().to_bf16, "to_bf16");
 }
 
-TEST_P(Fp8Decode, LutVariantsBitExactAllCodes) {
+TEST_P(Fp8Decode, AltMethodBitExactAllCodes) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
-  check_f32(table().to_f32_lut, "to_f32_lut");
-  check_bf16(table().to_bf16_lut, "to_bf16_lut");
+  check_f32(table().to_f32_alt, "to_f32_alt");
+  check_bf16(table().to_bf16_alt, "to_bf16_alt");
 }
 
 // The cases two widely used CPU decoders get wrong, spelled out.

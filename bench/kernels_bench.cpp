@@ -1,0 +1,243 @@
+// Kernel benchmarks: every family at every ISA level of simd/kernels.inc (levels this CPU cannot
+// run are listed with the reason), named <family>/<shape>/<level>, single-threaded, with
+// counters gflops or gbps and pct_peak (share of this machine's single-thread peak from the peak
+// probe at its best level: f32 FMA for dot kernels, bf16 dot for the native-bf16 ones, DRAM read
+// bandwidth for decode and selection). Top-k also runs std::nth_element + std::sort on the same
+// rows as the baseline (<shape>/nth_element).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/peak_probe.hpp"
+#include "core/common/cpu_features.hpp"
+#include "cpu/common/kernels.hpp"
+#include "mlakit/dtype.hpp"
+
+namespace mlakit::bench {
+namespace {
+
+std::uint64_t mix(std::uint64_t& s) {
+  std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+float uniform(std::uint64_t& s) { return static_cast<float>(mix(s) >> 40) * 0x1p-24f * 2.0f - 1.0f; }
+
+std::string skip_reason(Isa level) {
+  const std::uint32_t missing = core::isa_required_features(level) & ~core::cpu_info().features;
+  return missing ? std::string("this CPU lacks ") + core::feature_list(missing) : std::string();
+}
+
+template <class Fn>
+void add(const std::string& name, Isa level, Fn fn) {
+  const std::string why = skip_reason(level);
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), [why, fn](benchmark::State& st) {
+    if (!why.empty()) {
+      st.SkipWithError(why.c_str());
+      return;
+    }
+    fn(st);
+  });
+  b->Unit(benchmark::kMicrosecond);
+}
+
+// pct_peak needs the measured time: Google Benchmark computes rates after the run, so the
+// percentage is derived from the same rate counter with a scale factor.
+void set_rate(benchmark::State& st, const char* name, double units_per_iter, double peak_units_per_s) {
+  st.counters[name] = benchmark::Counter(units_per_iter * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["pct_peak"] =
+      benchmark::Counter(units_per_iter * 100.0 / peak_units_per_s, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- fp8 decode -----------------------------------------------------------------------------------
+void register_fp8_decode(Isa level) {
+  const simd::Fp8DecodeKernels* k = cpu::fp8_decode_kernels_at(level);
+  for (std::size_t n : {std::size_t{16384}, std::size_t{16} << 20}) {
+    const std::string shape = n < (1u << 20) ? "n16k" : "n16M";
+    struct Variant {
+      std::string name;
+      bool bf16;
+      bool alt;
+    };
+    const std::string main_kind = k->kind, alt_kind = k->alt_kind;
+    for (Variant v : {Variant{"f32_" + main_kind, false, false}, Variant{"bf16_" + main_kind, true, false},
+                      Variant{"f32_" + alt_kind, false, true}, Variant{"bf16_" + alt_kind, true, true}}) {
+      for (char& ch : v.name)
+        if (ch == ' ') ch = '_';
+      add("fp8_decode/" + v.name + "_" + shape + "/" + isa_name(level), level, [k, n, v](benchmark::State& st) {
+        std::vector<std::uint8_t> src(n);
+        std::uint64_t s = 1;
+        for (auto& c : src) c = static_cast<std::uint8_t>(mix(s));
+        std::vector<float> f(v.bf16 ? 0 : n);
+        std::vector<std::uint16_t> h(v.bf16 ? n : 0);
+        for (auto _ : st) {
+          if (v.bf16) {
+            (v.alt ? k->to_bf16_alt : k->to_bf16)(src.data(), h.data(), n);
+            benchmark::DoNotOptimize(h.data());
+          } else {
+            (v.alt ? k->to_f32_alt : k->to_f32)(src.data(), f.data(), n);
+            benchmark::DoNotOptimize(f.data());
+          }
+          benchmark::ClobberMemory();
+        }
+        const double bytes = static_cast<double>(n) * (1 + (v.bf16 ? 2 : 4));
+        set_rate(st, "gbps", bytes, peak().dram_gbps_1t * 1e9);
+      });
+    }
+  }
+}
+
+// ---- dot-product tiles -------------------------------------------------------------------------------
+template <class T>
+std::vector<T> random_operand(std::size_t n, std::uint64_t seed) {
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    const float f = uniform(seed);
+    if constexpr (std::is_same_v<T, float>) x = f;
+    else if constexpr (std::is_same_v<T, std::uint16_t>) x = f32_to_bf16(f);
+    else x = f32_to_f8e4m3(f * 4.0f);
+  }
+  return v;
+}
+
+template <class TA, class TB>
+void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool native_bf16, std::size_t m,
+               std::size_t n, std::size_t k) {
+  add(name, level, [=](benchmark::State& st) {
+    const auto a = random_operand<TA>(m * k, 1);
+    const auto b = random_operand<TB>(n * k, 2);
+    std::vector<float> c(m * n);
+    for (auto _ : st) {
+      fn(m, n, k, a.data(), k, b.data(), k, c.data(), n, false);
+      benchmark::DoNotOptimize(c.data());
+      benchmark::ClobberMemory();
+    }
+    const double peak_flops = (native_bf16 ? peak().bf16_gflops_1t : peak().f32_gflops_1t) * 1e9;
+    set_rate(st, "gflops", 2.0 * m * n * k, peak_flops);
+  });
+}
+
+void register_gemm(Isa level) {
+  const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
+  const std::string lv = isa_name(level);
+  struct Shape {
+    std::size_t m, n, k;
+  };
+  // Indexer tiles: 64 (or 32) query heads against one page of 64 / 128 keys over head_dim 128;
+  // MSA: 8 index heads against a 128-key block.
+  for (Shape s : {Shape{64, 64, 128}, Shape{64, 128, 128}, Shape{32, 128, 128}, Shape{8, 128, 128}}) {
+    const std::string shape = "m" + std::to_string(s.m) + "n" + std::to_string(s.n) + "k" + std::to_string(s.k);
+    gemm_case<float, float>("gemm/f32_f32_" + shape + "/" + lv, level, g->f32_f32, false, s.m, s.n, s.k);
+    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_" + shape + "/" + lv, level, g->bf16_bf16, g->bf16_dot,
+                                            s.m, s.n, s.k);
+    gemm_case<std::uint8_t, std::uint8_t>("gemm/f8_f8_" + shape + "/" + lv, level, g->f8_f8, g->bf16_dot, s.m, s.n,
+                                          s.k);
+    gemm_case<float, std::uint8_t>("gemm/f32_f8_" + shape + "/" + lv, level, g->f32_f8, false, s.m, s.n, s.k);
+    gemm_case<std::uint16_t, std::uint8_t>("gemm/bf16_f8_" + shape + "/" + lv, level, g->bf16_f8, g->bf16_dot, s.m,
+                                           s.n, s.k);
+  }
+}
+
+// ---- top-k ------------------------------------------------------------------------------------------
+struct TopkShape {
+  std::size_t n, k;
+  const char* data;  // "uniform" or "ties"
+};
+const TopkShape kTopkShapes[] = {{131072, 2048, "uniform"}, {32768, 2048, "uniform"}, {8192, 2048, "uniform"},
+                                 {131072, 2048, "ties"},    {1024, 16, "uniform"},    {256, 64, "uniform"}};
+
+std::vector<float> topk_rows(const TopkShape& s) {
+  std::vector<float> x(s.n);
+  std::uint64_t seed = 5;
+  for (auto& v : x) v = std::string(s.data) == "ties" ? std::floor(uniform(seed) * 50.0f) : uniform(seed);
+  return x;
+}
+
+std::string topk_shape_name(const TopkShape& s) {
+  return "n" + std::to_string(s.n) + "_k" + std::to_string(s.k) + (std::string(s.data) == "ties" ? "_ties" : "");
+}
+
+void register_topk(Isa level) {
+  const simd::TopkKernels* t = cpu::topk_kernels_at(level);
+  for (const TopkShape& s : kTopkShapes) {
+    add("topk/" + topk_shape_name(s) + "/" + isa_name(level), level, [t, s](benchmark::State& st) {
+      const auto x = topk_rows(s);
+      std::vector<unsigned char> scratch(simd::topk_scratch_bytes(s.n, s.k));
+      std::vector<std::int32_t> out(s.k);
+      for (auto _ : st) {
+        benchmark::DoNotOptimize(t->select(x.data(), s.n, s.k, simd::TopkNan::last, out.data(), scratch.data()));
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gbps", 4.0 * s.n, peak().dram_gbps_1t * 1e9);
+    });
+  }
+}
+
+// Baseline: std::nth_element then std::sort of the k winners, the spec order as the comparator.
+void register_topk_baseline() {
+  for (const TopkShape& s : kTopkShapes) {
+    add("topk/" + topk_shape_name(s) + "/nth_element", Isa::generic, [s](benchmark::State& st) {
+      const auto x = topk_rows(s);
+      std::vector<std::int32_t> idx(s.n), out(s.k);
+      auto better = [&x](std::int32_t a, std::int32_t b) {
+        const float fa = x[a], fb = x[b];
+        const bool na = std::isnan(fa), nb = std::isnan(fb);
+        if (na || nb) return (!na && nb) || (na && nb && a < b);
+        return fa > fb || (fa == fb && a < b);
+      };
+      for (auto _ : st) {
+        for (std::size_t i = 0; i < s.n; ++i) idx[i] = static_cast<std::int32_t>(i);
+        const std::size_t m = std::min(s.k, s.n);
+        std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m - 1), idx.end(), better);
+        std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m), better);
+        std::copy(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(m), out.begin());
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gbps", 4.0 * s.n, peak().dram_gbps_1t * 1e9);
+    });
+  }
+}
+
+// ---- the probe kernels themselves -----------------------------------------------------------------
+void register_peak(Isa level) {
+  const simd::PeakKernels* p = cpu::peak_kernels_at(level);
+  const std::string lv = isa_name(level);
+  add("peak/f32_fma/" + lv, level, [p](benchmark::State& st) {
+    for (auto _ : st) benchmark::DoNotOptimize(p->f32_fma(10000, 1.0f));
+    set_rate(st, "gflops", 10000 * p->f32_flops_per_iter, peak().f32_gflops_1t * 1e9);
+  });
+  add("peak/bf16_dot/" + lv, level, [p](benchmark::State& st) {
+    for (auto _ : st) benchmark::DoNotOptimize(p->bf16_dot(10000, 1.0f));
+    set_rate(st, "gflops", 10000 * p->bf16_flops_per_iter, peak().bf16_gflops_1t * 1e9);
+  });
+}
+
+}  // namespace
+}  // namespace mlakit::bench
+
+int main(int argc, char** argv) {
+  using namespace mlakit;
+  using namespace mlakit::bench;
+#define MLAKIT_SIMD_KERNEL(family, Type, lvl) register_##family(Isa::lvl);
+#include "simd/kernels.inc"
+#undef MLAKIT_SIMD_KERNEL
+  register_topk_baseline();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const PeakFigures& p = peak();
+  std::fprintf(stderr, "%s\n", describe(p).c_str());
+  benchmark::AddCustomContext("cpu_model", core::cpu_info().model);
+  benchmark::AddCustomContext("cpu_features", core::feature_list(core::cpu_info().features));
+  benchmark::AddCustomContext("isa_level", isa_name(active_isa()));
+  benchmark::AddCustomContext("peak", describe(p));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,87 @@
+#include "bench/op_bench.hpp"
+
+#include <cstdlib>
+#include <memory>
+
+#include "bench/peak_probe.hpp"
+#include "core/common/cpu_features.hpp"
+#include "cpu/common/kernels.hpp"
+
+namespace mlakit::bench {
+
+std::vector<BackendChoice> bench_backends() {
+  std::vector<BackendChoice> v;
+  v.push_back({Backend::reference, Isa::generic, "reference"});
+  std::vector<Isa> levels = cpu::kernel_levels();
+  for (auto it = levels.rbegin(); it != levels.rend(); ++it)
+    v.push_back({Backend::cpu, *it, std::string("cpu/") + isa_name(*it)});
+  v.push_back({Backend::cuda, Isa::generic, "cuda"});
+  return v;
+}
+
+std::string backend_skip_reason(const BackendChoice& be) {
+  std::string why;
+  if (!backend_available(be.backend, &why)) return why;
+  if (be.backend == Backend::reference) {
+    const char* e = std::getenv("MLAKIT_BENCH_REFERENCE");
+    if (!e || std::string(e) != "1")
+      return "the reference back-end is an f64 oracle (minutes per large case): set MLAKIT_BENCH_REFERENCE=1 to time it";
+  }
+  if (be.backend == Backend::cpu) {
+    const std::uint32_t missing = core::isa_required_features(be.isa) & ~core::cpu_info().features;
+    if (missing) return std::string("this CPU lacks ") + core::feature_list(missing);
+  }
+  if (be.backend == Backend::cuda)
+    return "device tensors are not set up by the operator drivers' host bundles";  // until the CUDA back-end lands
+  return {};
+}
+
+void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const harness::CaseSpec& spec,
+                 const BackendChoice& be) {
+  const std::string why = backend_skip_reason(be);
+  if (!why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  harness::Bundle bundle = driver.generate(spec.knobs, 1);
+  RunOptions options;
+  options.backend = be.backend;
+  const Isa saved = max_isa();
+  if (be.backend == Backend::cpu) set_max_isa(be.isa);
+  Status s = driver.run(bundle, options);  // warm-up, and the unsupported check
+  if (!s.ok()) {
+    set_max_isa(saved);
+    state.SkipWithError((std::string(status_code_name(s.code)) + ": " + s.message).c_str());
+    return;
+  }
+  for (auto _ : state) {
+    s = driver.run(bundle, options);
+    if (!s.ok()) {
+      state.SkipWithError(s.message.c_str());
+      break;
+    }
+  }
+  set_max_isa(saved);
+  const harness::Work w = driver.work(bundle);
+  state.counters["gflops"] = benchmark::Counter(w.flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gbps"] = benchmark::Counter(w.bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] = benchmark::Counter(w.flops * 100.0 / (peak().f32_gflops_all * 1e9),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_op_benchmarks() {
+  for (const harness::OpDriver* driver : harness::all_drivers()) {
+    for (const harness::CaseSpec& spec : driver->bench_cases()) {
+      for (const BackendChoice& be : bench_backends()) {
+        const std::string name = std::string(driver->name()) + "/" + spec.name + "/" + be.label;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [driver, spec, be](benchmark::State& st) { run_op_case(st, *driver, spec, be); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.5);
+      }
+    }
+  }
+}
+
+}  // namespace mlakit::bench

@@ -1,0 +1,35 @@
+// Operator benchmarks through the harness: one OpDriver bench case on one back-end, named
+// <op>/<case>/<backend>[/<isa>], with counters gflops and gbps (from the driver's work()) and
+// pct_peak (share of the all-threads f32 FMA peak of this machine).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "harness/common/driver.hpp"
+#include "mlakit/backend.hpp"
+
+namespace mlakit::bench {
+
+struct BackendChoice {
+  Backend backend = Backend::cpu;
+  Isa isa = Isa::generic;  // cpu only: the ISA cap for the run
+  std::string label;       // "cpu/avx2", "reference", "cuda"
+};
+
+// The back-ends an operator benchmark runs on: reference, cpu at every level the library has
+// kernels for, cuda.
+std::vector<BackendChoice> bench_backends();
+// Empty when `be` can run here; otherwise why not (shown as the benchmark's error).
+std::string backend_skip_reason(const BackendChoice& be);
+
+// Generates the case (seed 1) once, then times driver.run() on it.
+void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const harness::CaseSpec& spec,
+                 const BackendChoice& be);
+
+// Registers every bench case of every registered driver on every back-end.
+void register_op_benchmarks();
+
+}  // namespace mlakit::bench

@@ -1,0 +1,30 @@
+// Operator benchmarks: every bench case of every operator driver linked in (harness::all_drivers),
+// on every back-end, named <op>/<case>/<backend>[/<isa>]. The peak probe runs first in the same
+// process; pct_peak is against its all-threads f32 FMA figure.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+
+#include "bench/op_bench.hpp"
+#include "bench/peak_probe.hpp"
+#include "core/common/cpu_features.hpp"
+#include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
+
+int main(int argc, char** argv) {
+  using namespace mlakit;
+  bench::register_op_benchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const bench::PeakFigures& p = bench::peak();
+  std::fprintf(stderr, "%s\n", bench::describe(p).c_str());
+  benchmark::AddCustomContext("cpu_model", core::cpu_info().model);
+  benchmark::AddCustomContext("cpu_features", core::feature_list(core::cpu_info().features));
+  benchmark::AddCustomContext("isa_level", isa_name(active_isa()));
+  benchmark::AddCustomContext("threads", std::to_string(cpu::num_threads()));
+  benchmark::AddCustomContext("peak", bench::describe(p));
+  for (const auto& [family, choice] : cpu::kernel_choices()) benchmark::AddCustomContext("kernels." + family, choice);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,123 @@
+#include "bench/peak_probe.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <time.h>
+
+#include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
+
+namespace mlakit::bench {
+namespace {
+
+volatile float g_sink;
+
+double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Runs work(thread_index) on `threads` threads at once and returns the sum over threads of
+// units / (that thread's CPU time). CPU time rather than wall time: on a shared machine the
+// probe then measures what a core delivers while it runs, not how often it was scheduled.
+template <class Fn>
+double rate_on_threads(int threads, double units_per_thread, Fn work) {
+  std::vector<double> cpu(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      const double c0 = thread_cpu_seconds();
+      work(t);
+      cpu[t] = thread_cpu_seconds() - c0;
+    });
+  for (auto& th : pool) th.join();
+  double rate = 0;
+  for (double c : cpu) rate += units_per_thread / std::max(c, 1e-9);
+  return rate;
+}
+
+// Best of three timings of a register-resident loop; iterations sized to ~0.1 s per thread.
+double loop_gflops(float (*loop)(std::size_t, float), double flops_per_iter, int threads) {
+  std::size_t iters = 1 << 16;
+  for (;;) {  // calibrate on one thread
+    const double c0 = thread_cpu_seconds();
+    g_sink = loop(iters, 1.0f);
+    if (thread_cpu_seconds() - c0 > 0.02) break;
+    iters *= 4;
+  }
+  iters *= 5;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double r = rate_on_threads(threads, flops_per_iter * static_cast<double>(iters),
+                                     [&](int i) { g_sink = loop(iters, 1.0f + static_cast<float>(i)); });
+    best = std::max(best, r * 1e-9);
+  }
+  return best;
+}
+
+double dram_gbps(float (*read_sum)(const float*, std::size_t), int threads) {
+  const std::size_t n = (std::size_t{512} << 20) / sizeof(float);
+  std::unique_ptr<float[]> buf(new float[n]);
+  const std::size_t per = (n / threads + 15) / 16 * 16;
+  // First touch by the reading threads (their memory nodes).
+  rate_on_threads(threads, 1.0, [&](int t) {
+    const std::size_t b = std::min(n, per * t), e = std::min(n, b + per);
+    for (std::size_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 0xFF);
+  });
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double r = rate_on_threads(threads, static_cast<double>(per * sizeof(float)), [&](int i) {
+      const std::size_t b = std::min(n, per * i), e = std::min(n, b + per);
+      g_sink = read_sum(buf.get() + b, e - b);
+    });
+    best = std::max(best, r * 1e-9);
+  }
+  return best;
+}
+
+PeakFigures measure(Isa level) {
+  const simd::PeakKernels& k = cpu::peak_kernels(level);
+  PeakFigures p;
+  p.level = k.level;
+  p.threads = cpu::num_threads();
+  p.f32_gflops_1t = loop_gflops(k.f32_fma, k.f32_flops_per_iter, 1);
+  p.f32_gflops_all = loop_gflops(k.f32_fma, k.f32_flops_per_iter, p.threads);
+  p.bf16_gflops_1t = loop_gflops(k.bf16_dot, k.bf16_flops_per_iter, 1);
+  p.bf16_gflops_all = loop_gflops(k.bf16_dot, k.bf16_flops_per_iter, p.threads);
+  p.bf16_kind = k.bf16_kind;
+  p.dram_gbps_1t = dram_gbps(k.read_sum, 1);
+  p.dram_gbps_all = dram_gbps(k.read_sum, p.threads);
+  return p;
+}
+
+}  // namespace
+
+const PeakFigures& peak(Isa level) {
+  static std::mutex mu;
+  static std::map<int, PeakFigures> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(static_cast<int>(level));
+  if (it == cache.end()) it = cache.emplace(static_cast<int>(level), measure(level)).first;
+  return it->second;
+}
+
+const PeakFigures& peak() { return peak(active_isa()); }
+
+std::string describe(const PeakFigures& p) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "peak[%s]: f32 FMA %.1f GFLOP/s (1 thread) %.1f GFLOP/s (%d threads); bf16 dot (%s) %.1f / %.1f "
+                "GFLOP/s; DRAM read %.1f GB/s (1 thread) %.1f GB/s (%d threads)",
+                p.level.c_str(), p.f32_gflops_1t, p.f32_gflops_all, p.threads, p.bf16_kind.c_str(), p.bf16_gflops_1t,
+                p.bf16_gflops_all, p.dram_gbps_1t, p.dram_gbps_all, p.threads);
+  return buf;
+}
+
+}  // namespace mlakit::bench

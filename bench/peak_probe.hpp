@@ -1,0 +1,33 @@
+// The peak probe: what this machine can do, measured in the benchmark's own process, so that
+// every benchmark can report its share of it (`pct_peak`).
+//   f32 FMA peak     — register-resident FMA chains (simd peak kernels), 1 thread and all threads
+//   bf16 dot peak    — vdpbf16ps where the level has it, else the widening path (bf16 from L1,
+//                      shift/mask to f32, FMA)
+//   DRAM read        — a streaming sum over 512 MiB, 1 thread and all threads
+// Rates are per thread CPU time, summed over threads, so that a loaded shared machine still
+// reports what its cores deliver while they run (an upper bound when threads did not overlap).
+#pragma once
+
+#include <string>
+
+#include "mlakit/backend.hpp"
+
+namespace mlakit::bench {
+
+struct PeakFigures {
+  std::string level;  // ISA level of the probe kernels
+  int threads = 1;    // "all threads" figures use this many
+  double f32_gflops_1t = 0, f32_gflops_all = 0;
+  double bf16_gflops_1t = 0, bf16_gflops_all = 0;
+  std::string bf16_kind;
+  double dram_gbps_1t = 0, dram_gbps_all = 0;
+};
+
+// Measured once per level per process (the first call takes a few seconds).
+const PeakFigures& peak(Isa level);
+// peak() at the fastest level this CPU runs, capped by MLAKIT_MAX_ISA.
+const PeakFigures& peak();
+
+std::string describe(const PeakFigures& p);
+
+}  // namespace mlakit::bench
