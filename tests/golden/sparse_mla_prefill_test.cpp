@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -136,6 +137,18 @@ TEST(SparseMlaPrefillDriver, DefaultAndBenchCasesAreWellFormed) {
     json k;
     std::string why;
     EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), c.knobs, &k, &why)) << c.name << ": " << why;
+  }
+}
+
+// Seconds and hundreds of MB each: run with --gtest_also_run_disabled_tests.
+TEST(SparseMlaPrefillDriver, DISABLED_BenchCasesGenerate) {
+  for (const auto& c : driver().bench_cases()) {
+    const Bundle b = driver().generate(c.knobs, 1);
+    const auto w = driver().work(b);
+    const auto tol = driver().tolerance(b);
+    std::printf("%s: %.3g GFLOP, %.3g MB, atol %.3g\n", c.name.c_str(), w.flops * 1e-9, w.bytes * 1e-6,
+                tol.at("out.output").at("atol").get<double>());
+    EXPECT_GT(w.flops, 0) << c.name;
   }
 }
 
