@@ -72,8 +72,10 @@ struct KeyGreater {
 // A key that about 1.25 k + margin of the n scores reach, from a strided sample; kNanKey when a
 // sample cannot help (the threshold would let (nearly) everything through).
 std::int32_t sample_threshold(const float* s, std::size_t n, std::size_t k) {
+  // n/16 samples, 64 .. 2048: selecting within the sample must stay cheap next to the scan.
   constexpr std::size_t kMaxSample = 2048;
-  const std::size_t samples = n / 4 < kMaxSample ? n / 4 : kMaxSample;
+  std::size_t samples = n / 16 < kMaxSample ? n / 16 : kMaxSample;
+  if (samples < 64) samples = 64;
   const std::size_t want = k * samples / n;
   const std::size_t r = want + want / 4 + 16;
   if (r >= samples / 2) return kNanKey;
