@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mlakit {
@@ -25,6 +26,14 @@ Isa active_isa();         // what the cpu back-end uses now
 // Process-wide cap for tests and tools; the environment variable sets the initial cap.
 void set_max_isa(Isa cap);
 Isa max_isa();  // the cap now in force
+
+// What the cpu back-end sees and picks here (for tools and logs).
+std::string cpu_model();
+std::string cpu_features();  // space-separated feature names detected and enabled by the OS
+// Each simd kernel family and the level (and tile) chosen for active_isa().
+std::vector<std::pair<std::string, std::string>> cpu_kernel_choices();
+int cpu_threads();            // threads the cpu back-end uses (MLAKIT_NUM_THREADS or set_cpu_threads)
+void set_cpu_threads(int n);  // n <= 0: every hardware thread
 
 struct RunOptions {
   Backend backend = Backend::automatic;
