@@ -205,6 +205,39 @@ void register_topk_baseline() {
   }
 }
 
+// ---- block-max scores (MSA block indexer) -----------------------------------------------------------
+// `rows` query rows (packed in groups of the level's lanes) against one block of n keys of head_dim
+// 128: 256 rows = a prefill tile (32 tokens x 8 index heads), 8 rows = one decode token.
+void register_block_score(Isa level) {
+  const simd::BlockScoreKernels* k = cpu::block_score_kernels_at(level);
+  const std::string lv = isa_name(level);
+  struct Shape {
+    std::size_t rows, n, dim;
+  };
+  for (Shape s : {Shape{256, 128, 128}, Shape{64, 128, 128}, Shape{8, 128, 128}}) {
+    for (bool f8 : {false, true}) {
+      const std::string name = std::string("block_score/") + (f8 ? "f8" : "bf16") + "_rows" + std::to_string(s.rows) +
+                               "_n" + std::to_string(s.n) + "_d" + std::to_string(s.dim) + "/" + lv;
+      add(name, level, [k, s, f8](benchmark::State& st) {
+        const std::size_t groups = (s.rows + k->lanes - 1) / k->lanes;
+        const auto q = random_operand<std::uint16_t>(s.rows * s.dim, 1);
+        const auto kb = random_operand<std::uint16_t>(s.n * s.dim, 2);
+        const auto k8 = random_operand<std::uint8_t>(s.n * s.dim, 3);
+        std::vector<float> qt(groups * k->lanes * s.dim), out(groups * k->lanes);
+        std::vector<unsigned char> scratch(k->scratch_bytes(groups, s.dim));
+        k->pack_q(q.data(), s.rows, s.dim, s.dim, qt.data());
+        for (auto _ : st) {
+          if (f8) k->block_max_f8(groups, s.dim, qt.data(), k8.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data());
+          else k->block_max_bf16(groups, s.dim, qt.data(), kb.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data());
+          benchmark::DoNotOptimize(out.data());
+          benchmark::ClobberMemory();
+        }
+        set_rate(st, "gflops", 2.0 * static_cast<double>(s.rows * s.n * s.dim), peak().f32_gflops_1t * 1e9);
+      });
+    }
+  }
+}
+
 // ---- the probe kernels themselves -----------------------------------------------------------------
 void register_peak(Isa level) {
   const simd::PeakKernels* p = cpu::peak_kernels_at(level);

@@ -3,6 +3,7 @@
 // by src/cpu/common/kernels.hpp; nothing dispatches on build flags.
 #pragma once
 
+#include "simd/block_score.hpp"
 #include "simd/fp8_decode.hpp"
 #include "simd/gemm.hpp"
 #include "simd/peak.hpp"

@@ -35,6 +35,7 @@ template <> constexpr const char* family_of<simd::Fp8DecodeKernels>() { return "
 template <> constexpr const char* family_of<simd::GemmKernels>() { return "gemm"; }
 template <> constexpr const char* family_of<simd::TopkKernels>() { return "topk"; }
 template <> constexpr const char* family_of<simd::PeakKernels>() { return "peak"; }
+template <> constexpr const char* family_of<simd::BlockScoreKernels>() { return "block_score"; }
 
 bool verbose() {
   static const bool v = [] {
@@ -96,15 +97,20 @@ const simd::Fp8DecodeKernels& fp8_decode_kernels(Isa level, std::vector<Decline>
 const simd::GemmKernels& gemm_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::GemmKernels>(level, d); }
 const simd::TopkKernels& topk_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::TopkKernels>(level, d); }
 const simd::PeakKernels& peak_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::PeakKernels>(level, d); }
+const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Decline>* d) {
+  return choose<simd::BlockScoreKernels>(level, d);
+}
 
 const simd::Fp8DecodeKernels& fp8_decode_kernels() { return fp8_decode_kernels(active_isa()); }
 const simd::GemmKernels& gemm_kernels() { return gemm_kernels(active_isa()); }
 const simd::TopkKernels& topk_kernels() { return topk_kernels(active_isa()); }
+const simd::BlockScoreKernels& block_score_kernels() { return block_score_kernels(active_isa()); }
 
 const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level) { return exactly<simd::Fp8DecodeKernels>(level); }
 const simd::GemmKernels* gemm_kernels_at(Isa level) { return exactly<simd::GemmKernels>(level); }
 const simd::TopkKernels* topk_kernels_at(Isa level) { return exactly<simd::TopkKernels>(level); }
 const simd::PeakKernels* peak_kernels_at(Isa level) { return exactly<simd::PeakKernels>(level); }
+const simd::BlockScoreKernels* block_score_kernels_at(Isa level) { return exactly<simd::BlockScoreKernels>(level); }
 
 std::vector<Isa> kernel_levels() {
   std::vector<Isa> levels;
@@ -124,6 +130,9 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   out.emplace_back("gemm", std::string(g.level) + " (" + std::to_string(g.mr) + "x" + std::to_string(g.nr) +
                                " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") + ")");
   out.emplace_back("topk", topk_kernels(want).level);
+  const simd::BlockScoreKernels& bs = block_score_kernels(want);
+  out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
+                                      std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile)");
   return out;
 }
 

@@ -1,0 +1,6 @@
+#include "simd/common/block_score_impl.hpp"
+
+namespace mlakit::simd {
+extern const BlockScoreKernels block_score_generic;
+const BlockScoreKernels block_score_generic = generic::make_block_score_kernels();
+}  // namespace mlakit::simd
