@@ -35,6 +35,7 @@ template <> constexpr const char* family_of<simd::Fp8DecodeKernels>() { return "
 template <> constexpr const char* family_of<simd::GemmKernels>() { return "gemm"; }
 template <> constexpr const char* family_of<simd::TopkKernels>() { return "topk"; }
 template <> constexpr const char* family_of<simd::PeakKernels>() { return "peak"; }
+template <> constexpr const char* family_of<simd::IndexScoreKernels>() { return "index_score"; }
 template <> constexpr const char* family_of<simd::BlockScoreKernels>() { return "block_score"; }
 
 bool verbose() {
@@ -97,6 +98,9 @@ const simd::Fp8DecodeKernels& fp8_decode_kernels(Isa level, std::vector<Decline>
 const simd::GemmKernels& gemm_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::GemmKernels>(level, d); }
 const simd::TopkKernels& topk_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::TopkKernels>(level, d); }
 const simd::PeakKernels& peak_kernels(Isa level, std::vector<Decline>* d) { return choose<simd::PeakKernels>(level, d); }
+const simd::IndexScoreKernels& index_score_kernels(Isa level, std::vector<Decline>* d) {
+  return choose<simd::IndexScoreKernels>(level, d);
+}
 const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Decline>* d) {
   return choose<simd::BlockScoreKernels>(level, d);
 }
@@ -104,12 +108,14 @@ const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Declin
 const simd::Fp8DecodeKernels& fp8_decode_kernels() { return fp8_decode_kernels(active_isa()); }
 const simd::GemmKernels& gemm_kernels() { return gemm_kernels(active_isa()); }
 const simd::TopkKernels& topk_kernels() { return topk_kernels(active_isa()); }
+const simd::IndexScoreKernels& index_score_kernels() { return index_score_kernels(active_isa()); }
 const simd::BlockScoreKernels& block_score_kernels() { return block_score_kernels(active_isa()); }
 
 const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level) { return exactly<simd::Fp8DecodeKernels>(level); }
 const simd::GemmKernels* gemm_kernels_at(Isa level) { return exactly<simd::GemmKernels>(level); }
 const simd::TopkKernels* topk_kernels_at(Isa level) { return exactly<simd::TopkKernels>(level); }
 const simd::PeakKernels* peak_kernels_at(Isa level) { return exactly<simd::PeakKernels>(level); }
+const simd::IndexScoreKernels* index_score_kernels_at(Isa level) { return exactly<simd::IndexScoreKernels>(level); }
 const simd::BlockScoreKernels* block_score_kernels_at(Isa level) { return exactly<simd::BlockScoreKernels>(level); }
 
 std::vector<Isa> kernel_levels() {
@@ -130,6 +136,9 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   out.emplace_back("gemm", std::string(g.level) + " (" + std::to_string(g.mr) + "x" + std::to_string(g.nr) +
                                " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") + ")");
   out.emplace_back("topk", topk_kernels(want).level);
+  const simd::IndexScoreKernels& is = index_score_kernels(want);
+  out.emplace_back("index_score", std::string(is.level) + " (" + std::to_string(is.head_vectors * is.head_lanes) +
+                                      " heads x " + std::to_string(is.keys) + " keys tile)");
   const simd::BlockScoreKernels& bs = block_score_kernels(want);
   out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
                                       std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile)");

@@ -30,12 +30,14 @@ const simd::Fp8DecodeKernels& fp8_decode_kernels(Isa level, std::vector<Decline>
 const simd::GemmKernels& gemm_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 const simd::TopkKernels& topk_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 const simd::PeakKernels& peak_kernels(Isa level, std::vector<Decline>* declines = nullptr);
+const simd::IndexScoreKernels& index_score_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 
 // The same for active_isa(): what an operator call planned now uses.
 const simd::Fp8DecodeKernels& fp8_decode_kernels();
 const simd::GemmKernels& gemm_kernels();
 const simd::TopkKernels& topk_kernels();
+const simd::IndexScoreKernels& index_score_kernels();
 const simd::BlockScoreKernels& block_score_kernels();
 
 // The table compiled for exactly `level`, or nullptr when the library has none for it (tests and
@@ -44,6 +46,7 @@ const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level);
 const simd::GemmKernels* gemm_kernels_at(Isa level);
 const simd::TopkKernels* topk_kernels_at(Isa level);
 const simd::PeakKernels* peak_kernels_at(Isa level);
+const simd::IndexScoreKernels* index_score_kernels_at(Isa level);
 const simd::BlockScoreKernels* block_score_kernels_at(Isa level);
 
 // Levels the library has kernels for, fastest first (from simd/kernels.inc).

@@ -1,0 +1,6 @@
+#include "simd/common/index_score_impl.hpp"
+
+namespace mlakit::simd {
+extern const IndexScoreKernels index_score_avx2;
+const IndexScoreKernels index_score_avx2 = avx2::make_index_score_kernels();
+}  // namespace mlakit::simd

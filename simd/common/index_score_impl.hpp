@@ -1,0 +1,167 @@
+// The lightning-indexer score tiles, written once; compiled per level by
+// simd/<level>/index_score.cpp. See simd/index_score.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "simd/common/fp8_decode_impl.hpp"
+#include "simd/index_score.hpp"
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+
+// Register tile: kHv vectors of heads x kKeys keys. Accumulators kHv*kKeys, plus kHv query vectors
+// and one broadcast key value, within the register file: generic 8+2+1 (+1 for the separate
+// multiply) of 16, avx2 12+2+1 of 16, avx512 24+4+1 of 32. kHv*kLanes heads = 16 (generic, avx2)
+// or 64 (avx512): DeepSeek's 64 heads are 4 tiles on avx2, one on avx512.
+#if defined(MLAKIT_SIMD_LEVEL_generic)
+constexpr std::size_t kHv = 2;
+constexpr std::size_t kKeys = 4;
+#elif defined(MLAKIT_SIMD_LEVEL_avx2)
+constexpr std::size_t kHv = 2;
+constexpr std::size_t kKeys = 6;
+#else
+constexpr std::size_t kHv = 4;
+constexpr std::size_t kKeys = 6;
+#endif
+
+// Only the f32 decode is used here; the bf16 one comes with the shared decode header.
+[[maybe_unused]] constexpr auto kUnusedFp8ToBf16 = &fp8_to_bf16;
+
+inline std::size_t head_vectors(std::size_t H) { return (H + kLanes - 1) / kLanes; }
+
+std::size_t packed_floats(std::size_t H, std::size_t D) { return head_vectors(H) * kLanes * (D + 1); }
+
+// Packed query: head vector hv lives in the tile that starts at vector hv0 = hv - hv % kHv, whose
+// R = min(kHv, HV - hv0) vectors are interleaved per d: element (h, d) at
+// hv0*D*kLanes + d*R*kLanes + (hv - hv0)*kLanes + h % kLanes. The weights follow, HV*kLanes
+// floats. Padded lanes hold 0.
+void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_t D, float* packed) {
+  const std::size_t hvs = head_vectors(H);
+  std::memset(packed, 0, packed_floats(H, D) * sizeof(float));
+  constexpr std::size_t kChunk = 64;
+  float row[kChunk];
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t hv = h / kLanes, lane = h % kLanes;
+    const std::size_t hv0 = hv - hv % kHv;
+    const std::size_t r = hv - hv0, R = hvs - hv0 < kHv ? hvs - hv0 : kHv;
+    float* dst = packed + hv0 * D * kLanes + r * kLanes + lane;
+    for (std::size_t d0 = 0; d0 < D; d0 += kChunk) {
+      const std::size_t nd = D - d0 < kChunk ? D - d0 : kChunk;
+      fp8_to_f32(q + h * D + d0, row, nd);
+      for (std::size_t i = 0; i < nd; ++i) dst[(d0 + i) * R * kLanes] = row[i];
+    }
+    packed[hvs * D * kLanes + h] = w[h];
+  }
+}
+
+// IEEE maximum(x, +0): NaN stays NaN (either sign), -0 and negatives become +0.
+inline F relu(F x) {
+  const I b = bits(x);
+  return floats(select(cmpgt(b, isplat(0)) | is_nan(x), b, isplat(0)));
+}
+
+struct Lanes {
+  std::int32_t v[kLanes];
+  constexpr Lanes() : v() {
+    for (std::size_t i = 0; i < kLanes; ++i) v[i] = static_cast<std::int32_t>(i);
+  }
+};
+constexpr Lanes kLaneIndex{};
+
+// One tile of R head vectors x C keys over all D dims, then the epilogue: part[c] +=
+// relu(dot) * w lane-wise, head vector by head vector. `valid` < kLanes masks the lanes of the
+// tile's last vector beyond H (their dot may be NaN when a key holds NaN).
+template <std::size_t R, std::size_t C>
+inline void head_tile(const float* qp, const float* w, std::size_t D, const float* k, std::size_t ldk,
+                      std::size_t valid, F* part) {
+  F acc[R][C];
+  for (auto& row : acc)
+    for (auto& x : row) x = fzero();
+  for (std::size_t d = 0; d < D; ++d) {
+    const float* qd = qp + d * R * kLanes;
+    F a[R];
+    for (std::size_t r = 0; r < R; ++r) a[r] = fload(qd + r * kLanes);
+    for (std::size_t c = 0; c < C; ++c) {
+      const F b = fsplat(k[c * ldk + d]);
+      for (std::size_t r = 0; r < R; ++r) acc[r][c] = fmadd(a[r], b, acc[r][c]);
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r) {
+    const F wv = fload(w + r * kLanes);
+    const bool masked = r + 1 == R && valid < kLanes;
+    const M keep = cmpgt(isplat(static_cast<std::int32_t>(valid)), iload(kLaneIndex.v));
+    for (std::size_t c = 0; c < C; ++c) {
+      F x = relu(acc[r][c]);
+      if (masked) x = floats(select(keep, bits(x), isplat(0)));
+      part[c] = fmadd(x, wv, part[c]);
+    }
+  }
+}
+
+// The last tile of heads may hold fewer than kHv vectors.
+template <std::size_t C, std::size_t R = 1>
+inline void head_tile_of(std::size_t rows, const float* qp, const float* w, std::size_t D, const float* k,
+                         std::size_t ldk, std::size_t valid, F* part) {
+  if constexpr (R < kHv) {
+    if (rows == R) return head_tile<R, C>(qp, w, D, k, ldk, valid, part);
+    return head_tile_of<C, R + 1>(rows, qp, w, D, k, ldk, valid, part);
+  } else {
+    head_tile<kHv, C>(qp, w, D, k, ldk, valid, part);
+  }
+}
+
+// C keys: every head tile, then the lane sums (reduce_add4 sums each vector on its own, so a
+// key's score does not depend on its neighbours), times the key scales.
+template <std::size_t C>
+void key_tile(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
+              float* out) {
+  const std::size_t hvs = head_vectors(H);
+  const float* w = packed + hvs * D * kLanes;
+  const std::size_t last_valid = H - (hvs - 1) * kLanes;  // 1 .. kLanes
+  F part[C];
+  for (auto& p : part) p = fzero();
+  for (std::size_t hv0 = 0; hv0 < hvs; hv0 += kHv) {
+    const std::size_t rows = hvs - hv0 < kHv ? hvs - hv0 : kHv;
+    const std::size_t valid = hv0 + rows == hvs ? last_valid : kLanes;
+    const float* qp = packed + hv0 * D * kLanes;
+    if (rows == kHv) head_tile<kHv, C>(qp, w + hv0 * kLanes, D, k, ldk, valid, part);
+    else head_tile_of<C>(rows, qp, w + hv0 * kLanes, D, k, ldk, valid, part);
+  }
+  for (std::size_t c0 = 0; c0 < C; c0 += 4) {
+    const F z = fzero();
+    float sum[4];
+    reduce_add4(part[c0], c0 + 1 < C ? part[c0 + 1 < C ? c0 + 1 : 0] : z, c0 + 2 < C ? part[c0 + 2 < C ? c0 + 2 : 0] : z,
+                c0 + 3 < C ? part[c0 + 3 < C ? c0 + 3 : 0] : z, sum);
+    for (std::size_t i = 0; i < 4 && c0 + i < C; ++i) out[c0 + i] = ks[c0 + i] * sum[i];
+  }
+}
+
+template <std::size_t C = 1>
+inline void key_tile_of(std::size_t keys, const float* packed, std::size_t H, std::size_t D, const float* k,
+                        std::size_t ldk, const float* ks, float* out) {
+  if constexpr (C < kKeys) {
+    if (keys == C) return key_tile<C>(packed, H, D, k, ldk, ks, out);
+    return key_tile_of<C + 1>(keys, packed, H, D, k, ldk, ks, out);
+  } else {
+    key_tile<kKeys>(packed, H, D, k, ldk, ks, out);
+  }
+}
+
+void score(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
+           std::size_t n, float* out) {
+  std::size_t j = 0;
+  for (; j + kKeys <= n; j += kKeys) key_tile<kKeys>(packed, H, D, k + j * ldk, ldk, ks + j, out + j);
+  if (j < n) key_tile_of(n - j, packed, H, D, k + j * ldk, ldk, ks + j, out + j);
+}
+
+constexpr IndexScoreKernels make_index_score_kernels() {
+  return IndexScoreKernels{kLevelName,         static_cast<unsigned>(kLanes), static_cast<unsigned>(kHv),
+                           static_cast<unsigned>(kKeys), &packed_floats,  &pack_query,
+                           &score};
+}
+
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -1,0 +1,47 @@
+// Lightning-indexer score tiles ("index_score"): ISA-neutral declarations (no intrinsics).
+//
+// For one query of H heads x D dims (fp8 codes q[h*D + d], per-head weights w[h]) against n keys
+// (f32 rows k[j*ldk + d], usually decoded fp8 K rows, and f32 key scales ks[j]):
+//
+//   score[j] = ks[j] * sum_h maximum(sum_d q[h,d] * k[j,d], 0) * w[h]
+//
+// maximum is IEEE 754 maximum: a NaN dot stays NaN (and so does the score). The ReLU, the weight
+// and the head sum are the epilogue of the register tile: the per-head dot products never leave
+// registers, one float per key is stored.
+//
+// Layout: heads run along the vector lanes (the query is packed once, transposed to [D][heads]
+// and zero-padded to whole vectors), keys are broadcast from their rows, so K needs no packing or
+// transposition: a key tile is decoded once (fp8 -> f32 rows) and reused for every query of a
+// query tile and every head. A register tile is `head_vectors` vectors of heads x `keys` keys;
+// padded head lanes are masked out of the sum.
+//
+// Arithmetic (fixed for a level, whatever n, the key's place among the n keys, the alignment or
+// the caller's threads): each head's dot is a chain of D multiply-adds in d order (fused on
+// levels with FMA), relu(dot) * w[h] is accumulated lane-wise in head order, the lanes are summed
+// by a fixed tree, then multiplied by ks[j]. So score[j] depends only on q, w, row j and ks[j]:
+// callers may split the keys into tiles of any size and get bitwise-identical scores. Error
+// against the exact score: <= (D + H/lanes + log2(lanes) + 2) * 2^-24 * |ks[j]| * sum_h |w[h]| *
+// sum_d |q[h,d]*k[j,d]| (inside the spec's c*H*D*2^-24 bound).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mlakit::simd {
+
+struct IndexScoreKernels {
+  const char* level;
+  unsigned head_lanes;    // heads per vector
+  unsigned head_vectors;  // head vectors per register tile
+  unsigned keys;          // keys per register tile
+  // Floats of a packed query (H, D >= 1).
+  std::size_t (*packed_floats)(std::size_t H, std::size_t D);
+  // Packs one query: q fp8 codes [H][D] (exact decode), w f32 [H]. `packed` holds
+  // packed_floats(H, D) floats, any alignment (64 bytes is best).
+  void (*pack_query)(const std::uint8_t* q, const float* w, std::size_t H, std::size_t D, float* packed);
+  // score[j] for j < n (n may be 0); k rows of D floats with stride ldk; writes out[0..n) only.
+  void (*score)(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk,
+                const float* ks, std::size_t n, float* out);
+};
+
+}  // namespace mlakit::simd
