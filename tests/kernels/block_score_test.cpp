@@ -1,0 +1,360 @@
+// Block-max score kernels at every level: bitwise against a scalar model of the contract
+// (sequential f32 multiply-adds over d, fused on levels with FMA, then the scale, then a max with
+// sticky NaN over the keys each row sees), within the derived bound of exact f64 sums, against
+// simd/generic within that bound, for every group / key / dim edge of the register tile and the
+// key chunk, unaligned operands, padded key strides, per-row limits (the causal cut), NaN keys
+// and every fp8 code; and the tiling invariance the operator relies on: a row's maximum does not
+// depend on the other groups of the call, nor on splitting the keys between calls.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_list.hpp"
+#include "mlakit/dtype.hpp"
+
+namespace mlakit::kernel_tests {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <class TK>
+float key_value(TK x) {
+  if constexpr (std::is_same_v<TK, std::uint16_t>) return bf16_to_f32(x);
+  else return f8e4m3_to_f32(x);
+}
+
+template <class TK>
+TK random_key(Rng& rng) {
+  if constexpr (std::is_same_v<TK, std::uint16_t>) {
+    return f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+  } else {
+    std::uint8_t c;
+    do c = static_cast<std::uint8_t>(rng.below(256));
+    while ((c & 0x7F) == 0x7F);  // NaN codes are placed on purpose
+    return c;
+  }
+}
+
+struct Problem {
+  std::size_t rows, dim, n, ldk;
+  std::vector<std::uint16_t> q;  // rows x dim
+  std::vector<std::int32_t> limit;  // groups * lanes (empty: nullptr)
+  float scale;
+};
+
+// The contract's arithmetic, scalar. fused: the level computes a*b+c with one rounding.
+template <class TK>
+std::vector<float> model(const Problem& p, const TK* k, std::size_t lanes, bool fused) {
+  const std::size_t groups = (p.rows + lanes - 1) / lanes;
+  std::vector<float> out(groups * lanes);
+  for (std::size_t r = 0; r < groups * lanes; ++r) {
+    std::int64_t lim = p.limit.empty() ? static_cast<std::int64_t>(p.n) : p.limit[r];
+    lim = std::clamp<std::int64_t>(lim, 0, static_cast<std::int64_t>(p.n));
+    float best = -kInf;
+    bool nan = false;
+    for (std::int64_t j = 0; j < lim; ++j) {
+      float acc = 0.0f;
+      for (std::size_t d = 0; d < p.dim; ++d) {
+        const float a = r < p.rows ? bf16_to_f32(p.q[r * p.dim + d]) : 0.0f;
+        const float b = key_value(k[j * p.ldk + d]);
+        if (fused) {
+          acc = std::fma(a, b, acc);
+        } else {
+          const volatile float prod = a * b;  // rounded on its own
+          acc = prod + acc;
+        }
+      }
+      const float s = acc * p.scale;
+      if (std::isnan(s)) nan = true;
+      else best = std::max(best, s);
+    }
+    out[r] = nan ? std::numeric_limits<float>::quiet_NaN() : best;
+  }
+  return out;
+}
+
+// Runs the level's kernel with unaligned q^T / keys / scratch and guards around out and scratch.
+template <class TK>
+std::vector<float> run(const simd::BlockScoreKernels& t, const Problem& p, const std::vector<TK>& keys,
+                       std::size_t key_off) {
+  const std::size_t lanes = t.lanes, groups = (p.rows + lanes - 1) / lanes;
+  std::vector<float> qt(groups * lanes * p.dim + 1, 777.0f);
+  t.pack_q(p.q.data(), p.rows, p.dim, p.dim, qt.data() + 1);
+  const float guard = 12345.0f;
+  std::vector<float> out(groups * lanes + 2, guard);
+  const std::size_t sbytes = t.scratch_bytes(groups, p.dim);
+  std::vector<unsigned char> scratch(sbytes + 8, 0xA5);
+  const TK* k = keys.data() + key_off;
+  if constexpr (std::is_same_v<TK, std::uint16_t>)
+    t.block_max_bf16(groups, p.dim, qt.data() + 1, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
+                     out.data() + 1, scratch.data() + 3);
+  else
+    t.block_max_f8(groups, p.dim, qt.data() + 1, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
+                   out.data() + 1, scratch.data() + 3);
+  EXPECT_EQ(out.front(), guard) << "wrote before out";
+  EXPECT_EQ(out.back(), guard) << "wrote past out";
+  for (std::size_t i = sbytes + 3; i < scratch.size(); ++i) EXPECT_EQ(scratch[i], 0xA5) << "wrote past the scratch";
+  return std::vector<float>(out.begin() + 1, out.end() - 1);
+}
+
+bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+class BlockScore : public ::testing::TestWithParam<Isa> {
+ public:
+  const simd::BlockScoreKernels& table() { return *cpu::block_score_kernels_at(GetParam()); }
+  bool fused() const { return GetParam() != Isa::generic; }
+
+  template <class TK>
+  void check(const Problem& p, const std::vector<TK>& keys, std::size_t key_off, const std::string& what) {
+    const auto got = run<TK>(table(), p, keys, key_off);
+    const auto want = model<TK>(p, keys.data() + key_off, table().lanes, fused());
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t r = 0; r < got.size(); ++r) {
+      ASSERT_TRUE(same(got[r], want[r])) << what << " rows=" << p.rows << " dim=" << p.dim << " n=" << p.n
+                                         << " row " << r << ": got " << got[r] << " model " << want[r];
+    }
+    // The exact value, within the derived bound, and simd/generic within twice it.
+    const auto gen = run<TK>(simd::block_score_generic, p, keys, key_off);
+    for (std::size_t r = 0; r < p.rows; ++r) {
+      std::int64_t lim = p.limit.empty() ? static_cast<std::int64_t>(p.n) : p.limit[r];
+      lim = std::clamp<std::int64_t>(lim, 0, static_cast<std::int64_t>(p.n));
+      double best = -std::numeric_limits<double>::infinity(), bound = 0;
+      bool nan = false;
+      for (std::int64_t j = 0; j < lim; ++j) {
+        double dot = 0, mag = 0;
+        for (std::size_t d = 0; d < p.dim; ++d) {
+          const double prod = static_cast<double>(bf16_to_f32(p.q[r * p.dim + d])) *
+                              key_value(keys[key_off + j * p.ldk + d]);
+          dot += prod;
+          mag += std::fabs(prod);
+        }
+        const double s = static_cast<double>(p.scale) * dot;
+        if (std::isnan(s)) nan = true;
+        else best = std::max(best, s);
+        bound = std::max(bound, (static_cast<double>(p.dim) + 1) * 0x1p-24 * std::fabs(p.scale) * mag);
+      }
+      if (nan) {
+        EXPECT_TRUE(std::isnan(got[r])) << what << " row " << r;
+        continue;
+      }
+      if (lim == 0) {
+        EXPECT_EQ(got[r], -kInf) << what << " row " << r << " sees no key";
+        EXPECT_EQ(gen[r], -kInf) << what << " row " << r << " sees no key (generic)";
+        continue;
+      }
+      EXPECT_LE(std::fabs(got[r] - best), bound) << what << " row " << r << " vs exact";
+      EXPECT_LE(std::fabs(got[r] - gen[r]), 2 * bound) << what << " row " << r << " vs generic";
+    }
+  }
+};
+
+template <class TK>
+std::vector<TK> make_keys(std::size_t count, Rng& rng) {
+  std::vector<TK> k(count);
+  for (auto& x : k) x = random_key<TK>(rng);
+  return k;
+}
+
+Problem make_problem(std::size_t rows, std::size_t dim, std::size_t n, std::size_t ldk, Rng& rng) {
+  Problem p;
+  p.rows = rows;
+  p.dim = dim;
+  p.n = n;
+  p.ldk = ldk;
+  p.scale = 0.125f;
+  p.q.resize(rows * dim);
+  for (auto& x : p.q) x = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+  return p;
+}
+
+template <class TK>
+void sweep_shapes(BlockScore& t, const char* name) {
+  Rng rng(11);
+  const std::size_t lanes = t.table().lanes;
+  // Group counts around the tile (1 .. 2 tiles + rest), keys around the tile widths and the chunk.
+  const std::size_t rows_list[] = {1, lanes - 1, lanes, lanes + 1, 2 * lanes, 3 * lanes - 1, 5 * lanes, 7 * lanes + 3};
+  const std::size_t n_list[] = {0, 1, 2, 5, 6, 7, 8, 11, 12, 13, 23, 24, 25, 48, 97, 128, 130};
+  const std::size_t dim_list[] = {1, 3, 8, 17, 64, 128, 130};
+  for (std::size_t dim : dim_list)
+    for (std::size_t rows : rows_list)
+      for (std::size_t n : n_list) {
+        if (rows == 0) continue;
+        if (dim >= 64 && n % 3 != 0 && n != 128 && n != 97) continue;  // keep the sweep short at large dims
+        const std::size_t ldk = dim + (n % 4);
+        Problem p = make_problem(rows, dim, n, ldk, rng);
+        p.scale = (n % 2) ? 0.125f : -0.75f;
+        const auto keys = make_keys<TK>(n * ldk + 5, rng);
+        t.check<TK>(p, keys, 1 + n % 3, name);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+TEST_P(BlockScore, Bf16MatchesModelAcrossShapes) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  sweep_shapes<std::uint16_t>(*this, "bf16");
+}
+
+TEST_P(BlockScore, F8MatchesModelAcrossShapes) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  sweep_shapes<std::uint8_t>(*this, "f8");
+}
+
+// Per-row limits: the causal staircase of a prefill tile (row r sees r/heads + offset keys),
+// negative and oversized limits, and rows that see nothing (-inf).
+TEST_P(BlockScore, LimitsCutPerRow) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(5);
+  const std::size_t lanes = table().lanes;
+  for (std::size_t n : {1u, 7u, 40u, 128u}) {
+    for (std::size_t rows : {lanes, 3 * lanes + 2, 9 * lanes}) {
+      Problem p = make_problem(rows, 32, n, 32, rng);
+      const std::size_t groups = (rows + lanes - 1) / lanes;
+      p.limit.resize(groups * lanes);
+      for (std::size_t r = 0; r < p.limit.size(); ++r) {
+        const std::int64_t stair = static_cast<std::int64_t>(r / 4) - 3;  // 4 heads per token
+        p.limit[r] = static_cast<std::int32_t>(r % 11 == 5 ? -1 : (r % 13 == 7 ? 100000 : stair));
+      }
+      const auto keys = make_keys<std::uint16_t>(n * 32 + 1, rng);
+      check<std::uint16_t>(p, keys, 1, "limits");
+      const auto got = run<std::uint16_t>(table(), p, keys, 1);
+      for (std::size_t r = 0; r < rows; ++r)
+        if (p.limit[r] <= 0) {
+          EXPECT_EQ(got[r], -kInf) << "row " << r << " sees no key";
+        }
+    }
+  }
+}
+
+// A NaN key element makes the maximum of exactly the rows that see that key NaN, whatever the
+// other keys; a key past a row's limit does not.
+TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(8);
+  const std::size_t lanes = table().lanes, rows = 4 * lanes, n = 50, dim = 24;
+  for (std::size_t nan_at : {0u, 13u, 29u, 49u}) {
+    Problem p = make_problem(rows, dim, n, dim, rng);
+    p.limit.resize(rows);
+    for (std::size_t r = 0; r < rows; ++r) p.limit[r] = static_cast<std::int32_t>(r * 2);
+    auto kb = make_keys<std::uint16_t>(n * dim, rng);
+    kb[nan_at * dim + 5] = 0xFFC0;  // a negative quiet NaN
+    auto k8 = make_keys<std::uint8_t>(n * dim, rng);
+    k8[nan_at * dim + 5] = 0x7F;
+    const auto gb = run<std::uint16_t>(table(), p, kb, 0);
+    const auto g8 = run<std::uint8_t>(table(), p, k8, 0);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const bool sees = static_cast<std::size_t>(p.limit[r]) > nan_at;
+      EXPECT_EQ(std::isnan(gb[r]), sees) << "bf16 row " << r << " NaN key " << nan_at;
+      EXPECT_EQ(std::isnan(g8[r]), sees) << "f8 row " << r << " NaN key " << nan_at;
+    }
+    check<std::uint16_t>(p, kb, 0, "nan bf16");
+    check<std::uint8_t>(p, k8, 0, "nan f8");
+  }
+}
+
+// inf * 0 is NaN; +inf keys win; -inf everywhere stays -inf (not "no key").
+TEST_P(BlockScore, Infinities) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const std::size_t lanes = table().lanes, dim = 4, n = 3;
+  Problem p;
+  p.rows = lanes;
+  p.dim = dim;
+  p.n = n;
+  p.ldk = dim;
+  p.scale = 1.0f;
+  p.q.assign(lanes * dim, 0);
+  for (std::size_t r = 0; r < lanes; ++r) p.q[r * dim] = f32_to_bf16(r % 2 ? 1.0f : 0.0f);
+  std::vector<std::uint16_t> k(n * dim, 0);
+  k[0] = f32_to_bf16(-kInf);  // key 0: -inf * 1 = -inf, -inf * 0 = NaN
+  k[dim] = f32_to_bf16(-kInf);
+  k[2 * dim] = f32_to_bf16(-kInf);
+  const auto got = run<std::uint16_t>(table(), p, k, 0);
+  for (std::size_t r = 0; r < lanes; ++r) {
+    if (r % 2) EXPECT_EQ(got[r], -kInf) << r;
+    else EXPECT_TRUE(std::isnan(got[r])) << r;
+  }
+}
+
+// Every fp8 code, at a position that moves with the code, read through a one-hot query row: the
+// maximum of the single key reproduces each finite code exactly (subnormals included; -0 as a
+// zero), the NaN codes give NaN.
+TEST_P(BlockScore, F8EveryCodeExact) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const std::size_t lanes = table().lanes, dim = 19;
+  for (unsigned code = 0; code < 256; ++code) {
+    const std::size_t at = code % dim;
+    Problem p;
+    p.rows = lanes;
+    p.dim = dim;
+    p.n = 1;
+    p.ldk = dim;
+    p.scale = 1.0f;
+    p.q.assign(lanes * dim, 0);
+    for (std::size_t r = 0; r < lanes; ++r) p.q[r * dim + at] = 0x3F80;  // 1.0
+    std::vector<std::uint8_t> k(dim, 0x00);
+    k[at] = static_cast<std::uint8_t>(code);
+    const auto got = run<std::uint8_t>(table(), p, k, 0);
+    const float want = f8e4m3_to_f32(static_cast<std::uint8_t>(code));
+    for (std::size_t r = 0; r < lanes; ++r) {
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(got[r])) << "code " << code;
+      else EXPECT_EQ(got[r], want) << "code " << code;
+    }
+  }
+}
+
+// The tiling the operator relies on: a row's maximum is the same whether its group is alone or
+// among many, and a block split into two calls combines to the same maximum.
+TEST_P(BlockScore, TilingInvariance) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(21);
+  const auto& t = table();
+  const std::size_t lanes = t.lanes, dim = 128, n = 128, rows = 11 * lanes;
+  Problem all = make_problem(rows, dim, n, dim, rng);
+  all.scale = 0.088388f;
+  const auto keys = make_keys<std::uint16_t>(n * dim, rng);
+  const auto together = run<std::uint16_t>(t, all, keys, 0);
+  for (std::size_t g = 0; g < rows / lanes; ++g) {
+    Problem one = all;
+    one.rows = lanes;
+    one.q.assign(all.q.begin() + static_cast<std::ptrdiff_t>(g * lanes * dim),
+                 all.q.begin() + static_cast<std::ptrdiff_t>((g + 1) * lanes * dim));
+    const auto alone = run<std::uint16_t>(t, one, keys, 0);
+    for (std::size_t l = 0; l < lanes; ++l)
+      ASSERT_EQ(bits_of(alone[l]), bits_of(together[g * lanes + l])) << "group " << g << " lane " << l;
+    // Keys [0, 37) and [37, 128) in two calls.
+    Problem head = one, tail = one;
+    head.n = 37;
+    tail.n = n - 37;
+    const auto a = run<std::uint16_t>(t, head, keys, 0);
+    const auto b = run<std::uint16_t>(t, tail, keys, 37 * dim);
+    for (std::size_t l = 0; l < lanes; ++l)
+      ASSERT_EQ(std::max(a[l], b[l]), together[g * lanes + l]) << "split, group " << g << " lane " << l;
+  }
+}
+
+TEST_P(BlockScore, PackLayout) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const auto& t = table();
+  const std::size_t lanes = t.lanes, rows = 2 * lanes + 1, dim = 5, ldq = 7;
+  std::vector<std::uint16_t> q(rows * ldq);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = f32_to_bf16(static_cast<float>(i) + 0.5f);
+  const std::size_t groups = 3;
+  std::vector<float> qt(groups * dim * lanes + 1, -1.0f);
+  t.pack_q(q.data(), rows, dim, ldq, qt.data());
+  EXPECT_EQ(qt.back(), -1.0f) << "wrote past the packed groups";
+  for (std::size_t g = 0; g < groups; ++g)
+    for (std::size_t d = 0; d < dim; ++d)
+      for (std::size_t l = 0; l < lanes; ++l) {
+        const std::size_t r = g * lanes + l;
+        const float want = r < rows ? bf16_to_f32(q[r * ldq + d]) : 0.0f;
+        EXPECT_EQ(qt[(g * dim + d) * lanes + l], want) << g << "," << d << "," << l;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, BlockScore, ::testing::ValuesIn(levels_of("block_score")), level_param_name);
+
+}  // namespace
+}  // namespace mlakit::kernel_tests
