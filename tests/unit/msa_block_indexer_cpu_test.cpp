@@ -1,0 +1,185 @@
+// MSA block indexer, cpu back-end: shapes that span many query tiles and key-range tiles, at every
+// ISA level this CPU runs: against the reference (exactly on exact data, structurally on random
+// data), bitwise identical for 1, 2 and 4 threads, under concurrent callers, under a workspace
+// budget that forces one query tile per chunk, and with a decode call (one token per sequence)
+// equal row by row to the prefill call the rows came from.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu/common/parallel.hpp"
+#include "harness/common/driver.hpp"
+#include "mlakit/ops/msa_block_indexer.hpp"
+#include "support/matrix.hpp"
+
+namespace mlakit::testing {
+namespace {
+
+using harness::Bundle;
+using harness::json;
+using harness::Tensor;
+
+const harness::OpDriver& driver() { return *harness::find_driver("msa_block_indexer"); }
+
+struct ThreadsGuard {
+  explicit ThreadsGuard(int n) { cpu::set_num_threads(n); }
+  ~ThreadsGuard() { cpu::set_num_threads(0); }
+};
+struct BudgetGuard {
+  explicit BudgetGuard(std::size_t bytes) { cpu::set_workspace_budget_bytes(bytes); }
+  ~BudgetGuard() { cpu::set_workspace_budget_bytes(0); }
+};
+
+struct BigCase {
+  std::string name;
+  json knobs;
+};
+
+// Many query tiles (256 flattened rows each) and many key blocks; odd head counts so tiles and
+// lane groups cut through tokens; a causal cut inside blocks; fp8 and bf16; an empty sequence.
+std::vector<BigCase> big_cases() {
+  return {
+      {"prefill_h8_bf16",
+       {{"seq_lens", {300, 0, 37}}, {"prefix_lens", {1000, 9, 5}}, {"num_index_heads", 8}, {"idx_head_dim", 64},
+        {"block_size", 16}, {"topk", 8}, {"init_blocks", 1}, {"local_blocks", 2}, {"scale", 0.125}}},
+      {"prefill_h3_fp8",
+       {{"seq_lens", {190, 70}}, {"prefix_lens", {333, 0}}, {"num_index_heads", 3}, {"idx_head_dim", 40},
+        {"block_size", 24}, {"topk", 6}, {"init_blocks", 2}, {"local_blocks", 1}, {"scale", -0.2},
+        {"cache_dtype", "f8e4m3"}, {"nan_keys", 5}}},
+      {"decode_h8_fp8",
+       {{"seq_lens", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {"prefix_lens", {0, 1, 127, 128, 129, 500, 1023, 1024, 2047, 2500, 3000, 4095}}, {"num_index_heads", 8},
+        {"idx_head_dim", 128}, {"block_size", 128}, {"topk", 16}, {"init_blocks", 1}, {"local_blocks", 2},
+        {"scale", 0.08838834764831845}, {"cache_dtype", "f8e4m3"}}},
+      {"decode_h4_bf16",
+       {{"seq_lens", {1, 1, 1, 1, 1}}, {"prefix_lens", {5000, 17, 64, 4000, 1}}, {"num_index_heads", 4},
+        {"idx_head_dim", 128}, {"block_size", 32}, {"topk", 16}, {"init_blocks", 1}, {"local_blocks", 2},
+        {"scale", 0.08838834764831845}}},
+      {"prefill_exact",
+       {{"seq_lens", {70, 3}}, {"prefix_lens", {200, 40}}, {"num_index_heads", 5}, {"idx_head_dim", 32},
+        {"block_size", 8}, {"topk", 7}, {"init_blocks", 1}, {"local_blocks", 1}, {"scale", 0.125}, {"data", "exact"}}},
+  };
+}
+
+struct LevelCase {
+  Isa level;
+  BigCase c;
+};
+
+std::vector<LevelCase> level_cases() {
+  std::vector<LevelCase> v;
+  for (Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    for (const auto& c : big_cases()) v.push_back({level, c});
+  return v;
+}
+
+void PrintTo(const LevelCase& p, std::ostream* os) { *os << isa_name(p.level) << " " << p.c.name; }
+
+Bundle run_cpu(const Bundle& in) {
+  Bundle b = in;
+  const Status s = driver().run(b, RunOptions{Backend::cpu});
+  EXPECT_TRUE(s.ok()) << s.message;
+  return b;
+}
+
+const Tensor& out(const Bundle& b) { return b.at("out.out_idxs"); }
+
+class MsaCpu : public ::testing::TestWithParam<LevelCase> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam().level) > static_cast<int>(cpu_supported_isa()))
+      GTEST_SKIP() << "this CPU cannot run ISA level " << isa_name(GetParam().level);
+  }
+};
+
+TEST_P(MsaCpu, MatchesReferenceAndIsThreadCountInvariant) {
+  IsaCap cap(GetParam().level);
+  const Bundle in = driver().generate(GetParam().c.knobs, 7);
+  Bundle ref = in;
+  ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
+  Bundle one;
+  {
+    ThreadsGuard t(1);
+    one = run_cpu(in);
+  }
+  for (const auto& c : driver().compare(ref, one)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (int n : {2, 4}) {
+    ThreadsGuard t(n);
+    const Bundle many = run_cpu(in);
+    EXPECT_TRUE(out(many).same_bytes(out(one))) << n << " threads differ from 1";
+  }
+}
+
+TEST_P(MsaCpu, TinyWorkspaceBudgetChunksToTheSameResult) {
+  IsaCap cap(GetParam().level);
+  const Bundle in = driver().generate(GetParam().c.knobs, 8);
+  const Bundle whole = run_cpu(in);
+  for (std::size_t budget : {std::size_t{1}, std::size_t{300} << 10}) {
+    BudgetGuard g(budget);
+    const Bundle chunked = run_cpu(in);
+    EXPECT_TRUE(out(chunked).same_bytes(out(whole))) << "budget " << budget;
+  }
+}
+
+TEST_P(MsaCpu, ConcurrentCallersMatchSerial) {
+  IsaCap cap(GetParam().level);
+  ThreadsGuard t(2);
+  const Bundle in = driver().generate(GetParam().c.knobs, 9);
+  const Bundle serial = run_cpu(in);
+  constexpr int kCallers = 4;
+  std::vector<Bundle> results(kCallers * 2, in);
+  std::vector<Status> status(results.size());
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 2; ++rep) {
+        const std::size_t i = static_cast<std::size_t>(c * 2 + rep);
+        status[i] = driver().run(results[i], RunOptions{Backend::cpu});
+      }
+    });
+  for (auto& th : callers) th.join();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(status[i].ok()) << status[i].message;
+    EXPECT_TRUE(out(results[i]).same_bytes(out(serial))) << "concurrent call " << i;
+  }
+}
+
+// Every row of a prefill call, rerun as a decode call (one token per sequence, prefix = the
+// row's position, the parent sequence's page-table row): the same selection, bit for bit.
+TEST_P(MsaCpu, DecodeEqualsPrefillRowByRow) {
+  IsaCap cap(GetParam().level);
+  const Bundle in = driver().generate(GetParam().c.knobs, 10);
+  const Bundle prefill = run_cpu(in);
+  const Tensor& offsets = in.at("input_row_offsets");
+  const Tensor& prefix = in.at("prefix_lens");
+  const Tensor& lut = in.at("k_cache.lookup_table");
+  const std::int64_t batch = offsets.numel() - 1, rows = in.at("q").shape()[0], cols = lut.shape()[1];
+  Bundle dec = in;
+  dec.remove_outputs();
+  Tensor& o = dec.add("input_row_offsets", DType::u32, {rows + 1});
+  Tensor& p = dec.add("prefix_lens", DType::u32, {rows});
+  Tensor& l = dec.add("k_cache.lookup_table", DType::u32, {rows, cols});
+  if (dec.has("k_cache.cache_lengths")) dec.add("k_cache.cache_lengths", DType::u32, {rows});
+  for (std::int64_t t = 0; t <= rows; ++t) o.data<std::uint32_t>()[t] = static_cast<std::uint32_t>(t);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::uint32_t t = offsets.data<std::uint32_t>()[b]; t < offsets.data<std::uint32_t>()[b + 1]; ++t) {
+      p.data<std::uint32_t>()[t] = prefix.data<std::uint32_t>()[b] + (t - offsets.data<std::uint32_t>()[b]);
+      for (std::int64_t c = 0; c < cols; ++c) l.data<std::uint32_t>()[t * cols + c] = lut.data<std::uint32_t>()[b * cols + c];
+    }
+  }
+  const Bundle decode = run_cpu(dec);
+  ASSERT_EQ(out(decode).shape(), out(prefill).shape());
+  const auto* a = out(decode).data<std::int32_t>();
+  const auto* b = out(prefill).data<std::int32_t>();
+  for (std::int64_t i = 0; i < out(decode).numel(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(msa_block_indexer, MsaCpu, ::testing::ValuesIn(level_cases()),
+                         [](const ::testing::TestParamInfo<LevelCase>& i) {
+                           return std::string(isa_name(i.param.level)) + "_" + i.param.c.name;
+                         });
+
+}  // namespace
+}  // namespace mlakit::testing
