@@ -238,6 +238,35 @@ void register_block_score(Isa level) {
   }
 }
 
+// ---- lightning-indexer score tiles ---------------------------------------------------------------
+// One query of H heads x D 128 (packed once) against n decoded keys: n 256 keeps the key rows in L1/L2,
+// n 4096 streams 2 MiB of rows from L3 as a prefill key tile does. Flops 2*H*D per key.
+void register_index_score(Isa level) {
+  const simd::IndexScoreKernels* k = cpu::index_score_kernels_at(level);
+  const std::string lv = isa_name(level);
+  struct Shape {
+    std::size_t heads, n, dim;
+  };
+  for (Shape s : {Shape{64, 256, 128}, Shape{64, 4096, 128}, Shape{32, 4096, 128}}) {
+    const std::string name = "index_score/h" + std::to_string(s.heads) + "_n" + std::to_string(s.n) + "_d" +
+                             std::to_string(s.dim) + "/" + lv;
+    add(name, level, [k, s](benchmark::State& st) {
+      const auto q = random_operand<std::uint8_t>(s.heads * s.dim, 1);
+      const auto w = random_operand<float>(s.heads, 2);
+      const auto keys = random_operand<float>(s.n * s.dim, 3);
+      const auto ks = random_operand<float>(s.n, 4);
+      std::vector<float> packed(k->packed_floats(s.heads, s.dim)), out(s.n);
+      k->pack_query(q.data(), w.data(), s.heads, s.dim, packed.data());
+      for (auto _ : st) {
+        k->score(packed.data(), s.heads, s.dim, keys.data(), s.dim, ks.data(), s.n, out.data());
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), peak().f32_gflops_1t * 1e9);
+    });
+  }
+}
+
 // ---- the probe kernels themselves -----------------------------------------------------------------
 void register_peak(Isa level) {
   const simd::PeakKernels* p = cpu::peak_kernels_at(level);

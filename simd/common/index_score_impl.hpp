@@ -153,7 +153,13 @@ inline void key_tile_of(std::size_t keys, const float* packed, std::size_t H, st
 void score(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
            std::size_t n, float* out) {
   std::size_t j = 0;
-  for (; j + kKeys <= n; j += kKeys) key_tile<kKeys>(packed, H, D, k + j * ldk, ldk, ks + j, out + j);
+  for (; j + kKeys <= n; j += kKeys) {
+    // The next tile's rows, one head loop ahead: they are read from L2 (or L3) otherwise.
+    if (j + 2 * kKeys <= n)
+      for (std::size_t c = 0; c < kKeys; ++c)
+        for (std::size_t d = 0; d < D; d += 64 / sizeof(float)) __builtin_prefetch(k + (j + kKeys + c) * ldk + d, 0, 3);
+    key_tile<kKeys>(packed, H, D, k + j * ldk, ldk, ks + j, out + j);
+  }
   if (j < n) key_tile_of(n - j, packed, H, D, k + j * ldk, ldk, ks + j, out + j);
 }
 

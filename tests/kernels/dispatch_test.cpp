@@ -93,12 +93,19 @@ TEST(KernelDispatch, ExactLevelTables) {
 
 TEST(KernelDispatch, ChoicesForInfo) {
   const auto choices = cpu::kernel_choices();
-  ASSERT_EQ(choices.size(), 3u);
+  ASSERT_GE(choices.size(), 3u);  // the three base families first, then the operator families
   EXPECT_EQ(choices[0].first, "fp8_decode");
   EXPECT_EQ(choices[1].first, "gemm");
   EXPECT_EQ(choices[2].first, "topk");
   EXPECT_EQ(choices[0].second, cpu::fp8_decode_kernels().level);
   EXPECT_EQ(choices[1].second.rfind(cpu::gemm_kernels().level, 0), 0u) << choices[1].second;
+  bool index_score = false;
+  for (const auto& [family, choice] : choices)
+    if (family == "index_score") {
+      index_score = true;
+      EXPECT_EQ(choice.rfind(cpu::index_score_kernels().level, 0), 0u) << choice;
+    }
+  EXPECT_TRUE(index_score) << "index_score missing from kernel_choices()";
 }
 
 }  // namespace
