@@ -1,12 +1,181 @@
 #include "cpu/lightning_indexer.hpp"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
 #include "reference/lightning_indexer.hpp"
 
 namespace mlakit::cpu {
+namespace lightning_indexer_detail {
+namespace {
 
-Status lightning_indexer(const LightningIndexerDesc&, const LightningIndexerArgs&) {
-  return Status::error(StatusCode::unsupported, "lightning_indexer", "backend",
-                       "lightning_indexer: the cpu back-end has no kernel for this operator yet");
+// One query row of the call: its sequence, its candidate count and where its scores go.
+struct Row {
+  std::int64_t seq;
+  std::int64_t n;       // candidate keys 0 .. n-1
+  std::int64_t offset;  // of its scores in the chunk buffer
+};
+
+// Scoring work: rows [row0, row0 + rows) of one sequence (indices into the chunk's rows) against
+// keys [key0, key1).
+struct Item {
+  std::int64_t row0, rows, key0, key1;
+};
+
+// The call's fixed data and the kernels chosen for it.
+struct Plan {
+  std::int64_t H, D, top_k, layer, page_size, max_pages;
+  const std::uint8_t* q;
+  const float* q_s;
+  const std::uint8_t* blocks;
+  const float* scales;
+  const std::uint32_t* lut;
+  const PagedKVCacheView* cache;
+  const simd::IndexScoreKernels* score;
+  const simd::Fp8DecodeKernels* decode;
+  const simd::TopkKernels* topk;
+};
+
+// Chunk buffers belong to the calling thread (never to a worker's scratch slots, which tasks of
+// other calls running on this thread may reuse).
+float* chunk_buffer(std::size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+// Keys [j0, j0 + nk) of sequence b: K rows decoded to f32 (stride D) and their scales, one page
+// run at a time.
+void gather_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk, float* k, float* ks) {
+  const PagedKVCacheView& c = *p.cache;
+  for (std::int64_t j = j0; j < j0 + nk;) {
+    const std::int64_t blk = p.lut[b * p.max_pages + j / p.page_size];
+    const std::int64_t off = j % p.page_size;
+    const std::int64_t run = std::min(p.page_size - off, j0 + nk - j);
+    p.decode->to_f32(p.blocks + c.row_offset(blk, 0, p.layer, off, 0), k + (j - j0) * p.D,
+                     static_cast<std::size_t>(run * p.D));
+    const float* s = p.scales + c.scale_offset(blk, 0, p.layer, off, 0);
+    const std::int64_t stride = c.scales_per_row();
+    for (std::int64_t r = 0; r < run; ++r) ks[j - j0 + r] = s[r * stride];
+    j += run;
+  }
+}
+
+void score_item(const Plan& p, const Item& it, const std::vector<Row>& rows, std::int64_t chunk_t0, float* buf) {
+  const std::size_t qfloats = p.score->packed_floats(static_cast<std::size_t>(p.H), static_cast<std::size_t>(p.D));
+  auto* packed = static_cast<float*>(thread_scratch(qfloats * sizeof(float) * static_cast<std::size_t>(it.rows), 0));
+  for (std::int64_t r = 0; r < it.rows; ++r) {
+    const std::int64_t t = chunk_t0 + it.row0 + r;
+    p.score->pack_query(p.q + t * p.H * p.D, p.q_s + t * p.H, static_cast<std::size_t>(p.H),
+                        static_cast<std::size_t>(p.D), packed + r * qfloats);
+  }
+  const std::int64_t tile = std::min(kKeyTile, it.key1 - it.key0);
+  auto* kf = static_cast<float*>(thread_scratch(static_cast<std::size_t>(tile * (p.D + 1)) * sizeof(float), 1));
+  float* ks = kf + tile * p.D;
+  const std::int64_t seq = rows[it.row0].seq;
+  for (std::int64_t j0 = it.key0; j0 < it.key1; j0 += kKeyTile) {
+    const std::int64_t nk = std::min(kKeyTile, it.key1 - j0);
+    gather_keys(p, seq, j0, nk, kf, ks);
+    for (std::int64_t r = 0; r < it.rows; ++r) {
+      const Row& row = rows[it.row0 + r];
+      const std::int64_t m = std::min(nk, row.n - j0);  // causal rows see fewer keys
+      if (m <= 0) continue;
+      p.score->score(packed + r * qfloats, static_cast<std::size_t>(p.H), static_cast<std::size_t>(p.D), kf,
+                     static_cast<std::size_t>(p.D), ks, static_cast<std::size_t>(m), buf + row.offset + j0);
+    }
+  }
+}
+
+void select_row(const Plan& p, const Row& row, const float* buf, std::int32_t* out) {
+  const std::size_t n = static_cast<std::size_t>(row.n), k = static_cast<std::size_t>(p.top_k);
+  void* scratch = thread_scratch(simd::topk_scratch_bytes(n, k), 2);
+  const std::size_t m = p.topk->select(buf + row.offset, n, k, simd::TopkNan::last, out, scratch);
+  std::fill(out + m, out + k, -1);
+}
+
+}  // namespace
+
+Status run(const LightningIndexerDesc& desc, const LightningIndexerArgs& args, bool scores_only) {
+  const std::int64_t T = args.q.shape[0];
+  if (T == 0) return Status::success();
+  const PagedKVCacheView& cache = args.k_cache;
+  Plan p{};
+  p.H = desc.num_heads;
+  p.D = desc.head_dim;
+  p.top_k = desc.top_k;
+  p.layer = args.layer_idx;
+  p.page_size = cache.page_size();
+  p.max_pages = cache.lookup_table.shape[1];
+  p.q = args.q.as<const std::uint8_t>();
+  p.q_s = args.q_s.as<const float>();
+  p.blocks = cache.blocks.as<const std::uint8_t>();
+  p.scales = cache.scales.as<const float>();
+  p.lut = cache.lookup_table.as<const std::uint32_t>();
+  p.cache = &cache;
+  p.score = &index_score_kernels();
+  p.decode = &fp8_decode_kernels();
+  p.topk = &topk_kernels();
+  const auto* offsets = args.input_row_offsets.as<const std::uint32_t>();
+  const auto* cache_lengths = cache.cache_lengths.as<const std::uint32_t>();
+  auto* out = args.output_indices.as<std::int32_t>();
+  const std::int64_t B = args.input_row_offsets.shape[0] - 1;
+  const bool causal = desc.mask == IndexerMask::causal;
+
+  // Every row's sequence and candidate count, in row order.
+  std::vector<Row> all(static_cast<std::size_t>(T));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t first = offsets[b], last = offsets[b + 1], cl = cache_lengths[b];
+    for (std::int64_t t = first; t < last; ++t)
+      all[static_cast<std::size_t>(t)] = {b, causal ? cl + (t - first) + 1 : cl + (last - first), 0};
+  }
+
+  const std::int64_t budget = static_cast<std::int64_t>(
+      std::min(static_cast<std::size_t>(kMaxChunkBytes), workspace_budget_bytes()));
+  std::vector<Row> rows;
+  std::vector<Item> items;
+  for (std::int64_t t0 = 0; t0 < T;) {
+    // The chunk: rows t0 .. t1-1, at least one, their score rows within the budget.
+    std::int64_t t1 = t0, floats = 0;
+    while (t1 < T && (t1 == t0 || (floats + all[t1].n) * 4 <= budget)) floats += all[t1++].n;
+    rows.assign(all.begin() + t0, all.begin() + t1);
+    std::int64_t off = 0;
+    for (Row& r : rows) {
+      r.offset = off;
+      off += r.n;
+    }
+    float* buf = chunk_buffer(static_cast<std::size_t>(floats));
+
+    // Items: per sequence run, query tiles counted from the run's first row in the chunk, each
+    // split into key ranges of kKeySplit (the tile's last row sees the most keys).
+    items.clear();
+    for (std::int64_t r0 = 0; r0 < t1 - t0;) {
+      std::int64_t r1 = r0;
+      while (r1 < t1 - t0 && rows[r1].seq == rows[r0].seq) ++r1;
+      for (std::int64_t a = r0; a < r1; a += kQueryTile) {
+        const std::int64_t n = std::min(kQueryTile, r1 - a);
+        const std::int64_t keys = rows[a + n - 1].n;
+        for (std::int64_t k0 = 0; k0 < keys; k0 += kKeySplit) items.push_back({a, n, k0, std::min(keys, k0 + kKeySplit)});
+      }
+      r0 = r1;
+    }
+    parallel_for_each(items.size(), [&](std::size_t i) { score_item(p, items[i], rows, t0, buf); });
+    if (!scores_only)
+      parallel_for_each(rows.size(), [&](std::size_t i) {
+        select_row(p, rows[i], buf, out + (t0 + static_cast<std::int64_t>(i)) * p.top_k);
+      });
+    t0 = t1;
+  }
+  return Status::success();
+}
+
+}  // namespace lightning_indexer_detail
+
+Status lightning_indexer(const LightningIndexerDesc& desc, const LightningIndexerArgs& args) {
+  return lightning_indexer_detail::run(desc, args, false);
 }
 
 Status remap_indices_to_rows(const RemapIndicesArgs& args) {
