@@ -1,0 +1,71 @@
+#include "cuda/common.cuh"
+#include "cuda/common.hpp"
+
+namespace mlakit::cuda {
+
+Status cuda_error(const char* op, const char* what, cudaError_t err) {
+  return Status::error(StatusCode::internal, op, "cuda",
+                       std::string(op) + ": " + what + " failed: " + cudaGetErrorName(err) + ": " +
+                           cudaGetErrorString(err));
+}
+
+Status check_launch(const char* op, const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::success();
+  return cuda_error(op, (std::string("launching ") + kernel).c_str(), err);
+}
+
+std::size_t max_shared_memory(const char* op, Status* status) {
+  int device = 0, bytes = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) {
+    *status = cuda_error(op, "querying the shared memory per block", err);
+    return 0;
+  }
+  *status = Status::success();
+  return static_cast<std::size_t>(bytes);
+}
+
+Status DeviceBuffer::allocate(const char* op, const char* what, std::size_t bytes, cudaStream_t stream) {
+  reset();
+  stream_ = stream;
+  if (bytes == 0) bytes = 16;  // a valid, distinct pointer even for empty buffers
+  const cudaError_t err = cudaMallocAsync(&ptr_, bytes, stream);
+  if (err != cudaSuccess) {
+    ptr_ = nullptr;
+    return cuda_error(op, (std::string("allocating ") + what + " (" + std::to_string(bytes) + " bytes)").c_str(), err);
+  }
+  return Status::success();
+}
+
+void DeviceBuffer::reset() {
+  if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream_);  // stream-ordered: after the kernels that use it
+  ptr_ = nullptr;
+}
+
+Status copy_device_to_host(const TensorView& src, std::vector<std::uint8_t>* dst, void* stream) {
+  const std::size_t bytes = static_cast<std::size_t>(src.size_bytes());
+  dst->resize(bytes);
+  if (bytes == 0) return Status::success();
+  MLAKIT_CUDA_TRY("cuda", "cudaMemcpyAsync (device to host)",
+                  cudaMemcpyAsync(dst->data(), src.data, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+  MLAKIT_CUDA_TRY("cuda", "cudaStreamSynchronize", cudaStreamSynchronize(as_stream(stream)));
+  return Status::success();
+}
+
+Status copy_host_to_device(const void* src, const TensorView& dst, void* stream) {
+  const std::size_t bytes = static_cast<std::size_t>(dst.size_bytes());
+  if (bytes == 0) return Status::success();
+  MLAKIT_CUDA_TRY("cuda", "cudaMemcpyAsync (host to device)",
+                  cudaMemcpyAsync(dst.data, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+  MLAKIT_CUDA_TRY("cuda", "cudaStreamSynchronize", cudaStreamSynchronize(as_stream(stream)));
+  return Status::success();
+}
+
+Status synchronize(void* stream) {
+  MLAKIT_CUDA_TRY("cuda", "cudaStreamSynchronize", cudaStreamSynchronize(as_stream(stream)));
+  return Status::success();
+}
+
+}  // namespace mlakit::cuda

@@ -1,0 +1,138 @@
+// Device-side and launch-side helpers shared by the cuda back-end's kernels (nvcc only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mlakit/dtype.hpp"
+#include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/status.hpp"
+
+namespace mlakit::cuda {
+
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// StatusCode::internal: "<op>: <what> failed: <CUDA error name>: <CUDA error string>".
+Status cuda_error(const char* op, const char* what, cudaError_t err);
+
+// The error of the last launch (or of an earlier asynchronous failure), as a Status.
+Status check_launch(const char* op, const char* kernel);
+
+// Opt-in shared memory per block of the current device (bytes); 0 when it cannot be queried.
+std::size_t max_shared_memory(const char* op, Status* status);
+
+// Stream-ordered temporary device memory: allocated with cudaMallocAsync on the call's stream and
+// freed with cudaFreeAsync on it, so nothing waits for the device.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  Status allocate(const char* op, const char* what, std::size_t bytes, cudaStream_t stream);
+  void reset();
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Kernel launches and dynamic shared memory go through these macros so that the kernels also
+// compile as C++ against the CPU emulation used by the tests (tests/cuda_emulation), where they run
+// without a GPU.
+#if defined(MLAKIT_CUDA_EMULATION)
+#define MLAKIT_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ::mlakit_cuda_emu::launch(kernel, dim3(grid), dim3(block), smem, stream, __VA_ARGS__)
+#define MLAKIT_DYNAMIC_SHARED(name) unsigned char* name = ::mlakit_cuda_emu::dynamic_shared()
+#else
+#define MLAKIT_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define MLAKIT_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+#define MLAKIT_CUDA_TRY(op, what, expr)                                      \
+  do {                                                                       \
+    const cudaError_t mlakit_err_ = (expr);                                  \
+    if (mlakit_err_ != cudaSuccess) return ::mlakit::cuda::cuda_error(op, what, mlakit_err_); \
+  } while (0)
+
+#define MLAKIT_STATUS_TRY(expr)                    \
+  do {                                             \
+    ::mlakit::Status mlakit_s_ = (expr);           \
+    if (!mlakit_s_.ok()) return mlakit_s_;         \
+  } while (0)
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+// ---- device-side views --------------------------------------------------------
+
+// A paged cache as the kernels see it (spec README §3); plain values, passed by value to kernels.
+struct DevPagedCache {
+  const void* blocks = nullptr;
+  void* blocks_rw = nullptr;
+  const float* scales = nullptr;
+  const std::uint32_t* lut = nullptr;
+  const std::uint32_t* cache_lengths = nullptr;
+  std::int64_t num_blocks = 0, kv_dim = 0, num_layers = 0, page_size = 0, heads = 0, head_size = 0;
+  std::int64_t scales_per_row = 0, lut_cols = 0;
+
+  static DevPagedCache from(const PagedKVCacheView& c) {
+    DevPagedCache d;
+    d.blocks = c.blocks.data;
+    d.blocks_rw = c.blocks.data;
+    d.scales = static_cast<const float*>(c.scales.data);
+    d.lut = static_cast<const std::uint32_t*>(c.lookup_table.data);
+    d.cache_lengths = static_cast<const std::uint32_t*>(c.cache_lengths.data);
+    d.num_blocks = c.num_blocks();
+    d.kv_dim = c.kv_dim();
+    d.num_layers = c.num_layers();
+    d.page_size = c.page_size();
+    d.heads = c.num_kv_heads();
+    d.head_size = c.head_size();
+    d.scales_per_row = c.scales.data != nullptr ? c.scales.shape[5] : 0;
+    d.lut_cols = c.lookup_table.data != nullptr ? c.lookup_table.shape[1] : 0;
+    return d;
+  }
+
+  // Element offset of (blk, kv, layer, off, head, 0) in `blocks`.
+  __host__ __device__ std::int64_t row_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer,
+                                              std::int64_t off, std::int64_t head) const {
+    return ((((blk * kv_dim + kv) * num_layers + layer) * page_size + off) * heads + head) * head_size;
+  }
+  __host__ __device__ std::int64_t scale_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer,
+                                                std::int64_t off, std::int64_t head) const {
+    return ((((blk * kv_dim + kv) * num_layers + layer) * page_size + off) * heads + head) * scales_per_row;
+  }
+  // Physical block of token position `pos` of sequence b (validated to exist).
+  __device__ std::int64_t block_of(std::int64_t b, std::int64_t pos) const {
+    return static_cast<std::int64_t>(lut[b * lut_cols + pos / page_size]);
+  }
+};
+
+// The sequence that owns row t of a ragged batch: the last b with offsets[b] <= t (empty
+// sequences own nothing). offsets has B+1 entries and t < offsets[B].
+__device__ __forceinline__ int find_sequence(const std::uint32_t* offsets, int B, std::int64_t t) {
+  int lo = 0, hi = B - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (static_cast<std::int64_t>(offsets[mid]) <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Builds the exact fp8 -> bf16 decode table (every e4m3 value is a bf16 value) in shared memory.
+// Call with every thread of the block, then __syncthreads().
+__device__ __forceinline__ void build_fp8_table(std::uint16_t* table) {
+  for (int c = threadIdx.x; c < 256; c += blockDim.x)
+    table[c] = static_cast<std::uint16_t>(f32_to_bits(f8e4m3_to_f32(static_cast<std::uint8_t>(c))) >> 16);
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(std::uint16_t b) { return __uint_as_float(std::uint32_t(b) << 16); }
+
+}  // namespace mlakit::cuda

@@ -1,0 +1,311 @@
+// Op 5 (spec 05) on the GPU: Y = X·Wᵀ with the weight decoded tile by tile, Q columns to `output`,
+// K/V columns scattered into the paged cache at each token's position.
+//
+// bf16 activations: BF16 tensor cores. Block tile 64 rows x 64 columns, k tiles of 32, 4 warps of
+// 32x32. The weight tile is decoded into shared memory as bf16, which is exact for every format:
+// dense bf16 as is; fp8 codes (every e4m3 value is a bf16 value), with the 128x128 block scale
+// applied to each 128-wide k block's partial sums (a 64-column tile lies in one scale row);
+// GPTQ as the spec's bf16((q - z)·scale) (the f32 product is exact, one rounding to bf16).
+// f32 activations: the same tiling with f32 FMA (16 k per tile, 256 threads, 4x4 per thread); the
+// weight is decoded to f32 (fp8: code·scale rounded once to f32; GPTQ: its bf16 value).
+// Both accumulate in f32 and round once to the dtype in the epilogue, which writes each row's Q
+// part to `output` and its K/V part to (LUT[b, pos / page], kv, layer, pos % page, head, d).
+// TODO(perf): decode (T <= 32) reads the weight with ceil(N/64) blocks only; a deterministic split-K
+// (fixed-order reduction of partial tiles) would spread the weight stream over every SM.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/fused_qkv_paged.hpp"
+#include "cuda/mma.cuh"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kOp = "fused_qkv_paged";
+constexpr int kBM = 64, kBN = 64;
+constexpr int kBK = 32, kLdT = kBK + 8;  // tensor-core path: k tile and shared row stride (bf16)
+constexpr int kFK = 16, kLdF = kBM + 4;  // f32 path: k tile and shared row stride (f32)
+constexpr int kMmaThreads = 128, kFmaThreads = 256;
+
+enum Format : int { kDense = 0, kFp8 = 1, kGptq = 2 };
+
+struct Params {
+  const void* x;
+  std::int64_t T, K, N, q_dim;
+  int format;
+  const void* w;              // dense: dtype [N, K]; fp8: codes [N, K]
+  const float* wscale;        // fp8: [ceil(N/128), ceil(K/128)]
+  const std::uint32_t* qweight;  // gptq: [K/8, N]
+  const std::uint16_t* gscales;  // gptq: f16 or bf16 [K/gs, N]
+  bool scales_f16;
+  const std::uint32_t* qzeros;   // gptq with zero points: [K/gs, N/8]
+  const std::int32_t* g_idx;     // gptq, optional: [K]
+  std::int64_t group_size;
+  const std::uint32_t* iro;
+  int B;
+  DevPagedCache cache;
+  int layer;
+  void* out;
+};
+
+__device__ __forceinline__ std::uint32_t nibble(std::uint32_t word, std::int64_t i) { return (word >> (4 * i)) & 0xFu; }
+
+// The GPTQ weight W[n, k] as bf16 bits: bf16((q - z)·scale), the product exact in f32.
+__device__ __forceinline__ std::uint16_t gptq_weight(const Params& p, std::uint32_t word, std::int64_t n, std::int64_t k) {
+  const std::int64_t q = nibble(word, k % 8);
+  const std::int64_t g = p.g_idx != nullptr ? static_cast<std::int64_t>(p.g_idx[k]) : k / p.group_size;
+  std::int64_t z = 8;
+  if (p.qzeros != nullptr) z = nibble(p.qzeros[g * (p.N / 8) + n / 8], n % 8);
+  const std::uint16_t sb = p.gscales[g * p.N + n];
+  const float s = p.scales_f16 ? f16_to_f32(sb) : bf16_to_f32(sb);
+  return f32_to_bf16(static_cast<float>(q - z) * s);
+}
+
+// Cache element offsets of rows [m0, m0 + 64) (row base of kv = 0, head 0), -1 past T.
+__device__ void row_bases(const Params& p, std::int64_t m0, std::int64_t* base) {
+  for (int r = threadIdx.x; r < kBM; r += blockDim.x) {
+    const std::int64_t t = m0 + r;
+    if (t >= p.T) {
+      base[r] = -1;
+      continue;
+    }
+    const int b = find_sequence(p.iro, p.B, t);
+    const std::int64_t pos = static_cast<std::int64_t>(p.cache.cache_lengths[b]) + (t - p.iro[b]);
+    base[r] = p.cache.row_offset(p.cache.block_of(b, pos), 0, p.layer, pos % p.cache.page_size, 0);
+  }
+}
+
+// Stores Y[t, n] (rounded to the dtype) to output or to the cache.
+template <bool kF32>
+__device__ __forceinline__ void store(const Params& p, const std::int64_t* base, int r, std::int64_t t, std::int64_t n,
+                                      float v) {
+  if (t >= p.T || n >= p.N) return;
+  std::int64_t at;
+  void* dst;
+  if (n < p.q_dim) {
+    at = t * p.q_dim + n;
+    dst = p.out;
+  } else {
+    const std::int64_t j = n - p.q_dim, plane = p.cache.heads * p.cache.head_size;
+    const std::int64_t kv_stride = p.cache.num_layers * p.cache.page_size * plane;  // kv=1 minus kv=0
+    at = base[r] + (j / plane) * kv_stride + j % plane;
+    dst = p.cache.blocks_rw;
+  }
+  if (kF32)
+    static_cast<float*>(dst)[at] = v;
+  else
+    static_cast<std::uint16_t*>(dst)[at] = f32_to_bf16(v);
+}
+
+// ---- bf16 activations: tensor cores ------------------------------------------------------------
+__global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
+  __shared__ __align__(16) std::uint16_t xs[kBM * kLdT];
+  __shared__ __align__(16) std::uint16_t ws[kBN * kLdT];
+  __shared__ std::uint16_t table[256];
+  __shared__ std::int64_t base[kBM];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kBN, m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // the warp's 32x32 sub-tile
+  if (p.format == kFp8) build_fp8_table(table);
+  row_bases(p, m0, base);
+
+  float acc[2][4][4], total[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] = 0.0f;
+
+  const auto* x = static_cast<const std::uint16_t*>(p.x);
+  const std::int64_t kblocks = (p.K + 127) / 128;
+  for (std::int64_t k0 = 0; k0 < p.K; k0 += kBK) {
+    __syncthreads();  // the previous tile is consumed
+    for (int e = tid; e < kBM * kBK; e += kMmaThreads) {
+      const int r = e / kBK, kk = e % kBK;
+      const std::int64_t t = m0 + r, k = k0 + kk;
+      xs[r * kLdT + kk] = (t < p.T && k < p.K) ? x[t * p.K + k] : std::uint16_t{0};
+    }
+    if (p.format == kGptq) {
+      // 4 packed rows of 8 k each, 64 columns: one word per (k row, column).
+      for (int e = tid; e < (kBK / 8) * kBN; e += kMmaThreads) {
+        const int kr = e / kBN, nn = e % kBN;
+        const std::int64_t n = n0 + nn, kbase = k0 + kr * 8;
+        const bool in = n < p.N && kbase < p.K;
+        const std::uint32_t word = in ? p.qweight[(kbase / 8) * p.N + n] : 0u;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ws[nn * kLdT + kr * 8 + i] = in ? gptq_weight(p, word, n, kbase + i) : std::uint16_t{0};
+      }
+    } else {
+      for (int e = tid; e < kBN * kBK; e += kMmaThreads) {
+        const int nn = e / kBK, kk = e % kBK;
+        const std::int64_t n = n0 + nn, k = k0 + kk;
+        std::uint16_t v = 0;
+        if (n < p.N && k < p.K)
+          v = p.format == kFp8 ? table[static_cast<const std::uint8_t*>(p.w)[n * p.K + k]]
+                               : static_cast<const std::uint16_t*>(p.w)[n * p.K + k];
+        ws[nn * kLdT + kk] = v;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      std::uint32_t af[2][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) load_a_rowmajor(af[i], xs, kLdT, wm + 16 * i, kk);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) load_b_nmajor(bf[j], ws, kLdT, wn + 8 * j, kk);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], af[i], bf[j]);
+    }
+    if (p.format == kFp8 && ((k0 + kBK) % 128 == 0 || k0 + kBK >= p.K)) {
+      // End of a 128-wide k block: apply its scale (one per 64-column tile) and start over.
+      const float s = p.wscale[(n0 / 128) * kblocks + k0 / 128];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            total[i][j][e] = fmaf(s, acc[i][j][e], total[i][j][e]);
+            acc[i][j][e] = 0.0f;
+          }
+    }
+  }
+  if (p.format == kFp8) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e];
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = wm + 16 * i + g, col = wn + 8 * j + 2 * c;
+      store<false>(p, base, r, m0 + r, n0 + col, acc[i][j][0]);
+      store<false>(p, base, r, m0 + r, n0 + col + 1, acc[i][j][1]);
+      store<false>(p, base, r + 8, m0 + r + 8, n0 + col, acc[i][j][2]);
+      store<false>(p, base, r + 8, m0 + r + 8, n0 + col + 1, acc[i][j][3]);
+    }
+}
+
+// ---- f32 activations: FMA -------------------------------------------------------------------------
+__global__ void __launch_bounds__(kFmaThreads) gemm_f32_kernel(Params p) {
+  __shared__ __align__(16) float xs[kFK * kLdF];  // [k][m]
+  __shared__ __align__(16) float ws[kFK * kLdF];  // [k][n]
+  __shared__ std::int64_t base[kBM];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kBN, m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  row_bases(p, m0, base);
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+
+  const auto* x = static_cast<const float*>(p.x);
+  const std::int64_t kblocks = (p.K + 127) / 128;
+  for (std::int64_t k0 = 0; k0 < p.K; k0 += kFK) {
+    __syncthreads();
+    for (int e = tid; e < kBM * kFK; e += kFmaThreads) {
+      const int r = e / kFK, kk = e % kFK;
+      const std::int64_t t = m0 + r, k = k0 + kk;
+      xs[kk * kLdF + r] = (t < p.T && k < p.K) ? x[t * p.K + k] : 0.0f;
+    }
+    if (p.format == kGptq) {
+      for (int e = tid; e < (kFK / 8) * kBN; e += kFmaThreads) {
+        const int kr = e / kBN, nn = e % kBN;
+        const std::int64_t n = n0 + nn, kbase = k0 + kr * 8;
+        const bool in = n < p.N && kbase < p.K;
+        const std::uint32_t word = in ? p.qweight[(kbase / 8) * p.N + n] : 0u;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ws[(kr * 8 + i) * kLdF + nn] = in ? bf16_to_f32(gptq_weight(p, word, n, kbase + i)) : 0.0f;
+      }
+    } else {
+      for (int e = tid; e < kBN * kFK; e += kFmaThreads) {
+        const int nn = e / kFK, kk = e % kFK;
+        const std::int64_t n = n0 + nn, k = k0 + kk;
+        float v = 0.0f;
+        if (n < p.N && k < p.K) {
+          if (p.format == kFp8)
+            v = f8e4m3_to_f32(static_cast<const std::uint8_t*>(p.w)[n * p.K + k]) * p.wscale[(n / 128) * kblocks + k / 128];
+          else
+            v = static_cast<const float*>(p.w)[n * p.K + k];
+        }
+        ws[kk * kLdF + nn] = v;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kFK; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[i] = xs[kk * kLdF + ty * 4 + i];
+        b[i] = ws[kk * kLdF + tx * 4 + i];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = ty * 4 + i;
+      store<true>(p, base, r, m0 + r, n0 + tx * 4 + j, acc[i][j]);
+    }
+}
+
+}  // namespace
+
+Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const FusedQkvPagedArgs& host,
+                       void* stream_handle) {
+  (void)host;
+  const std::int64_t T = a.hidden_state.shape[0];
+  if (T == 0) return Status::success();
+  Params p;
+  p.x = a.hidden_state.data;
+  p.T = T;
+  p.K = a.hidden_state.shape[1];
+  p.q_dim = d.q_dim;
+  p.N = d.q_dim + a.kv_cache.kv_dim() * a.kv_cache.num_kv_heads() * a.kv_cache.head_size();
+  p.format = d.weight_format == WeightFormat::dense ? kDense : d.weight_format == WeightFormat::fp8_block ? kFp8 : kGptq;
+  p.w = a.weight.data;
+  p.wscale = static_cast<const float*>(a.weight_scale.data);
+  p.qweight = static_cast<const std::uint32_t*>(a.qweight.data);
+  p.gscales = static_cast<const std::uint16_t*>(a.scales.data);
+  p.scales_f16 = a.scales.data != nullptr && a.scales.dtype == DType::f16;
+  p.qzeros = d.has_zp ? static_cast<const std::uint32_t*>(a.qzeros.data) : nullptr;
+  p.g_idx = static_cast<const std::int32_t*>(a.g_idx.data);
+  p.group_size = d.group_size;
+  p.iro = static_cast<const std::uint32_t*>(a.input_row_offsets.data);
+  p.B = static_cast<int>(a.input_row_offsets.shape[0] - 1);
+  p.cache = DevPagedCache::from(a.kv_cache);
+  p.layer = static_cast<int>(a.layer_idx);
+  p.out = a.output.data;
+
+  const std::int64_t row_tiles = ceil_div(T, kBM), col_tiles = ceil_div(p.N, kBN);
+  if (row_tiles > 65535)
+    return Status::error(StatusCode::unsupported, kOp, "hidden_state",
+                         std::string(kOp) + ": " + std::to_string(T) + " rows exceed one launch (at most " +
+                             std::to_string(65535 * kBM) + ")");
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
+  const cudaStream_t stream = as_stream(stream_handle);
+  if (a.hidden_state.dtype == DType::bf16) {
+    MLAKIT_LAUNCH(gemm_bf16_kernel, grid, kMmaThreads, 0, stream, p);
+    return check_launch(kOp, "gemm_bf16_kernel");
+  }
+  MLAKIT_LAUNCH(gemm_f32_kernel, grid, kFmaThreads, 0, stream, p);
+  return check_launch(kOp, "gemm_f32_kernel");
+}
+
+}  // namespace mlakit::cuda

@@ -1,0 +1,355 @@
+// Op 1 (spec 01) on the GPU: scores on BF16 tensor cores, then a per-row top-k.
+//
+// Scores. One thread block per (tile of QR query rows, chunk of kKeysPerBlock key positions), 8
+// warps. The block's query rows (all heads, fp8 decoded exactly to bf16) stay in shared memory;
+// each key tile of 64 positions is gathered through the page table and decoded into shared memory
+// once, then used by every row and head of the block. The product is heads x keys per query row:
+// A = Q[row] (heads padded to 16, the M dimension), B = K tile (keys, the N dimension), k = head_dim.
+// Each warp owns one query row and QR of the tile's eight 8-key column slices; it runs the head
+// tiles in order, applies ReLU (IEEE maximum: NaN stays NaN) and the q_s weight per head, sums the
+// 16 heads of a tile across lanes with a fixed shuffle tree and accumulates the head tiles in
+// registers; the key scale multiplies the head sum. A query tile that spans two sequences is
+// processed one sequence segment at a time (each segment has its own keys).
+//
+// fp8 x fp8 products are exact in bf16 x bf16 -> f32, so only the accumulation rounds (f32).
+// Selection. One block of 512 threads per query row over the row's scores (kept in global memory,
+// one row of max_keys floats per query row, processed in row chunks that bound the buffer): radix
+// select + ordered compaction + bitonic sort (topk.cuh), then positions and -1 padding.
+#include <algorithm>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/lightning_indexer.hpp"
+#include "cuda/mma.cuh"
+#include "cuda/topk.cuh"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kOp = "lightning_indexer";
+constexpr int kScoreThreads = 256;
+constexpr int kKeyTile = 64;
+constexpr int kKeysPerBlock = 1024;
+constexpr int kTopkThreads = 512;
+constexpr int kSharedWinners = 4096;  // top-k sorts up to this many winners in shared memory
+constexpr std::int64_t kScoreBudgetBytes = std::int64_t{512} << 20;
+
+struct ScoreParams {
+  const std::uint8_t* q;
+  const float* q_s;
+  const std::uint32_t* iro;
+  DevPagedCache cache;
+  int B, H, D, Hp, Dp, layer;
+  bool causal;
+  std::int64_t row0, rows;
+  float* scores;
+  std::int64_t ld;  // floats per query row in `scores`
+};
+
+struct ScoreLayout {
+  std::size_t kbase, kscale, qw, table, qs, ks, bytes;
+  __host__ __device__ ScoreLayout(int QR, int Hp, int Dp) {
+    const std::size_t ld = static_cast<std::size_t>(Dp + 8);
+    kbase = 0;
+    kscale = kbase + kKeyTile * sizeof(std::int64_t);
+    qw = kscale + kKeyTile * sizeof(float);
+    table = qw + static_cast<std::size_t>(QR) * Hp * sizeof(float);
+    qs = (table + 256 * sizeof(std::uint16_t) + 15) / 16 * 16;
+    ks = qs + static_cast<std::size_t>(QR) * Hp * ld * sizeof(std::uint16_t);
+    bytes = ks + kKeyTile * ld * sizeof(std::uint16_t);
+  }
+};
+
+// IEEE maximum(x, +0): NaN stays NaN, -0 becomes +0.
+__device__ __forceinline__ float relu_ieee(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+
+template <int QR>
+__global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  const ScoreLayout L(QR, p.Hp, p.Dp);
+  auto* kbase = reinterpret_cast<std::int64_t*>(smem + L.kbase);
+  auto* kscale = reinterpret_cast<float*>(smem + L.kscale);
+  auto* qw = reinterpret_cast<float*>(smem + L.qw);
+  auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
+  auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
+  auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+  __shared__ int row_seq[QR];
+  __shared__ std::int64_t row_t[QR], row_n[QR];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int ld = p.Dp + 8;
+  const int H = p.H, D = p.D, Hp = p.Hp, Dp = p.Dp;
+  build_fp8_table(table);
+  if (tid < QR) {
+    const std::int64_t t = p.row0 + static_cast<std::int64_t>(blockIdx.x) * QR + tid;
+    if (t < p.row0 + p.rows) {
+      const int b = find_sequence(p.iro, p.B, t);
+      const std::int64_t first = p.iro[b], last = p.iro[b + 1];
+      const std::int64_t cache_len = p.cache.cache_lengths[b];
+      row_seq[tid] = b;
+      row_t[tid] = t;
+      row_n[tid] = p.causal ? cache_len + (t - first) + 1 : cache_len + (last - first);
+    } else {
+      row_seq[tid] = -1;
+      row_t[tid] = -1;
+      row_n[tid] = 0;
+    }
+  }
+  __syncthreads();
+
+  // The block's query rows, decoded, and their head weights (zero for padding rows and heads).
+  for (int e = tid; e < QR * Hp * Dp; e += kScoreThreads) {
+    const int r = e / (Hp * Dp), rem = e % (Hp * Dp), h = rem / Dp, d = rem % Dp;
+    std::uint16_t v = 0;
+    if (row_seq[r] >= 0 && h < H && d < D) v = table[p.q[(row_t[r] * H + h) * D + d]];
+    qs[(r * Hp + h) * ld + d] = v;
+  }
+  for (int e = tid; e < QR * Hp; e += kScoreThreads) {
+    const int r = e / Hp, h = e % Hp;
+    qw[e] = (row_seq[r] >= 0 && h < H) ? p.q_s[row_t[r] * H + h] : 0.0f;
+  }
+  __syncthreads();
+
+  constexpr int kWarpsPerRow = 8 / QR;
+  const int my_row = warp / kWarpsPerRow, sub = warp % kWarpsPerRow;
+  const int g = lane >> 2, c = lane & 3;
+  const auto* blocks = static_cast<const std::uint8_t*>(p.cache.blocks);
+
+  for (int seg = 0; seg < QR && row_seq[seg] >= 0;) {
+    const int b = row_seq[seg];
+    int seg_end = seg + 1;
+    while (seg_end < QR && row_seq[seg_end] == b) ++seg_end;
+    std::int64_t n_max = 0;
+    for (int r = seg; r < seg_end; ++r) n_max = max(n_max, row_n[r]);
+    const bool mine = my_row >= seg && my_row < seg_end;
+
+    for (std::int64_t chunk = blockIdx.y; chunk * kKeysPerBlock < n_max; chunk += gridDim.y) {
+      const std::int64_t k_begin = chunk * kKeysPerBlock;
+      const std::int64_t k_end = min(k_begin + kKeysPerBlock, n_max);
+      for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
+        if (tid < kKeyTile) {
+          const std::int64_t j = kt + tid;
+          if (j < k_end) {
+            const std::int64_t blk = p.cache.block_of(b, j), off = j % p.cache.page_size;
+            kbase[tid] = p.cache.row_offset(blk, 0, p.layer, off, 0);
+            kscale[tid] = p.cache.scales[p.cache.scale_offset(blk, 0, p.layer, off, 0)];
+          } else {
+            kbase[tid] = -1;
+            kscale[tid] = 0.0f;
+          }
+        }
+        __syncthreads();
+        for (int e = tid; e < kKeyTile * Dp; e += kScoreThreads) {
+          const int kk = e / Dp, d = e % Dp;
+          const std::int64_t base = kbase[kk];
+          ks[kk * ld + d] = (base >= 0 && d < D) ? table[blocks[base + d]] : std::uint16_t{0};
+        }
+        __syncthreads();
+
+        if (mine) {
+          float score[QR][2];
+          for (int i = 0; i < QR; ++i) score[i][0] = score[i][1] = 0.0f;
+          for (int mt = 0; mt < Hp / 16; ++mt) {
+            float acc[QR][4];
+            for (int i = 0; i < QR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+            for (int k0 = 0; k0 < Dp; k0 += 16) {
+              std::uint32_t af[4];
+              load_a_rowmajor(af, qs, ld, my_row * Hp + mt * 16, k0);
+              for (int i = 0; i < QR; ++i) {
+                std::uint32_t bf[2];
+                load_b_nmajor(bf, ks, ld, (sub + kWarpsPerRow * i) * 8, k0);
+                mma_bf16_16816(acc[i], af, bf);
+              }
+            }
+            const int h0 = mt * 16 + g, h1 = h0 + 8;
+            const float w0 = qw[my_row * Hp + h0], w1 = qw[my_row * Hp + h1];
+            for (int i = 0; i < QR; ++i) {
+              for (int col = 0; col < 2; ++col) {
+                float v = (h0 < H ? relu_ieee(acc[i][col]) * w0 : 0.0f) + (h1 < H ? relu_ieee(acc[i][2 + col]) * w1 : 0.0f);
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                score[i][col] += v;
+              }
+            }
+          }
+          if (g == 0) {
+            const std::int64_t n_row = min(row_n[my_row], k_end);
+            float* out = p.scores + (row_t[my_row] - p.row0) * p.ld;
+            for (int i = 0; i < QR; ++i) {
+              for (int col = 0; col < 2; ++col) {
+                const int key = (sub + kWarpsPerRow * i) * 8 + 2 * c + col;
+                if (kt + key < n_row) out[kt + key] = kscale[key] * score[i][col];
+              }
+            }
+          }
+        }
+        __syncthreads();
+      }
+    }
+    seg = seg_end;
+  }
+}
+
+struct TopkParams {
+  const float* scores;
+  std::int64_t ld;
+  const std::uint32_t* iro;
+  const std::uint32_t* cache_lengths;
+  int B;
+  bool causal;
+  std::int64_t row0, top_k;
+  std::int32_t* out;
+  unsigned long long* scratch;  // per block, scratch_stride entries (when the winners exceed shared memory)
+  std::int64_t scratch_stride;
+};
+
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
+  __shared__ TopkShared<kTopkThreads> sm;
+  __shared__ unsigned long long winners[kSharedWinners];
+  const std::int64_t t = p.row0 + blockIdx.x;
+  const int b = find_sequence(p.iro, p.B, t);
+  const std::int64_t first = p.iro[b], last = p.iro[b + 1];
+  const std::int64_t cache_len = p.cache_lengths[b];
+  const std::int64_t n = p.causal ? cache_len + (t - first) + 1 : cache_len + (last - first);
+  const std::int64_t m = min(p.top_k, n);
+  const float* row = p.scores + blockIdx.x * p.ld;
+  unsigned long long* buf =
+      next_pow2(m) <= kSharedWinners ? winners : p.scratch + static_cast<std::int64_t>(blockIdx.x) * p.scratch_stride;
+  if (m > 0)
+    block_topk<kTopkThreads>(sm, static_cast<int>(n), static_cast<int>(m),
+                             [row](int j) { return rank_key(row[j]); }, buf);
+  std::int32_t* out = p.out + t * p.top_k;
+  for (std::int64_t i = threadIdx.x; i < p.top_k; i += kTopkThreads)
+    out[i] = i < m ? static_cast<std::int32_t>(winner_index(buf[i])) : -1;
+}
+
+template <int QR>
+Status launch_scores(const ScoreParams& p, std::size_t smem, dim3 grid, cudaStream_t stream) {
+  MLAKIT_CUDA_TRY(kOp, "setting the score kernel's shared memory",
+                  cudaFuncSetAttribute(score_kernel<QR>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  MLAKIT_LAUNCH(score_kernel<QR>, grid, kScoreThreads, smem, stream, p);
+  return check_launch(kOp, "score_kernel");
+}
+
+__global__ void remap_kernel(const std::int32_t* in, const std::uint32_t* iro, int B, const std::uint32_t* lut,
+                             std::int64_t lut_cols, std::int64_t page_size, std::int64_t K, std::int64_t total,
+                             std::int32_t* out) {
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int32_t v = in[e];
+    if (v < 0) {
+      out[e] = -1;
+      continue;
+    }
+    const int b = find_sequence(iro, B, e / K);
+    const std::int64_t blk = lut[b * lut_cols + v / page_size];
+    out[e] = static_cast<std::int32_t>(blk * page_size + v % page_size);
+  }
+}
+
+}  // namespace
+
+Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, const LightningIndexerArgs& host,
+                         void* stream_handle) {
+  const cudaStream_t stream = as_stream(stream_handle);
+  const std::int64_t T = a.q.shape[0];
+  if (T == 0) return Status::success();
+  const int B = static_cast<int>(a.input_row_offsets.shape[0] - 1);
+  const auto* iro = static_cast<const std::uint32_t*>(host.input_row_offsets.data);
+  const auto* lens = static_cast<const std::uint32_t*>(host.k_cache.cache_lengths.data);
+  std::int64_t max_keys = 1, max_rows = 1;
+  for (int b = 0; b < B; ++b) {
+    const std::int64_t seq = static_cast<std::int64_t>(iro[b + 1]) - iro[b];
+    if (seq == 0) continue;
+    max_keys = std::max(max_keys, static_cast<std::int64_t>(lens[b]) + seq);
+    max_rows = std::max(max_rows, seq);
+  }
+  const int H = static_cast<int>(d.num_heads), D = static_cast<int>(d.head_dim);
+  const int Hp = static_cast<int>(round_up(H, 16)), Dp = static_cast<int>(round_up(D, 16));
+
+  Status s;
+  const std::size_t smem_max = max_shared_memory(kOp, &s);
+  MLAKIT_STATUS_TRY(s);
+  int QR = max_rows >= 8 ? 8 : max_rows >= 4 ? 4 : max_rows >= 2 ? 2 : 1;
+  while (QR > 1 && ScoreLayout(QR, Hp, Dp).bytes > smem_max) QR /= 2;
+  const std::size_t smem = ScoreLayout(QR, Hp, Dp).bytes;
+  if (smem > smem_max)
+    return Status::error(StatusCode::unsupported, kOp, "num_heads",
+                         std::string(kOp) + ": num_heads=" + std::to_string(H) + " with head_dim=" + std::to_string(D) +
+                             " needs " + std::to_string(smem) + " bytes of shared memory per block (the GPU has " +
+                             std::to_string(smem_max) + ")");
+
+  // Row chunks bound the score buffer (and the global scratch of very large top_k).
+  const std::int64_t winners_pow2 = next_pow2(std::min(d.top_k, max_keys));
+  const std::int64_t scratch_per_row = winners_pow2 > kSharedWinners ? winners_pow2 : 0;
+  const std::int64_t bytes_per_row = max_keys * 4 + scratch_per_row * 8;
+  const std::int64_t chunk_rows = std::max<std::int64_t>(1, std::min(T, kScoreBudgetBytes / bytes_per_row));
+
+  DeviceBuffer scores, scratch;
+  MLAKIT_STATUS_TRY(scores.allocate(kOp, "the score buffer", static_cast<std::size_t>(chunk_rows * max_keys * 4), stream));
+  if (scratch_per_row > 0)
+    MLAKIT_STATUS_TRY(scratch.allocate(kOp, "the top-k scratch", static_cast<std::size_t>(chunk_rows * scratch_per_row * 8), stream));
+
+  ScoreParams sp;
+  sp.q = static_cast<const std::uint8_t*>(a.q.data);
+  sp.q_s = static_cast<const float*>(a.q_s.data);
+  sp.iro = static_cast<const std::uint32_t*>(a.input_row_offsets.data);
+  sp.cache = DevPagedCache::from(a.k_cache);
+  sp.B = B;
+  sp.H = H;
+  sp.D = D;
+  sp.Hp = Hp;
+  sp.Dp = Dp;
+  sp.layer = static_cast<int>(a.layer_idx);
+  sp.causal = d.mask == IndexerMask::causal;
+  sp.scores = scores.as<float>();
+  sp.ld = max_keys;
+
+  TopkParams tp;
+  tp.scores = scores.as<float>();
+  tp.ld = max_keys;
+  tp.iro = sp.iro;
+  tp.cache_lengths = sp.cache.cache_lengths;
+  tp.B = B;
+  tp.causal = sp.causal;
+  tp.top_k = d.top_k;
+  tp.out = static_cast<std::int32_t*>(a.output_indices.data);
+  tp.scratch = scratch.as<unsigned long long>();
+  tp.scratch_stride = scratch_per_row;
+
+  for (std::int64_t row0 = 0; row0 < T; row0 += chunk_rows) {
+    const std::int64_t rows = std::min(chunk_rows, T - row0);
+    sp.row0 = row0;
+    sp.rows = rows;
+    const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
+                    static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, kKeysPerBlock), 65535)));
+    switch (QR) {
+      case 8: s = launch_scores<8>(sp, smem, grid, stream); break;
+      case 4: s = launch_scores<4>(sp, smem, grid, stream); break;
+      case 2: s = launch_scores<2>(sp, smem, grid, stream); break;
+      default: s = launch_scores<1>(sp, smem, grid, stream); break;
+    }
+    MLAKIT_STATUS_TRY(s);
+    tp.row0 = row0;
+    MLAKIT_LAUNCH(topk_kernel, static_cast<unsigned>(rows), kTopkThreads, 0, stream, tp);
+    MLAKIT_STATUS_TRY(check_launch(kOp, "topk_kernel"));
+  }
+  return Status::success();
+}
+
+Status remap_indices_to_rows(const RemapIndicesArgs& a, void* stream_handle) {
+  const std::int64_t T = a.indices.shape[0], K = a.indices.shape[1];
+  const std::int64_t total = T * K;
+  if (total == 0) return Status::success();
+  const std::int64_t blocks = std::min<std::int64_t>(ceil_div(total, 256), 65535);
+  MLAKIT_LAUNCH(remap_kernel, static_cast<unsigned>(blocks), 256, 0, as_stream(stream_handle),
+                static_cast<const std::int32_t*>(a.indices.data),
+                static_cast<const std::uint32_t*>(a.input_row_offsets.data),
+                static_cast<int>(a.input_row_offsets.shape[0] - 1),
+                static_cast<const std::uint32_t*>(a.lookup_table.data), a.lookup_table.shape[1], a.page_size, K,
+                total, static_cast<std::int32_t*>(a.rows.data));
+  return check_launch("remap_indices_to_rows", "remap_kernel");
+}
+
+}  // namespace mlakit::cuda

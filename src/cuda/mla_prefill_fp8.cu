@@ -1,0 +1,576 @@
+// Op 3 (spec 03) on the GPU: four kernels on the call's stream.
+//
+// 1. rope_norm_kernel (one block per new token): RoPE (interleaved pairs, f32) on the rope part of
+//    every head of q and of the token's cache row, RMSNorm of the row's latent part (sum of squares
+//    in f32 with a fixed reduction tree, y = bf16(x·r), then bf16(y·gamma)), all in place.
+// 2. gather_quant_kernel (one block per buffer row): the latent part of the cache row at
+//    cache_offsets[b] + j, quantized per bk-column group exactly as the reference does (the same
+//    functions from reference/mla_prefill_fp8_quant.hpp; the group's amax is a max, which does not
+//    depend on the reduction order, so codes and scales are bit-identical); its rope part to a
+//    rope buffer. Rows no query can see (page padding past the last query) are zeroed and skipped,
+//    as the reference never computes them.
+// 3. kv_gemm_kernel: KV = block-scaled xq·Wᵀ on BF16 tensor cores (fp8 codes are exact in bf16),
+//    64x64 tiles, one bk group at a time: the group's partial sums are scaled by sa·w_s and added in
+//    f32, then rounded to bf16. Heads are processed in chunks that bound the KV buffer.
+// 4. attention_kernel (one block per 64 query rows and head): S = Q·Kᵀ on BF16 tensor cores (K =
+//    [K_nope ; rope part], both bf16), online softmax in f32 per query row over its visible keys
+//    only, O += P·V with f32 FMA (P stays f32: the op 3 bound allows no bf16 rounding of P).
+//    TODO(perf): P·V on tensor cores needs P split into bf16 parts (p = hi + lo + tiny) to stay
+//    inside that bound.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/mla_prefill_fp8.hpp"
+#include "cuda/mma.cuh"
+#include "reference/mla_prefill_fp8_quant.hpp"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kOp = "mla_prefill_fp8";
+constexpr int kNormThreads = 256;
+constexpr int kQuantThreads = 128;
+constexpr int kGemmThreads = 128, kBM = 64, kBN = 64, kBK = 32, kLdT = kBK + 8;
+constexpr int kAttnThreads = 128, kQRows = 64, kKeys = 32, kLdS = kKeys + 1;
+constexpr std::int64_t kKvBudgetBytes = std::int64_t{256} << 20;
+
+__device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += scratch[w];  // the same order in every thread
+  __syncthreads();
+  return total;
+}
+
+// max of non-negative, non-NaN partial maxima (the amax rule of the quantizer).
+__device__ __forceinline__ float block_amax(float v, float* scratch /* [32] */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = o > v ? o : v;
+  }
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = 0.0f;
+  for (int w = 0; w < warps; ++w) m = scratch[w] > m ? scratch[w] : m;
+  __syncthreads();
+  return m;
+}
+
+// ---- 1. RoPE + RMSNorm in place ------------------------------------------------------------------
+struct NormParams {
+  std::uint16_t* q;
+  const std::uint32_t* iro;
+  int B;
+  const void* freqs;
+  bool freqs_f32;
+  const std::uint16_t* gamma;
+  DevPagedCache cache;
+  int layer, H, nope, rope, latent;
+  float eps;
+};
+
+__device__ __forceinline__ float freq(const NormParams& p, std::int64_t pos, int col) {
+  const std::int64_t i = pos * p.rope + col;
+  return p.freqs_f32 ? static_cast<const float*>(p.freqs)[i] : bf16_to_f32(static_cast<const std::uint16_t*>(p.freqs)[i]);
+}
+
+__device__ __forceinline__ void rotate_pair(const NormParams& p, std::uint16_t* x, std::int64_t pos, int pair) {
+  const float cs = freq(p, pos, 2 * pair), sn = freq(p, pos, 2 * pair + 1);
+  const float x0 = bf16_to_f32(x[2 * pair]), x1 = bf16_to_f32(x[2 * pair + 1]);
+  x[2 * pair] = f32_to_bf16(x0 * cs - x1 * sn);
+  x[2 * pair + 1] = f32_to_bf16(x0 * sn + x1 * cs);
+}
+
+__global__ void __launch_bounds__(kNormThreads) rope_norm_kernel(NormParams p) {
+  __shared__ float scratch[32];
+  const std::int64_t t = blockIdx.x;
+  const int b = find_sequence(p.iro, p.B, t);
+  const std::int64_t pos = static_cast<std::int64_t>(p.cache.cache_lengths[b]) + (t - p.iro[b]);
+  const int pairs = p.rope / 2, qk = p.nope + p.rope;
+  for (int e = threadIdx.x; e < p.H * pairs; e += kNormThreads) {
+    const int h = e / pairs, pr = e % pairs;
+    rotate_pair(p, p.q + (t * p.H + h) * qk + p.nope, pos, pr);
+  }
+  auto* row = static_cast<std::uint16_t*>(p.cache.blocks_rw) +
+              p.cache.row_offset(p.cache.block_of(b, pos), 0, p.layer, pos % p.cache.page_size, 0);
+  for (int pr = threadIdx.x; pr < pairs; pr += kNormThreads) rotate_pair(p, row + p.latent, pos, pr);
+  float part = 0.0f;
+  for (int k = threadIdx.x; k < p.latent; k += kNormThreads) {
+    const float x = bf16_to_f32(row[k]);
+    part = fmaf(x, x, part);
+  }
+  const float sum_sq = block_sum(part, scratch);  // every read of the row precedes this barrier
+  const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(p.latent) + p.eps);
+  for (int k = threadIdx.x; k < p.latent; k += kNormThreads) {
+    const float y = round_to_bf16(bf16_to_f32(row[k]) * r);
+    row[k] = f32_to_bf16(y * bf16_to_f32(p.gamma[k]));  // a product of two bf16 values: exact in f32
+  }
+}
+
+// ---- 2. gather + FP8 quantization ---------------------------------------------------------------
+struct GatherParams {
+  const std::uint32_t *iro, *bro, *coff;
+  int B;
+  DevPagedCache cache;
+  int layer, latent, rope, bk, groups;
+  std::uint8_t* xq;      // [BL, latent]
+  float* sa;             // [BL, groups]
+  std::uint16_t* kr;     // [BL, rope]
+  std::uint8_t* needed;  // [BL]
+};
+
+// Buffer rows of sequence b that some query of the call can see: min(window, last_pos - offset + 1).
+__device__ __forceinline__ std::int64_t rows_needed(const std::uint32_t* iro, const std::uint32_t* bro,
+                                                    const std::uint32_t* coff, const std::uint32_t* lens, int b) {
+  const std::int64_t seq = static_cast<std::int64_t>(iro[b + 1]) - iro[b];
+  const std::int64_t window = static_cast<std::int64_t>(bro[b + 1]) - bro[b];
+  const std::int64_t offset = coff[b];
+  const std::int64_t last_pos = static_cast<std::int64_t>(lens[b]) + seq - 1;
+  if (seq == 0 || last_pos < offset) return 0;
+  return min(window, last_pos - offset + 1);
+}
+
+__global__ void __launch_bounds__(kQuantThreads) gather_quant_kernel(GatherParams p) {
+  namespace quant = mla_prefill_fp8_quant;
+  __shared__ float scratch[32];
+  const std::int64_t r = blockIdx.x;
+  const int b = find_sequence(p.bro, p.B, r);
+  const std::int64_t j = r - p.bro[b];
+  std::uint8_t* codes = p.xq + r * p.latent;
+  if (j >= rows_needed(p.iro, p.bro, p.coff, p.cache.cache_lengths, b)) {
+    for (int k = threadIdx.x; k < p.latent; k += kQuantThreads) codes[k] = 0;
+    for (int g = threadIdx.x; g < p.groups; g += kQuantThreads) p.sa[r * p.groups + g] = 0.0f;
+    for (int k = threadIdx.x; k < p.rope; k += kQuantThreads) p.kr[r * p.rope + k] = 0;
+    if (threadIdx.x == 0) p.needed[r] = 0;
+    return;
+  }
+  const std::int64_t pos = static_cast<std::int64_t>(p.coff[b]) + j;
+  const auto* row = static_cast<const std::uint16_t*>(p.cache.blocks) +
+                    p.cache.row_offset(p.cache.block_of(b, pos), 0, p.layer, pos % p.cache.page_size, 0);
+  for (int g = 0; g < p.groups; ++g) {
+    const int k0 = g * p.bk, k1 = min(k0 + p.bk, p.latent);
+    float amax = 0.0f;  // group_amax's rule: |x| by sign test, NaN never compares greater
+    for (int k = k0 + threadIdx.x; k < k1; k += kQuantThreads) {
+      const float x = bf16_to_f32(row[k]);
+      const float a = x < 0.0f ? -x : x;
+      if (a > amax) amax = a;
+    }
+    amax = block_amax(amax, scratch);
+    const float sa = quant::group_scale(amax);
+    const float inv = quant::group_inverse(sa);
+    for (int k = k0 + threadIdx.x; k < k1; k += kQuantThreads) codes[k] = quant::quantize_value(bf16_to_f32(row[k]), inv);
+    if (threadIdx.x == 0) p.sa[r * p.groups + g] = sa;
+  }
+  for (int k = threadIdx.x; k < p.rope; k += kQuantThreads) p.kr[r * p.rope + k] = row[p.latent + k];
+  if (threadIdx.x == 0) p.needed[r] = 1;
+}
+
+// ---- 3. block-scaled GEMM -----------------------------------------------------------------------
+struct GemmParams {
+  const std::uint8_t* xq;
+  const float* sa;
+  const std::uint8_t* needed;
+  const std::uint8_t* w;   // [H·(nope+v), latent]
+  const float* wscale;     // [ceil(H·(nope+v)/bn), groups]
+  std::int64_t BL, latent, bk, bn, groups;
+  std::int64_t n_first, Nc;  // weight rows [n_first, n_first + Nc) of this head chunk
+  std::uint16_t* kv;         // [BL, Nc]
+};
+
+__global__ void __launch_bounds__(kGemmThreads) kv_gemm_kernel(GemmParams p) {
+  __shared__ __align__(16) std::uint16_t xs[kBM * kLdT];
+  __shared__ __align__(16) std::uint16_t ws[kBN * kLdT];
+  __shared__ std::uint16_t table[256];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kBN, m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  build_fp8_table(table);
+  float total[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) total[i][j][e] = 0.0f;
+
+  for (std::int64_t grp = 0; grp < p.groups; ++grp) {
+    const std::int64_t gk0 = grp * p.bk, gk1 = min(gk0 + p.bk, p.latent);
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    for (std::int64_t k0 = gk0; k0 < gk1; k0 += kBK) {
+      __syncthreads();  // the table is built / the previous tile is consumed
+      for (int e = tid; e < kBM * kBK; e += kGemmThreads) {
+        const int r = e / kBK, kk = e % kBK;
+        const std::int64_t m = m0 + r, k = k0 + kk;
+        xs[r * kLdT + kk] = (m < p.BL && k < gk1) ? table[p.xq[m * p.latent + k]] : std::uint16_t{0};
+      }
+      for (int e = tid; e < kBN * kBK; e += kGemmThreads) {
+        const int nn = e / kBK, kk = e % kBK;
+        const std::int64_t n = n0 + nn, k = k0 + kk;
+        ws[nn * kLdT + kk] = (n < p.Nc && k < gk1) ? table[p.w[(p.n_first + n) * p.latent + k]] : std::uint16_t{0};
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kBK; kk += 16) {
+        std::uint32_t af[2][4], bf[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) load_a_rowmajor(af[i], xs, kLdT, wm + 16 * i, kk);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) load_b_nmajor(bf[j], ws, kLdT, wn + 8 * j, kk);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], af[i], bf[j]);
+      }
+    }
+    // total += sa[m, g]·w_s[n / bn, g] · (this group's sum).
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const std::int64_t m = m0 + wm + 16 * i + g + (e >= 2 ? 8 : 0);
+          const std::int64_t n = n0 + wn + 8 * j + 2 * c + (e & 1);
+          if (m < p.BL && n < p.Nc) {
+            const float s = p.sa[m * p.groups + grp] * p.wscale[((p.n_first + n) / p.bn) * p.groups + grp];
+            total[i][j][e] = fmaf(s, acc[i][j][e], total[i][j][e]);
+          }
+        }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const std::int64_t m = m0 + wm + 16 * i + g + (e >= 2 ? 8 : 0);
+        const std::int64_t n = n0 + wn + 8 * j + 2 * c + (e & 1);
+        if (m < p.BL && n < p.Nc) p.kv[m * p.Nc + n] = p.needed[m] ? f32_to_bf16(total[i][j][e]) : std::uint16_t{0};
+      }
+}
+
+// ---- 4. causal attention ------------------------------------------------------------------------
+struct AttnParams {
+  const std::uint16_t* q;  // rotated, [T, H, nope + rope]
+  const std::uint32_t *iro, *bro, *coff, *lens;
+  int B;
+  const std::uint16_t* kv;  // [BL, Nc] of this head chunk
+  const std::uint16_t* kr;  // [BL, rope]
+  std::uint16_t* out;       // [T, H, v]
+  std::int64_t T, Nc;
+  int H, h_first, nope, rope, v, qk, qkp;
+  float scale;
+};
+
+struct AttnLayout {
+  std::size_t row_b, row_vis, m, l, alpha, cnt, S, O, V, qs, ks, bytes;
+  __host__ __device__ AttnLayout(int qkp, int v) {
+    const std::size_t ld = static_cast<std::size_t>(qkp + 8);
+    row_b = 0;
+    row_vis = row_b + kQRows * sizeof(int);
+    m = row_vis + kQRows * sizeof(std::int64_t);
+    l = m + kQRows * sizeof(float);
+    alpha = l + kQRows * sizeof(float);
+    cnt = alpha + kQRows * sizeof(float);
+    S = cnt + kQRows * sizeof(int);
+    O = S + kQRows * kLdS * sizeof(float);
+    V = O + static_cast<std::size_t>(kQRows) * v * sizeof(float);
+    qs = (V + static_cast<std::size_t>(kKeys) * v * sizeof(float) + 15) / 16 * 16;
+    ks = qs + kQRows * ld * sizeof(std::uint16_t);
+    bytes = ks + kKeys * ld * sizeof(std::uint16_t);
+  }
+};
+
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  const AttnLayout L(p.qkp, p.v);
+  auto* row_b = reinterpret_cast<int*>(smem + L.row_b);
+  auto* row_vis = reinterpret_cast<std::int64_t*>(smem + L.row_vis);
+  auto* m_run = reinterpret_cast<float*>(smem + L.m);
+  auto* l_run = reinterpret_cast<float*>(smem + L.l);
+  auto* alpha_s = reinterpret_cast<float*>(smem + L.alpha);
+  auto* cnt_s = reinterpret_cast<int*>(smem + L.cnt);
+  auto* S = reinterpret_cast<float*>(smem + L.S);
+  auto* O = reinterpret_cast<float*>(smem + L.O);
+  auto* V = reinterpret_cast<float*>(smem + L.V);
+  auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
+  auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int ld = p.qkp + 8, qk = p.qk, qkp = p.qkp, nope = p.nope, vdim = p.v;
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * kQRows;
+  const int hl = blockIdx.y, h = p.h_first + hl;
+  const std::int64_t kv_col = static_cast<std::int64_t>(hl) * (nope + vdim);
+
+  if (tid < kQRows) {
+    const std::int64_t t = t0 + tid;
+    if (t < p.T) {
+      const int b = find_sequence(p.iro, p.B, t);
+      const std::int64_t pos = static_cast<std::int64_t>(p.lens[b]) + (t - p.iro[b]);
+      const std::int64_t offset = p.coff[b];
+      const std::int64_t rows = rows_needed(p.iro, p.bro, p.coff, p.lens, b);
+      row_b[tid] = b;
+      row_vis[tid] = pos < offset ? 0 : min(rows, pos - offset + 1);
+    } else {
+      row_b[tid] = -1;
+      row_vis[tid] = 0;
+    }
+    m_run[tid] = -INFINITY;
+    l_run[tid] = 0.0f;
+  }
+  for (int e = tid; e < kQRows * qkp; e += kAttnThreads) {
+    const int r = e / qkp, d = e % qkp;
+    const std::int64_t t = t0 + r;
+    qs[r * ld + d] = (t < p.T && d < qk) ? p.q[(t * p.H + h) * qk + d] : std::uint16_t{0};
+  }
+  for (int e = tid; e < kQRows * vdim; e += kAttnThreads) O[e] = 0.0f;
+  __syncthreads();
+
+  for (int seg = 0; seg < kQRows && row_b[seg] >= 0;) {
+    const int b = row_b[seg];
+    int seg_end = seg + 1;
+    while (seg_end < kQRows && row_b[seg_end] == b) ++seg_end;
+    std::int64_t n_keys = 0;
+    for (int r = seg; r < seg_end; ++r) n_keys = max(n_keys, row_vis[r]);
+    const std::int64_t first_row = p.bro[b];
+
+    for (std::int64_t kt = 0; kt < n_keys; kt += kKeys) {
+      // K = [K_nope ; rope part] and V of keys kt .. kt+31 (zero past n_keys).
+      for (int e = tid; e < kKeys * qkp; e += kAttnThreads) {
+        const int kk = e / qkp, d = e % qkp;
+        const std::int64_t j = kt + kk, br = first_row + j;
+        std::uint16_t x = 0;
+        if (j < n_keys && d < qk) x = d < nope ? p.kv[br * p.Nc + kv_col + d] : p.kr[br * p.rope + (d - nope)];
+        ks[kk * ld + d] = x;
+      }
+      for (int e = tid; e < kKeys * vdim; e += kAttnThreads) {
+        const int kk = e / vdim, d = e % vdim;
+        const std::int64_t j = kt + kk, br = first_row + j;
+        V[e] = j < n_keys ? bf16_to_f32(p.kv[br * p.Nc + kv_col + nope + d]) : 0.0f;
+      }
+      __syncthreads();
+      // S = scale · Q·Kᵀ: warp w owns query rows [16w, 16w+16), all 32 keys.
+      {
+        float acc[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        for (int k0 = 0; k0 < qkp; k0 += 16) {
+          std::uint32_t af[4];
+          load_a_rowmajor(af, qs, ld, warp * 16, k0);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            std::uint32_t bf[2];
+            load_b_nmajor(bf, ks, ld, j * 8, k0);
+            mma_bf16_16816(acc[j], af, bf);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int r = warp * 16 + g, col = j * 8 + 2 * c;
+          S[r * kLdS + col] = p.scale * acc[j][0];
+          S[r * kLdS + col + 1] = p.scale * acc[j][1];
+          S[(r + 8) * kLdS + col] = p.scale * acc[j][2];
+          S[(r + 8) * kLdS + col + 1] = p.scale * acc[j][3];
+        }
+      }
+      __syncthreads();
+      // Online softmax of each row over its visible keys of this tile (the first tile of a row with
+      // visible keys is kt = 0: every row sees keys from 0 up).
+      if (tid < kQRows) {
+        const int r = tid;
+        int cnt = 0;
+        if (r >= seg && r < seg_end) {
+          const std::int64_t left = row_vis[r] - kt;
+          cnt = left <= 0 ? 0 : left >= kKeys ? kKeys : static_cast<int>(left);
+        }
+        float alpha = 1.0f;
+        if (cnt > 0) {
+          float tile_max = -INFINITY;
+          for (int jj = 0; jj < cnt; ++jj) tile_max = fmaxf(tile_max, S[r * kLdS + jj]);
+          const float m_old = m_run[r];
+          const float m_new = kt == 0 ? tile_max : fmaxf(m_old, tile_max);
+          alpha = kt == 0 ? 0.0f : expf(m_old - m_new);
+          float sum = 0.0f;
+          for (int jj = 0; jj < cnt; ++jj) {
+            const float e = expf(S[r * kLdS + jj] - m_new);
+            S[r * kLdS + jj] = e;
+            sum += e;
+          }
+          m_run[r] = m_new;
+          l_run[r] = l_run[r] * alpha + sum;
+        }
+        cnt_s[r] = cnt;
+        alpha_s[r] = alpha;
+      }
+      __syncthreads();
+      // O = alpha·O + P·V over each row's visible keys only.
+      for (int e = tid; e < kQRows * vdim; e += kAttnThreads) {
+        const int r = e / vdim, d = e % vdim, cnt = cnt_s[r];
+        if (cnt == 0) continue;
+        float o = O[e] * alpha_s[r];
+        for (int jj = 0; jj < cnt; ++jj) o = fmaf(S[r * kLdS + jj], V[jj * vdim + d], o);
+        O[e] = o;
+      }
+      __syncthreads();
+    }
+    seg = seg_end;
+  }
+  for (int e = tid; e < kQRows * vdim; e += kAttnThreads) {
+    const int r = e / vdim, d = e % vdim;
+    const std::int64_t t = t0 + r;
+    if (t >= p.T) continue;
+    p.out[(t * p.H + h) * vdim + d] = row_vis[r] > 0 ? f32_to_bf16(O[e] / l_run[r]) : std::uint16_t{0};
+  }
+}
+
+}  // namespace
+
+Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, const MlaPrefillFp8Args& host,
+                       void* stream_handle) {
+  (void)host;
+  const cudaStream_t stream = as_stream(stream_handle);
+  const std::int64_t T = a.q.shape[0];
+  if (T == 0) return Status::success();
+  const int B = static_cast<int>(a.input_row_offsets.shape[0] - 1);
+  const std::int64_t BL = a.buffer_length;
+  const int H = static_cast<int>(d.num_heads), nope = static_cast<int>(d.nope), rope = static_cast<int>(d.rope);
+  const int vdim = static_cast<int>(d.v), latent = static_cast<int>(d.latent);
+  const int qk = nope + rope, qkp = static_cast<int>(round_up(qk, 16));
+  const std::int64_t groups = ceil_div(d.latent, d.bk);
+  const auto* iro = static_cast<const std::uint32_t*>(a.input_row_offsets.data);
+  const auto* bro = static_cast<const std::uint32_t*>(a.buffer_row_offsets.data);
+  const auto* coff = static_cast<const std::uint32_t*>(a.cache_offsets.data);
+  const DevPagedCache cache = DevPagedCache::from(a.kv_cache);
+
+  Status s;
+  const std::size_t smem_max = max_shared_memory(kOp, &s);
+  MLAKIT_STATUS_TRY(s);
+  const AttnLayout attn_layout(qkp, vdim);
+  if (attn_layout.bytes > smem_max)
+    return Status::error(StatusCode::unsupported, kOp, "v",
+                         std::string(kOp) + ": nope+rope=" + std::to_string(qk) + " with v=" + std::to_string(vdim) +
+                             " needs " + std::to_string(attn_layout.bytes) +
+                             " bytes of shared memory per block (the GPU has " + std::to_string(smem_max) + ")");
+
+  // 1. RoPE + RMSNorm in place.
+  NormParams np;
+  np.q = static_cast<std::uint16_t*>(a.q.data);
+  np.iro = iro;
+  np.B = B;
+  np.freqs = a.freqs_cis.data;
+  np.freqs_f32 = a.freqs_cis.dtype == DType::f32;
+  np.gamma = static_cast<const std::uint16_t*>(a.kv_norm_gamma.data);
+  np.cache = cache;
+  np.layer = static_cast<int>(a.layer_idx);
+  np.H = H;
+  np.nope = nope;
+  np.rope = rope;
+  np.latent = latent;
+  np.eps = d.epsilon;
+  MLAKIT_LAUNCH(rope_norm_kernel, static_cast<unsigned>(T), kNormThreads, 0, stream, np);
+  MLAKIT_STATUS_TRY(check_launch(kOp, "rope_norm_kernel"));
+
+  // 2. Gather + quantize.
+  DeviceBuffer xq, sa, kr, needed, kv;
+  MLAKIT_STATUS_TRY(xq.allocate(kOp, "the quantized buffer", static_cast<std::size_t>(BL * latent), stream));
+  MLAKIT_STATUS_TRY(sa.allocate(kOp, "the activation scales", static_cast<std::size_t>(BL * groups * 4), stream));
+  MLAKIT_STATUS_TRY(kr.allocate(kOp, "the rope buffer", static_cast<std::size_t>(BL * rope * 2), stream));
+  MLAKIT_STATUS_TRY(needed.allocate(kOp, "the row flags", static_cast<std::size_t>(BL), stream));
+  if (BL > 0) {
+    GatherParams gp;
+    gp.iro = iro;
+    gp.bro = bro;
+    gp.coff = coff;
+    gp.B = B;
+    gp.cache = cache;
+    gp.layer = static_cast<int>(a.layer_idx);
+    gp.latent = latent;
+    gp.rope = rope;
+    gp.bk = static_cast<int>(d.bk);
+    gp.groups = static_cast<int>(groups);
+    gp.xq = xq.as<std::uint8_t>();
+    gp.sa = sa.as<float>();
+    gp.kr = kr.as<std::uint16_t>();
+    gp.needed = needed.as<std::uint8_t>();
+    MLAKIT_LAUNCH(gather_quant_kernel, static_cast<unsigned>(BL), kQuantThreads, 0, stream, gp);
+    MLAKIT_STATUS_TRY(check_launch(kOp, "gather_quant_kernel"));
+  }
+
+  // 3 + 4 per chunk of heads.
+  const std::int64_t cols_per_head = nope + vdim;
+  const std::int64_t heads_per_chunk =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(H, kKvBudgetBytes / std::max<std::int64_t>(1, BL * cols_per_head * 2)));
+  MLAKIT_STATUS_TRY(kv.allocate(kOp, "the K/V buffer", static_cast<std::size_t>(BL * heads_per_chunk * cols_per_head * 2), stream));
+  MLAKIT_CUDA_TRY(kOp, "setting the attention kernel's shared memory",
+                  cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(attn_layout.bytes)));
+  for (std::int64_t h0 = 0; h0 < H; h0 += heads_per_chunk) {
+    const std::int64_t hc = std::min<std::int64_t>(heads_per_chunk, H - h0);
+    const std::int64_t Nc = hc * cols_per_head;
+    if (BL > 0) {
+      GemmParams gm;
+      gm.xq = xq.as<std::uint8_t>();
+      gm.sa = sa.as<float>();
+      gm.needed = needed.as<std::uint8_t>();
+      gm.w = static_cast<const std::uint8_t*>(a.kv_b_proj.data);
+      gm.wscale = static_cast<const float*>(a.kv_b_proj_scale.data);
+      gm.BL = BL;
+      gm.latent = latent;
+      gm.bk = d.bk;
+      gm.bn = d.bn;
+      gm.groups = groups;
+      gm.n_first = h0 * cols_per_head;
+      gm.Nc = Nc;
+      gm.kv = kv.as<std::uint16_t>();
+      const std::int64_t row_tiles = ceil_div(BL, kBM);
+      if (row_tiles > 65535)
+        return Status::error(StatusCode::unsupported, kOp, "buffer_length",
+                             std::string(kOp) + ": buffer_length=" + std::to_string(BL) + " exceeds one launch (at most " +
+                                 std::to_string(65535 * kBM) + ")");
+      const dim3 grid(static_cast<unsigned>(ceil_div(Nc, kBN)), static_cast<unsigned>(row_tiles));
+      MLAKIT_LAUNCH(kv_gemm_kernel, grid, kGemmThreads, 0, stream, gm);
+      MLAKIT_STATUS_TRY(check_launch(kOp, "kv_gemm_kernel"));
+    }
+    AttnParams ap;
+    ap.q = static_cast<const std::uint16_t*>(a.q.data);
+    ap.iro = iro;
+    ap.bro = bro;
+    ap.coff = coff;
+    ap.lens = cache.cache_lengths;
+    ap.B = B;
+    ap.kv = kv.as<std::uint16_t>();
+    ap.kr = kr.as<std::uint16_t>();
+    ap.out = static_cast<std::uint16_t*>(a.output.data);
+    ap.T = T;
+    ap.Nc = Nc;
+    ap.H = H;
+    ap.h_first = static_cast<int>(h0);
+    ap.nope = nope;
+    ap.rope = rope;
+    ap.v = vdim;
+    ap.qk = qk;
+    ap.qkp = qkp;
+    ap.scale = d.scale;
+    if (hc > 65535)
+      return Status::error(StatusCode::unsupported, kOp, "num_heads",
+                           std::string(kOp) + ": num_heads=" + std::to_string(H) + " exceeds one launch");
+    const dim3 grid(static_cast<unsigned>(ceil_div(T, kQRows)), static_cast<unsigned>(hc));
+    MLAKIT_LAUNCH(attention_kernel, grid, kAttnThreads, attn_layout.bytes, stream, ap);
+    MLAKIT_STATUS_TRY(check_launch(kOp, "attention_kernel"));
+  }
+  return Status::success();
+}
+
+}  // namespace mlakit::cuda

@@ -1,0 +1,339 @@
+// Op 2 (spec 02) on the GPU: block scores on BF16 tensor cores, then a per-(row, head) top-k.
+//
+// Block scores. One thread block per (tile of QR query rows, chunk of whole pages), 8 warps. The
+// rows' index queries (QR x Hi rows of A, padded to 16) stay in shared memory; each tile of 64 key
+// positions is gathered through the page table into shared memory once (bf16 copied, fp8 decoded
+// exactly) and multiplied by all of them: warp w computes the 8 keys [8w, 8w+8) of the tile for
+// every query row. The scaled dots go to a shared tile, from which each (row, head, page) takes
+// the maximum over its keys below the row's causal end (a NaN makes the page's maximum NaN). A
+// block's key range is a whole number of pages, so every page maximum is finished in one block and
+// written to a global [rows, Hi, max_blocks] buffer; there is no cross-block reduction.
+// Selection. One block of 512 threads per (query row, head): forced init/local scores applied on
+// read, then the shared radix select + sort (topk.cuh); NaN winners become -1 (NaN never wins).
+#include <algorithm>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/msa_block_indexer.hpp"
+#include "cuda/topk.cuh"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kOp = "msa_block_indexer";
+constexpr int kThreads = 256;
+constexpr int kKeyTile = 64;
+constexpr int kKeysPerBlock = 1024;
+constexpr int kPageMaxFloats = 8192;  // shared page maxima per block
+constexpr int kTopkThreads = 512;
+constexpr int kSharedWinners = 4096;
+constexpr std::int64_t kBudgetBytes = std::int64_t{512} << 20;
+
+struct ScoreParams {
+  const std::uint16_t* q;
+  const std::uint32_t* iro;
+  const std::uint32_t* prefix;
+  DevPagedCache cache;
+  bool fp8;
+  int B, Hi, Di, Dp, QR, MA, MAp, layer, pages_per_block;
+  float scale;
+  std::int64_t row0, rows;
+  float* block_scores;  // [rows of the chunk, Hi, max_blocks]
+  std::int64_t max_blocks;
+};
+
+struct Layout {
+  std::size_t kbase, table, S, pmax, qs, ks, bytes;
+  __host__ __device__ Layout(int MAp, int Dp, int pages_per_block) {
+    const std::size_t ld = static_cast<std::size_t>(Dp + 8);
+    kbase = 0;
+    table = kbase + kKeyTile * sizeof(std::int64_t);
+    S = table + 256 * sizeof(std::uint16_t);
+    pmax = S + static_cast<std::size_t>(MAp) * (kKeyTile + 1) * sizeof(float);
+    qs = (pmax + static_cast<std::size_t>(MAp) * pages_per_block * sizeof(float) + 15) / 16 * 16;
+    ks = qs + static_cast<std::size_t>(MAp) * ld * sizeof(std::uint16_t);
+    bytes = ks + kKeyTile * ld * sizeof(std::uint16_t);
+  }
+};
+
+// max that lets a NaN in and never lets it out (order-independent: NaN if any NaN, else the max).
+__device__ __forceinline__ float max_nan_sticky(float m, float x) { return (x != x || x > m) ? x : m; }
+
+__global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  const Layout L(p.MAp, p.Dp, p.pages_per_block);
+  auto* kbase = reinterpret_cast<std::int64_t*>(smem + L.kbase);
+  auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
+  auto* S = reinterpret_cast<float*>(smem + L.S);
+  auto* pmax = reinterpret_cast<float*>(smem + L.pmax);
+  auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
+  auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+  constexpr int kMaxRows = 8;
+  __shared__ int row_seq[kMaxRows];
+  __shared__ std::int64_t row_t[kMaxRows], row_n[kMaxRows];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int ld = p.Dp + 8, Hi = p.Hi, Di = p.Di, Dp = p.Dp, QR = p.QR, MAp = p.MAp, ppb = p.pages_per_block;
+  const std::int64_t ps = p.cache.page_size;
+  constexpr int kLdS = kKeyTile + 1;
+  if (p.fp8) build_fp8_table(table);
+  if (tid < QR) {
+    const std::int64_t t = p.row0 + static_cast<std::int64_t>(blockIdx.x) * QR + tid;
+    if (t < p.row0 + p.rows) {
+      const int b = find_sequence(p.iro, p.B, t);
+      row_seq[tid] = b;
+      row_t[tid] = t;
+      row_n[tid] = static_cast<std::int64_t>(p.prefix[b]) + (t - p.iro[b]) + 1;  // causal key count
+    } else {
+      row_seq[tid] = -1;
+      row_t[tid] = -1;
+      row_n[tid] = 0;
+    }
+  }
+  __syncthreads();
+  // A rows a = r·Hi + h (zero past the rows and columns that exist).
+  for (int e = tid; e < MAp * Dp; e += kThreads) {
+    const int arow = e / Dp, d = e % Dp, r = arow / Hi, h = arow % Hi;
+    std::uint16_t v = 0;
+    if (arow < p.MA && row_seq[r] >= 0 && d < Di) v = p.q[(row_t[r] * Hi + h) * Di + d];
+    qs[arow * ld + d] = v;
+  }
+  __syncthreads();
+
+  const auto* blocks8 = static_cast<const std::uint8_t*>(p.cache.blocks);
+  const auto* blocks16 = static_cast<const std::uint16_t*>(p.cache.blocks);
+  for (int seg = 0; seg < QR && row_seq[seg] >= 0;) {
+    const int b = row_seq[seg];
+    int seg_end = seg + 1;
+    while (seg_end < QR && row_seq[seg_end] == b) ++seg_end;
+    std::int64_t n_max = 0;
+    for (int r = seg; r < seg_end; ++r) n_max = max(n_max, row_n[r]);
+    const std::int64_t keys_per_chunk = static_cast<std::int64_t>(ppb) * ps;
+
+    for (std::int64_t chunk = blockIdx.y; chunk * keys_per_chunk < n_max; chunk += gridDim.y) {
+      const std::int64_t k_begin = chunk * keys_per_chunk;
+      const std::int64_t k_end = min(k_begin + keys_per_chunk, n_max);
+      const std::int64_t page0 = chunk * ppb;
+      for (int e = tid; e < MAp * ppb; e += kThreads) pmax[e] = -INFINITY;
+      for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
+        if (tid < kKeyTile) {
+          const std::int64_t j = kt + tid;
+          kbase[tid] = j < k_end ? p.cache.row_offset(p.cache.block_of(b, j), 0, p.layer, j % ps, 0) : -1;
+        }
+        __syncthreads();
+        for (int e = tid; e < kKeyTile * Dp; e += kThreads) {
+          const int kk = e / Dp, d = e % Dp;
+          const std::int64_t base = kbase[kk];
+          std::uint16_t v = 0;
+          if (base >= 0 && d < Di) v = p.fp8 ? table[blocks8[base + d]] : blocks16[base + d];
+          ks[kk * ld + d] = v;
+        }
+        __syncthreads();
+        // S = scale · A·Kᵀ: warp w owns keys [8w, 8w+8) for every A row.
+        for (int mt0 = 0; mt0 < MAp / 16; mt0 += 4) {
+          float acc[4][4];
+          for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+          const int mts = min(4, MAp / 16 - mt0);
+          for (int k0 = 0; k0 < Dp; k0 += 16) {
+            std::uint32_t bf[2];
+            load_b_nmajor(bf, ks, ld, warp * 8, k0);
+            for (int i = 0; i < 4; ++i) {
+              if (i >= mts) break;
+              std::uint32_t af[4];
+              load_a_rowmajor(af, qs, ld, (mt0 + i) * 16, k0);
+              mma_bf16_16816(acc[i], af, bf);
+            }
+          }
+          for (int i = 0; i < mts; ++i) {
+            const int r0 = (mt0 + i) * 16 + g, col = warp * 8 + 2 * c;
+            S[r0 * kLdS + col] = p.scale * acc[i][0];
+            S[r0 * kLdS + col + 1] = p.scale * acc[i][1];
+            S[(r0 + 8) * kLdS + col] = p.scale * acc[i][2];
+            S[(r0 + 8) * kLdS + col + 1] = p.scale * acc[i][3];
+          }
+        }
+        __syncthreads();
+        // Page maxima over each row's visible keys of this tile.
+        const std::int64_t tile_end = min(kt + kKeyTile, k_end);
+        const std::int64_t c_lo = kt / ps, c_hi = (tile_end - 1) / ps;
+        const int pages = static_cast<int>(c_hi - c_lo + 1);
+        const int seg_rows = (seg_end - seg) * Hi;
+        for (int e = tid; e < seg_rows * pages; e += kThreads) {
+          const int arow = seg * Hi + e / pages;
+          const std::int64_t page = c_lo + e % pages;
+          const std::int64_t j0 = max(kt, page * ps);
+          const std::int64_t j1 = min(min(tile_end, (page + 1) * ps), row_n[arow / Hi]);
+          if (j0 >= j1) continue;
+          float m = pmax[arow * ppb + (page - page0)];
+          for (std::int64_t j = j0; j < j1; ++j) m = max_nan_sticky(m, S[arow * kLdS + (j - kt)]);
+          pmax[arow * ppb + (page - page0)] = m;
+        }
+        __syncthreads();
+      }
+      // Pages of this chunk that a row has (page < ceil(n / ps)).
+      const int seg_rows = (seg_end - seg) * Hi;
+      for (int e = tid; e < seg_rows * ppb; e += kThreads) {
+        const int arow = seg * Hi + e / ppb, r = arow / Hi, h = arow % Hi;
+        const std::int64_t page = page0 + e % ppb;
+        const std::int64_t nb = (row_n[r] + ps - 1) / ps;
+        if (page < nb)
+          p.block_scores[((row_t[r] - p.row0) * Hi + h) * p.max_blocks + page] = pmax[arow * ppb + (page - page0)];
+      }
+      __syncthreads();
+    }
+    seg = seg_end;
+  }
+}
+
+struct TopkParams {
+  const float* block_scores;
+  std::int64_t max_blocks;
+  const std::uint32_t* iro;
+  const std::uint32_t* prefix;
+  int B, Hi;
+  std::int64_t row0, rows_total, block_size, topk, init_blocks, local_blocks;
+  std::int32_t* out;  // [Hi, R, topk]
+  unsigned long long* scratch;
+  std::int64_t scratch_stride;
+};
+
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
+  __shared__ TopkShared<kTopkThreads> sm;
+  __shared__ unsigned long long winners[kSharedWinners];
+  const std::int64_t pair = blockIdx.x;  // (row of the chunk, head)
+  const std::int64_t row = pair / p.Hi;
+  const int h = static_cast<int>(pair % p.Hi);
+  const std::int64_t t = p.row0 + row;
+  const int b = find_sequence(p.iro, p.B, t);
+  const std::int64_t nk = static_cast<std::int64_t>(p.prefix[b]) + (t - p.iro[b]) + 1;
+  const std::int64_t nb = (nk + p.block_size - 1) / p.block_size;
+  const std::int64_t m = min(p.topk, nb);
+  const float* s = p.block_scores + pair * p.max_blocks;
+  const std::int64_t init = p.init_blocks, local_from = nb - p.local_blocks;
+  unsigned long long* buf =
+      next_pow2(m) <= kSharedWinners
+          ? winners
+          : p.scratch + pair * p.scratch_stride;
+  block_topk<kTopkThreads>(
+      sm, static_cast<int>(nb), static_cast<int>(m),
+      [=](int cblk) {
+        float v = s[cblk];
+        if (cblk < init) v = 1e30f;
+        if (cblk >= local_from) v = 1e29f;  // applied second: wins over init
+        return rank_key(v);
+      },
+      buf);
+  std::int32_t* out = p.out + (static_cast<std::int64_t>(h) * p.rows_total + t) * p.topk;
+  for (std::int64_t i = threadIdx.x; i < p.topk; i += kTopkThreads) {
+    std::int32_t v = -1;
+    if (i < m && !winner_is_nan(buf[i])) v = static_cast<std::int32_t>(winner_index(buf[i]));
+    out[i] = v;
+  }
+}
+
+}  // namespace
+
+Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, const MsaBlockIndexerArgs& host,
+                         void* stream_handle) {
+  const cudaStream_t stream = as_stream(stream_handle);
+  const std::int64_t R = a.q.shape[0];
+  if (R == 0) return Status::success();
+  const int B = static_cast<int>(a.input_row_offsets.shape[0] - 1);
+  const auto* iro = static_cast<const std::uint32_t*>(host.input_row_offsets.data);
+  const auto* prefix = static_cast<const std::uint32_t*>(host.prefix_lens.data);
+  const std::int64_t ps = a.k_cache.page_size();
+  std::int64_t max_keys = 1, max_rows = 1;
+  for (int b = 0; b < B; ++b) {
+    const std::int64_t seq = static_cast<std::int64_t>(iro[b + 1]) - iro[b];
+    if (seq == 0) continue;
+    max_keys = std::max(max_keys, static_cast<std::int64_t>(prefix[b]) + seq);
+    max_rows = std::max(max_rows, seq);
+  }
+  const std::int64_t max_blocks = ceil_div(max_keys, ps);
+  const int Hi = static_cast<int>(d.num_index_heads), Di = static_cast<int>(d.idx_head_dim);
+  const int Dp = static_cast<int>(round_up(Di, 16));
+
+  Status s;
+  const std::size_t smem_max = max_shared_memory(kOp, &s);
+  MLAKIT_STATUS_TRY(s);
+  int QR = max_rows >= 8 ? 8 : max_rows >= 4 ? 4 : max_rows >= 2 ? 2 : 1;
+  while (QR > 1 && QR * Hi > 64) QR /= 2;
+  auto layout_for = [&](int qr) {
+    const int mapad = static_cast<int>(round_up(static_cast<std::int64_t>(qr) * Hi, 16));
+    const int ppb = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(kKeysPerBlock / ps, kPageMaxFloats / mapad)));
+    return std::make_pair(Layout(mapad, Dp, ppb), ppb);
+  };
+  while (QR > 1 && layout_for(QR).first.bytes > smem_max) QR /= 2;
+  const auto [layout, ppb] = layout_for(QR);
+  if (layout.bytes > smem_max)
+    return Status::error(StatusCode::unsupported, kOp, "num_index_heads",
+                         std::string(kOp) + ": num_index_heads=" + std::to_string(Hi) + " with idx_head_dim=" +
+                             std::to_string(Di) + " needs " + std::to_string(layout.bytes) +
+                             " bytes of shared memory per block (the GPU has " + std::to_string(smem_max) + ")");
+
+  const std::int64_t winners_pow2 = next_pow2(std::min(d.topk, max_blocks));
+  const std::int64_t scratch_per_pair = winners_pow2 > kSharedWinners ? winners_pow2 : 0;
+  const std::int64_t bytes_per_row = Hi * (max_blocks * 4 + scratch_per_pair * 8);
+  const std::int64_t chunk_rows = std::max<std::int64_t>(1, std::min(R, kBudgetBytes / bytes_per_row));
+  DeviceBuffer scores, scratch;
+  MLAKIT_STATUS_TRY(scores.allocate(kOp, "the block scores", static_cast<std::size_t>(chunk_rows * Hi * max_blocks * 4), stream));
+  if (scratch_per_pair > 0)
+    MLAKIT_STATUS_TRY(scratch.allocate(kOp, "the top-k scratch",
+                                       static_cast<std::size_t>(chunk_rows * Hi * scratch_per_pair * 8), stream));
+
+  ScoreParams sp;
+  sp.q = static_cast<const std::uint16_t*>(a.q.data);
+  sp.iro = static_cast<const std::uint32_t*>(a.input_row_offsets.data);
+  sp.prefix = static_cast<const std::uint32_t*>(a.prefix_lens.data);
+  sp.cache = DevPagedCache::from(a.k_cache);
+  sp.fp8 = a.k_cache.blocks.dtype == DType::f8e4m3;
+  sp.B = B;
+  sp.Hi = Hi;
+  sp.Di = Di;
+  sp.Dp = Dp;
+  sp.QR = QR;
+  sp.MA = QR * Hi;
+  sp.MAp = static_cast<int>(round_up(sp.MA, 16));
+  sp.layer = static_cast<int>(a.layer_idx);
+  sp.pages_per_block = ppb;
+  sp.scale = d.scale;
+  sp.block_scores = scores.as<float>();
+  sp.max_blocks = max_blocks;
+  MLAKIT_CUDA_TRY(kOp, "setting the score kernel's shared memory",
+                  cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(layout.bytes)));
+
+  TopkParams tp;
+  tp.block_scores = scores.as<float>();
+  tp.max_blocks = max_blocks;
+  tp.iro = sp.iro;
+  tp.prefix = sp.prefix;
+  tp.B = B;
+  tp.Hi = Hi;
+  tp.rows_total = R;
+  tp.block_size = ps;
+  tp.topk = d.topk;
+  tp.init_blocks = d.init_blocks;
+  tp.local_blocks = d.local_blocks;
+  tp.out = static_cast<std::int32_t*>(a.out_idxs.data);
+  tp.scratch = scratch.as<unsigned long long>();
+  tp.scratch_stride = scratch_per_pair;
+
+  const std::int64_t keys_per_chunk = static_cast<std::int64_t>(ppb) * ps;
+  for (std::int64_t row0 = 0; row0 < R; row0 += chunk_rows) {
+    const std::int64_t rows = std::min(chunk_rows, R - row0);
+    sp.row0 = row0;
+    sp.rows = rows;
+    const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
+                    static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, keys_per_chunk), 65535)));
+    MLAKIT_LAUNCH(score_kernel, grid, kThreads, layout.bytes, stream, sp);
+    MLAKIT_STATUS_TRY(check_launch(kOp, "score_kernel"));
+    tp.row0 = row0;
+    MLAKIT_LAUNCH(topk_kernel, static_cast<unsigned>(rows * Hi), kTopkThreads, 0, stream, tp);
+    MLAKIT_STATUS_TRY(check_launch(kOp, "topk_kernel"));
+  }
+  return Status::success();
+}
+
+}  // namespace mlakit::cuda

@@ -1,0 +1,283 @@
+// Op 4 (spec 04) on the GPU: sparse MLA attention over gathered latent rows, FlashAttention style.
+//
+// One thread block per (query row t, group of 32 heads, chunk of 512 output columns), 8 warps.
+// The block walks the row's index slots 32 at a time: the valid slots' cache rows are gathered into
+// shared memory once (bf16 copied; fp8 codes decoded exactly to bf16, the row scale kept aside) and
+// serve every head of the group, as K (all qk_depth columns) and as V (the first v_depth).
+//   S = Q·Kᵀ   BF16 tensor cores (warp w: head tile w/4, slot tile w%4), f32 accumulation; times the
+//              row scale (fp8) and the softmax scale.
+//   softmax    online, one warp per 4 heads, one lane per slot: running max m (over valid slots),
+//              running sum l of the unrounded exp(s - m), rescale factor exp(m_old - m_new).
+//   O += P·V   BF16 tensor cores with P = bf16(exp(s - m)) (FlashMLA's rounding, which the spec
+//              allows; for the fp8 cache P carries the row scale: bf16(exp(s - m)·scale_row), so V
+//              stays the exact codes); warp w: head tile w/4, columns [128·(w%4), +128) of the chunk,
+//              accumulators in registers.
+// The end: out = O / (l + exp(sink - m)), lse = m + log(l); a row without a valid slot writes 0 and
+// lse = +inf. Invalid slots (past topk_lengths, negative, >= num_rows) are skipped, duplicates count.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/sparse_mla_prefill.hpp"
+
+namespace mlakit::cuda {
+namespace {
+
+constexpr const char* kOp = "sparse_mla_prefill";
+constexpr int kThreads = 256;
+constexpr int kHeads = 32;    // heads per block: two 16-row tiles
+constexpr int kSlots = 32;    // index slots per step
+constexpr int kVChunk = 512;  // output columns per block
+constexpr int kLdS = kSlots + 1;
+constexpr int kLdP = kSlots + 8;
+
+struct Params {
+  const std::uint16_t* q;
+  DevPagedCache cache;
+  bool fp8, vector_loads;
+  int layer;
+  const std::int32_t* indices;
+  const std::uint32_t* topk_lengths;  // null: indices_stride
+  const float* sink;                  // null: no sink
+  std::uint16_t* out;
+  float* lse;                         // null: not written
+  int Hq, qk, Dp, vd, stride;
+  float scale;
+  std::int64_t num_rows;
+};
+
+struct Layout {
+  std::size_t rowbase, rscale, valid, m, l, alpha, table, S, P, qs, ks, bytes;
+  __host__ __device__ explicit Layout(int Dp) {
+    const std::size_t ld = static_cast<std::size_t>(Dp + 8);
+    rowbase = 0;
+    rscale = rowbase + kSlots * sizeof(std::int64_t);
+    valid = rscale + kSlots * sizeof(float);
+    m = valid + kSlots * sizeof(int);
+    l = m + kHeads * sizeof(float);
+    alpha = l + kHeads * sizeof(float);
+    table = alpha + kHeads * sizeof(float);
+    S = table + 256 * sizeof(std::uint16_t);
+    P = S + kHeads * kLdS * sizeof(float);
+    qs = (P + kHeads * kLdP * sizeof(std::uint16_t) + 15) / 16 * 16;
+    ks = qs + kHeads * ld * sizeof(std::uint16_t);
+    bytes = ks + kSlots * ld * sizeof(std::uint16_t);
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  const Layout L(p.Dp);
+  auto* rowbase = reinterpret_cast<std::int64_t*>(smem + L.rowbase);
+  auto* rscale = reinterpret_cast<float*>(smem + L.rscale);
+  auto* valid = reinterpret_cast<int*>(smem + L.valid);
+  auto* m_run = reinterpret_cast<float*>(smem + L.m);
+  auto* l_run = reinterpret_cast<float*>(smem + L.l);
+  auto* alpha_s = reinterpret_cast<float*>(smem + L.alpha);
+  auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
+  auto* S = reinterpret_cast<float*>(smem + L.S);
+  auto* P = reinterpret_cast<std::uint16_t*>(smem + L.P);
+  auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
+  auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const std::int64_t t = blockIdx.x;
+  const int h0 = blockIdx.y * kHeads;
+  const int vc0 = blockIdx.z * kVChunk;
+  const int ld = p.Dp + 8, Dp = p.Dp, qk = p.qk;
+
+  if (p.fp8) build_fp8_table(table);
+  for (int e = tid; e < kHeads * Dp; e += kThreads) {
+    const int r = e / Dp, d = e % Dp, h = h0 + r;
+    qs[r * ld + d] = (h < p.Hq && d < qk) ? p.q[(t * p.Hq + h) * qk + d] : std::uint16_t{0};
+  }
+  if (tid < kHeads) {
+    m_run[tid] = -INFINITY;
+    l_run[tid] = 0.0f;
+  }
+  std::int64_t len = p.stride;
+  if (p.topk_lengths != nullptr) len = min(len, static_cast<std::int64_t>(p.topk_lengths[t]));
+
+  // Output accumulators: head tile mw, columns [vc0 + 128·cg, +128) as 16 tiles of 8.
+  const int mw = warp >> 2, cg = warp & 3;
+  float acc[16][4];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  bool seen = false;  // a valid slot so far (the same for every thread)
+  const auto* blocks8 = static_cast<const std::uint8_t*>(p.cache.blocks);
+  const auto* blocks16 = static_cast<const std::uint16_t*>(p.cache.blocks);
+  const std::int64_t ps = p.cache.page_size;
+
+  for (std::int64_t p0 = 0; p0 < len; p0 += kSlots) {
+    int ok = 0;
+    if (tid < kSlots) {
+      const std::int64_t slot = p0 + tid;
+      const std::int64_t idx = slot < len ? static_cast<std::int64_t>(p.indices[t * p.stride + slot]) : -1;
+      ok = idx >= 0 && idx < p.num_rows;
+      valid[tid] = ok;
+      rowbase[tid] = ok ? p.cache.row_offset(idx / ps, 0, p.layer, idx % ps, 0) : -1;
+      rscale[tid] = (ok && p.fp8) ? p.cache.scales[p.cache.scale_offset(idx / ps, 0, p.layer, idx % ps, 0)] : 1.0f;
+    }
+    if (!__syncthreads_or(ok)) continue;  // no valid slot in this step (block-uniform)
+
+    // Gather the valid rows (zero rows for the invalid slots).
+    if (p.vector_loads) {
+      const int vecs = qk / 8;
+      for (int e = tid; e < kSlots * vecs; e += kThreads) {
+        const int kk = e / vecs, v = e % vecs;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (rowbase[kk] >= 0) x = *reinterpret_cast<const uint4*>(blocks16 + rowbase[kk] + v * 8);
+        *reinterpret_cast<uint4*>(ks + kk * ld + v * 8) = x;
+      }
+      for (int e = tid; e < kSlots * (Dp - qk); e += kThreads) ks[(e / (Dp - qk)) * ld + qk + e % (Dp - qk)] = 0;
+    } else {
+      for (int e = tid; e < kSlots * Dp; e += kThreads) {
+        const int kk = e / Dp, d = e % Dp;
+        const std::int64_t base = rowbase[kk];
+        std::uint16_t v = 0;
+        if (base >= 0 && d < qk) v = p.fp8 ? table[blocks8[base + d]] : blocks16[base + d];
+        ks[kk * ld + d] = v;
+      }
+    }
+    __syncthreads();
+
+    // S = scale · (row scale ·) Q·Kᵀ: warp w computes heads [16·(w/4), +16) x slots [8·(w%4), +8).
+    {
+      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const int m0 = (warp >> 2) * 16, n0 = (warp & 3) * 8;
+      for (int k0 = 0; k0 < Dp; k0 += 16) {
+        std::uint32_t af[4], bf[2];
+        load_a_rowmajor(af, qs, ld, m0, k0);
+        load_b_nmajor(bf, ks, ld, n0, k0);
+        mma_bf16_16816(s4, af, bf);
+      }
+      const int col = n0 + 2 * c;
+      S[(m0 + g) * kLdS + col] = p.scale * (s4[0] * rscale[col]);
+      S[(m0 + g) * kLdS + col + 1] = p.scale * (s4[1] * rscale[col + 1]);
+      S[(m0 + g + 8) * kLdS + col] = p.scale * (s4[2] * rscale[col]);
+      S[(m0 + g + 8) * kLdS + col + 1] = p.scale * (s4[3] * rscale[col + 1]);
+    }
+    __syncthreads();
+
+    // Online softmax: warp w updates heads 4w .. 4w+3; lane = slot.
+    for (int rr = 0; rr < 4; ++rr) {
+      const int r = warp * 4 + rr;
+      const bool v = valid[lane] != 0;
+      const float s = S[r * kLdS + lane];
+      float tile_max = v ? s : -INFINITY;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+      const float m_old = m_run[r];
+      const float m_new = seen ? fmaxf(m_old, tile_max) : tile_max;
+      const float e = v ? expf(s - m_new) : 0.0f;
+      float sum = e;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      const float alpha = seen ? expf(m_old - m_new) : 0.0f;
+      P[r * kLdP + lane] = f32_to_bf16(p.fp8 ? e * rscale[lane] : e);
+      __syncwarp();
+      if (lane == 0) {
+        m_run[r] = m_new;
+        l_run[r] = l_run[r] * alpha + sum;
+        alpha_s[r] = alpha;
+      }
+    }
+    seen = true;
+    __syncthreads();
+
+    // O = alpha·O + P·V.
+    {
+      const int r0 = mw * 16 + g;
+      const float a0 = alpha_s[r0], a1 = alpha_s[r0 + 8];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        acc[i][0] *= a0;
+        acc[i][1] *= a0;
+        acc[i][2] *= a1;
+        acc[i][3] *= a1;
+      }
+#pragma unroll
+      for (int k0 = 0; k0 < kSlots; k0 += 16) {
+        std::uint32_t af[4];
+        load_a_rowmajor(af, P, kLdP, mw * 16, k0);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int n0 = vc0 + cg * 128 + i * 8;
+          if (n0 >= p.vd) break;  // columns past v_depth: not needed (and past the tile's rows)
+          std::uint32_t bf[2];
+          load_b_kmajor(bf, ks, ld, k0, n0);
+          mma_bf16_16816(acc[i], af, bf);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Normalize and store.
+  const int r0 = mw * 16 + g;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = r0 + 8 * half, h = h0 + r;
+    if (h >= p.Hq) continue;
+    const float m = m_run[r], l = l_run[r];
+    const float den = l + (p.sink != nullptr ? expf(p.sink[h] - m) : 0.0f);
+    std::uint16_t* o = p.out + (t * p.Hq + h) * p.vd;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int col = vc0 + cg * 128 + i * 8 + 2 * c;
+      if (col < p.vd) o[col] = seen ? f32_to_bf16(acc[i][2 * half] / den) : std::uint16_t{0};
+      if (col + 1 < p.vd) o[col + 1] = seen ? f32_to_bf16(acc[i][2 * half + 1] / den) : std::uint16_t{0};
+    }
+  }
+  if (p.lse != nullptr && blockIdx.z == 0 && tid < kHeads && h0 + tid < p.Hq)
+    p.lse[t * p.Hq + h0 + tid] = seen ? m_run[tid] + logf(l_run[tid]) : INFINITY;
+}
+
+}  // namespace
+
+Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const SparseMlaPrefillArgs& host,
+                          void* stream_handle) {
+  (void)host;
+  const std::int64_t T = a.q.shape[0];
+  if (T == 0) return Status::success();
+  const int qk = static_cast<int>(d.qk_depth);
+  const int Dp = static_cast<int>(round_up(qk, 16));
+  const Layout layout(Dp);
+  Status s;
+  const std::size_t smem_max = max_shared_memory(kOp, &s);
+  MLAKIT_STATUS_TRY(s);
+  if (layout.bytes > smem_max)
+    return Status::error(StatusCode::unsupported, kOp, "qk_depth",
+                         std::string(kOp) + ": qk_depth=" + std::to_string(qk) + " needs " +
+                             std::to_string(layout.bytes) + " bytes of shared memory per block (the GPU has " +
+                             std::to_string(smem_max) + ")");
+  Params p;
+  p.q = static_cast<const std::uint16_t*>(a.q.data);
+  p.cache = DevPagedCache::from(a.kv_cache);
+  p.fp8 = a.kv_cache.blocks.dtype == DType::f8e4m3;
+  p.vector_loads = !p.fp8 && qk % 8 == 0 && (reinterpret_cast<std::uintptr_t>(a.kv_cache.blocks.data) % 16) == 0;
+  p.layer = static_cast<int>(a.layer_idx);
+  p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
+  p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);
+  p.sink = static_cast<const float*>(a.attn_sink.data);
+  p.out = static_cast<std::uint16_t*>(a.output.data);
+  p.lse = static_cast<float*>(a.lse.data);
+  p.Hq = static_cast<int>(d.num_q_heads);
+  p.qk = qk;
+  p.Dp = Dp;
+  p.vd = static_cast<int>(d.v_depth);
+  p.stride = static_cast<int>(d.indices_stride);
+  p.scale = d.scale;
+  p.num_rows = a.kv_cache.num_blocks() * a.kv_cache.page_size();
+  MLAKIT_CUDA_TRY(kOp, "setting the attention kernel's shared memory",
+                  cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(layout.bytes)));
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(d.num_q_heads, kHeads)),
+                  static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
+  MLAKIT_LAUNCH(attention_kernel, grid, kThreads, layout.bytes, as_stream(stream_handle), p);
+  return check_launch(kOp, "attention_kernel");
+}
+
+}  // namespace mlakit::cuda
