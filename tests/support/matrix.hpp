@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct MatrixParam {
   BackendUnderTest be;
 };
 std::vector<MatrixParam> matrix_params(const std::string& op);
+// Readable test names in listings (otherwise GoogleTest prints the parameter's bytes).
+inline void PrintTo(const MatrixParam& p, std::ostream* os) {
+  *os << p.op << "/" << p.spec.name << "/seed" << p.seed << "/" << p.be.label;
+}
 std::string matrix_param_name(const ::testing::TestParamInfo<MatrixParam>& info);
 
 // Generates the case, runs the reference twice (must be bit-identical, inputs untouched, guards

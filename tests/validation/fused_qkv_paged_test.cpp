@@ -3,6 +3,8 @@
 // byte changed.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <list>
 #include <map>
 #include <memory>
@@ -555,30 +557,40 @@ TEST(FusedQkvPagedValidation, OutputMustNotOverlapThePageTable) {
   expect_rejected(*c, "output", "overlaps kv_cache.lookup_table");
 }
 
+// Puts the cache and `victim` into one fresh buffer, the victim `offset` bytes after the cache's
+// start, so they overlap each other and nothing else whatever the heap layout.
+void share_bytes_with_cache(Call& c, TensorView& victim, std::int64_t offset) {
+  TensorView& blocks = c.a.kv_cache.blocks;
+  Tensor& arena = c.add(DType::u8, {blocks.size_bytes() + victim.size_bytes() + offset});
+  std::memcpy(arena.bytes(), blocks.data, static_cast<std::size_t>(blocks.size_bytes()));
+  blocks.data = arena.bytes();
+  victim.data = arena.bytes() + offset;
+}
+
 TEST(FusedQkvPagedValidation, CacheMustNotOverlapInputs) {
   {
     auto c = make();  // the activations inside the cache's bytes
-    c->a.hidden_state.data = c->a.kv_cache.blocks.data;
+    share_bytes_with_cache(*c, c->a.hidden_state, 0);
     expect_rejected(*c, "kv_cache.blocks", "overlaps hidden_state");
   }
   {
     auto c = make();
-    c->a.weight.data = static_cast<char*>(c->a.kv_cache.blocks.data) + 2;
+    share_bytes_with_cache(*c, c->a.weight, 2);
     expect_rejected(*c, "kv_cache.blocks", "overlaps weight");
   }
   {
     auto c = make(kGptq);
-    c->a.qweight.data = c->a.kv_cache.blocks.data;
+    share_bytes_with_cache(*c, c->a.qweight, 0);
     expect_rejected(*c, "kv_cache.blocks", "overlaps qweight");
   }
   {
     auto c = make(kGptq);
-    c->a.scales.data = c->a.kv_cache.blocks.data;
+    share_bytes_with_cache(*c, c->a.scales, 0);
     expect_rejected(*c, "kv_cache.blocks", "overlaps scales");
   }
   {
     auto c = make();
-    c->a.kv_cache.cache_lengths.data = c->a.kv_cache.blocks.data;
+    share_bytes_with_cache(*c, c->a.kv_cache.cache_lengths, 0);
     expect_rejected(*c, "kv_cache.blocks", "overlaps kv_cache.cache_lengths");
   }
 }
