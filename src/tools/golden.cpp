@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/common/cpu_features.hpp"
+#include "harness/common/device_staging.hpp"
 #include "harness/common/driver.hpp"
 #include "harness/common/safetensors.hpp"
 #include "mlakit/version.hpp"
@@ -68,7 +69,7 @@ class Progress {
 
 void run_or_throw(const OpDriver& d, Bundle& b, Backend be) {
   Progress progress(std::string("running ") + d.name() + " on " + backend_name(be));
-  const Status s = d.run(b, RunOptions{be});
+  const Status s = harness::run_driver(d, b, RunOptions{be});  // cuda: staged in device memory
   if (!s.ok()) throw UsageError{s.message};
 }
 

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "harness/common/device_staging.hpp"
+
 namespace mlakit::testing {
 
 using harness::Bundle;
@@ -70,13 +72,13 @@ Bundle run_checked(const harness::OpDriver& driver, const Bundle& inputs, const 
                    const std::string& who) {
   Bundle b = inputs;
   const auto before = inputs_of(b);
-  const Status s = driver.run(b, opt);
+  const Status s = harness::run_driver(driver, b, opt);  // cuda: tensors staged in device memory
   EXPECT_TRUE(s.ok()) << who << ": " << s.message;
   expect_inputs_untouched(b, before, who);
   expect_guards(b, who);
   // Determinism: a second run with the same inputs gives the same bits.
   Bundle again = inputs;
-  const Status s2 = driver.run(again, opt);
+  const Status s2 = harness::run_driver(driver, again, opt);
   EXPECT_TRUE(s2.ok()) << who << " (second run): " << s2.message;
   for (const auto& name : b.output_names())
     EXPECT_TRUE(again.at(name).same_bytes(b.at(name))) << who << ": second run differs in '" << name << "'";
@@ -93,7 +95,7 @@ void run_against_reference(const harness::OpDriver& driver, const harness::CaseS
   RunOptions opt;
   opt.backend = be.backend;
   Bundle probe = inputs;
-  const Status s = driver.run(probe, opt);
+  const Status s = harness::run_driver(driver, probe, opt);
   if (s.code == StatusCode::unsupported) GTEST_SKIP() << be.label << " declines this case: " << s.message;
   const Bundle actual = run_checked(driver, inputs, opt, be.label);
   expect_pass(driver.compare(expected, actual), be.label + " vs reference");

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "harness/common/device_staging.hpp"
+
 namespace mlakit::harness {
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
@@ -27,6 +29,7 @@ TensorView Tensor::view() const {
     v.strides[i] = s;
     s *= shape_[i];
   }
+  if (DeviceStaging* staging = current_staging()) return staging->stage(*this, v);  // cuda runs
   return v;
 }
 

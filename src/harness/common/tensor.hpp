@@ -34,7 +34,9 @@ class Tensor {
   template <class T> T* data() { return reinterpret_cast<T*>(storage_.data()); }
   template <class T> const T* data() const { return reinterpret_cast<const T*>(storage_.data()); }
 
-  TensorView view() const;  // contiguous host view (writable: the storage is ours)
+  // Contiguous host view (writable: the storage is ours). Inside a DeviceStaging scope
+  // (device_staging.hpp) it is a view of the tensor's device mirror instead.
+  TensorView view() const;
 
   // Fills the data with a pattern no operator writes by accident: NaN with payload 0x5A5
   // for floats, 0xA5A5A5A5 for integers, 0xA5 bytes otherwise.
