@@ -1,0 +1,144 @@
+// A CPU stand-in for <cuda_runtime.h>: the subset of CUDA that src/cuda uses, so that the cuda
+// back-end's kernels compile as C++ and run in the tests on machines without a GPU.
+//
+// Each thread block runs on one OS thread; each CUDA thread is a fiber (ucontext) that runs until
+// it reaches __syncthreads or a warp collective (__shfl_xor_sync, __ballot_sync, __syncwarp,
+// mma.sync). A block barrier completes when every live thread of the block waits at one, a warp
+// collective when all 32 lanes of the warp wait at the same one; anything else (a barrier in
+// divergent code, lanes that exited before a collective) is reported as a deadlock and aborts.
+// "Device memory" is host memory, filled with 0xFF bytes (NaN, 0xFFFFFFFF) when allocated so that
+// reads of never-written memory show up. Kernels run when launched; streams are ignored.
+// mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
+// with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
+// tensor cores' rounding.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#ifndef MLAKIT_CUDA_EMULATION
+#error "this header stands in for the CUDA runtime only in the emulation tests"
+#endif
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+
+namespace mlakit_cuda_emu {
+
+void sync_block();
+int sync_block_or(int predicate);
+unsigned warp_ballot(bool predicate);
+std::uint64_t warp_shfl_xor(std::uint64_t bits, int lane_mask);
+void warp_sync();
+void mma_bf16_16816(float c[4], const std::uint32_t a[4], const std::uint32_t b[2]);
+unsigned char* dynamic_shared();
+void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::function<void()>& thread_body);
+
+// Live allocations of the emulated device (tests check that every call frees what it allocates).
+long live_allocations();
+// Kernels launched since the process started.
+long launches();
+
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t dynamic_smem, void* /*stream*/, A&&... args) {
+  const std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+  run_grid(grid, block, dynamic_smem, [&] { std::apply(kernel, params); });
+}
+
+}  // namespace mlakit_cuda_emu
+
+// ---- device intrinsics -----------------------------------------------------------------------
+inline void __syncthreads() { mlakit_cuda_emu::sync_block(); }
+inline int __syncthreads_or(int p) { return mlakit_cuda_emu::sync_block_or(p); }
+inline void __syncwarp(unsigned = 0xffffffffu) { mlakit_cuda_emu::warp_sync(); }
+inline unsigned __ballot_sync(unsigned, int predicate) { return mlakit_cuda_emu::warp_ballot(predicate != 0); }
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = mlakit_cuda_emu::warp_shfl_xor(bits, lane_mask);
+  T r;
+  std::memcpy(&r, &bits, sizeof(T));
+  return r;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float __int_as_float(int i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {  // fibers never interleave inside a call
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T>
+inline T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <class T>
+inline T max(T a, T b) {
+  return a < b ? b : a;
+}
+
+// ---- runtime API -----------------------------------------------------------------------------
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+const char* cudaGetErrorName(cudaError_t e);
+const char* cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError();
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+template <class F>
+cudaError_t cudaFuncSetAttribute(F*, cudaFuncAttribute, int value) {
+  return value <= 232448 ? cudaSuccess : cudaErrorInvalidValue;  // H100 / H200 opt-in limit
+}

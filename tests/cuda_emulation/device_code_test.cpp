@@ -1,0 +1,165 @@
+// The cuda back-end's shared device code on the CPU emulation: the tensor-core fragment loaders
+// against a plain matrix product, the block-wide top-k against a sort with the spec's order, and
+// the emulator's own rules (a barrier in divergent code is reported).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/topk.cuh"
+#include "cuda_runtime.h"
+
+namespace mlakit::cuda {
+namespace {
+
+// ---- fragments ---------------------------------------------------------------------------------
+// C[16x8] = A[16x16]·B[16x8] with A row-major (ld 24), B given twice: n-major (B[k][n] = Bn[n][k],
+// ld 24) and k-major (B[k][n] = Bk[k][n], ld 16).
+__global__ void fragment_kernel(const std::uint16_t* a, const std::uint16_t* bn, const std::uint16_t* bk, float* c_n,
+                                float* c_k) {
+  __shared__ std::uint16_t As[16 * 24], Bns[8 * 24], Bks[16 * 16];
+  for (int i = threadIdx.x; i < 16 * 24; i += 32) As[i] = a[i];
+  for (int i = threadIdx.x; i < 8 * 24; i += 32) Bns[i] = bn[i];
+  for (int i = threadIdx.x; i < 16 * 16; i += 32) Bks[i] = bk[i];
+  __syncthreads();
+  std::uint32_t af[4], b1[2], b2[2];
+  load_a_rowmajor(af, As, 24, 0, 0);
+  load_b_nmajor(b1, Bns, 24, 0, 0);
+  load_b_kmajor(b2, Bks, 16, 0, 0);
+  float d1[4] = {0, 0, 0, 0}, d2[4] = {1, 1, 1, 1};  // d2 starts at 1: the accumulator is added
+  mma_bf16_16816(d1, af, b1);
+  mma_bf16_16816(d2, af, b2);
+  const int lane = threadIdx.x, g = lane >> 2, q = lane & 3;
+  c_n[g * 8 + 2 * q] = d1[0];
+  c_n[g * 8 + 2 * q + 1] = d1[1];
+  c_n[(g + 8) * 8 + 2 * q] = d1[2];
+  c_n[(g + 8) * 8 + 2 * q + 1] = d1[3];
+  c_k[g * 8 + 2 * q] = d2[0];
+  c_k[g * 8 + 2 * q + 1] = d2[1];
+  c_k[(g + 8) * 8 + 2 * q] = d2[2];
+  c_k[(g + 8) * 8 + 2 * q + 1] = d2[3];
+}
+
+TEST(DeviceCode, FragmentLoadersComputeTheMatrixProduct) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-8, 8);
+  // Small integers: every product and sum is exact, so the comparison is exact.
+  auto bf = [](int v) { return f32_to_bf16(static_cast<float>(v)); };
+  std::vector<int> A(16 * 16), B(16 * 8);
+  for (int& v : A) v = small(rng);
+  for (int& v : B) v = small(rng);
+  std::vector<std::uint16_t> a(16 * 24, 0), bn(8 * 24, 0), bk(16 * 16, 0);
+  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 16; ++k) a[i * 24 + k] = bf(A[i * 16 + k]);
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n) {
+      bn[n * 24 + k] = bf(B[k * 8 + n]);
+      bk[k * 16 + n] = bf(B[k * 8 + n]);
+    }
+  std::vector<float> c_n(128, -1), c_k(128, -1);
+  mlakit_cuda_emu::launch(fragment_kernel, dim3(1), dim3(32), 0, nullptr, a.data(), bn.data(), bk.data(), c_n.data(),
+                          c_k.data());
+  for (int i = 0; i < 16; ++i)
+    for (int n = 0; n < 8; ++n) {
+      int s = 0;
+      for (int k = 0; k < 16; ++k) s += A[i * 16 + k] * B[k * 8 + n];
+      EXPECT_EQ(c_n[i * 8 + n], static_cast<float>(s)) << i << "," << n;
+      EXPECT_EQ(c_k[i * 8 + n], static_cast<float>(s + 1)) << i << "," << n;
+    }
+}
+
+// ---- top-k -------------------------------------------------------------------------------------
+constexpr int kThreads = 512;
+
+__global__ void topk_kernel(const float* scores, int n, int m, unsigned long long* buf, std::int32_t* out) {
+  __shared__ TopkShared<kThreads> sm;
+  block_topk<kThreads>(sm, n, m, [scores](int j) { return rank_key(scores[j]); }, buf);
+  for (int i = threadIdx.x; i < m; i += kThreads) out[i] = winner_is_nan(buf[i]) ? -2 : static_cast<std::int32_t>(winner_index(buf[i]));
+}
+
+// The spec's order, written independently: numbers before NaN, higher first, +0 == -0, then index.
+std::vector<std::int32_t> expected_order(const std::vector<float>& s, int m) {
+  std::vector<std::int32_t> idx(s.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::int32_t a, std::int32_t b) {
+    const bool na = std::isnan(s[a]), nb = std::isnan(s[b]);
+    if (na != nb) return nb;
+    if (na) return false;
+    return s[a] > s[b];
+  });
+  idx.resize(static_cast<std::size_t>(m));
+  for (auto& i : idx)
+    if (std::isnan(s[i])) i = -2;
+  return idx;
+}
+
+void check_topk(const std::vector<float>& scores, int m) {
+  const int n = static_cast<int>(scores.size());
+  std::vector<unsigned long long> buf(static_cast<std::size_t>(next_pow2(m)), 0);
+  std::vector<std::int32_t> out(static_cast<std::size_t>(m), -7);
+  mlakit_cuda_emu::launch(topk_kernel, dim3(1), dim3(kThreads), 0, nullptr, scores.data(), n, m, buf.data(), out.data());
+  EXPECT_EQ(out, expected_order(scores, m)) << "n=" << n << " m=" << m;
+}
+
+TEST(DeviceCode, BlockTopkFollowsTheSpecOrder) {
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int n : {1, 2, 5, 31, 512, 513, 1000, 5000}) {
+    for (int m : {1, 3, n / 2, n - 1, n}) {
+      if (m < 1 || m > n) continue;
+      std::vector<float> s(static_cast<std::size_t>(n));
+      std::uniform_int_distribution<int> pick(0, 9);
+      std::uniform_int_distribution<int> small(-3, 3);  // many ties
+      for (float& v : s) {
+        const int k = pick(rng);
+        v = k == 0 ? nan : k == 1 ? 0.0f : k == 2 ? -0.0f : k == 3 ? -inf : k == 4 ? inf : static_cast<float>(small(rng)) * 0.5f;
+      }
+      check_topk(s, m);
+    }
+  }
+  check_topk(std::vector<float>(64, nan), 10);   // only NaN
+  check_topk(std::vector<float>(64, 1.0f), 64);  // all equal
+}
+
+// ---- rank key ----------------------------------------------------------------------------------
+TEST(DeviceCode, RankKeyOrdersFloatsAndTiesSignedZeros) {
+  const float vals[] = {-std::numeric_limits<float>::infinity(), -1e30f, -1.0f, -1e-40f, -0.0f, 0.0f, 1e-40f, 1.0f,
+                        std::numeric_limits<float>::infinity()};
+  for (std::size_t i = 1; i < std::size(vals); ++i) {
+    if (vals[i] == vals[i - 1]) EXPECT_EQ(rank_key(vals[i]), rank_key(vals[i - 1]));
+    else EXPECT_GT(rank_key(vals[i]), rank_key(vals[i - 1])) << vals[i];
+  }
+  EXPECT_EQ(rank_key(std::numeric_limits<float>::quiet_NaN()), 0u);
+  EXPECT_EQ(rank_key(-std::numeric_limits<float>::quiet_NaN()), 0u);
+  EXPECT_GT(rank_key(vals[0]), 0u);
+}
+
+// ---- ragged rows -------------------------------------------------------------------------------
+TEST(DeviceCode, FindSequenceSkipsEmptySequences) {
+  const std::uint32_t offsets[] = {0, 0, 3, 3, 3, 7, 8};
+  const int owner[] = {1, 1, 1, 4, 4, 4, 4, 5};
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(find_sequence(offsets, 6, t), owner[t]) << t;
+}
+
+// ---- the emulator --------------------------------------------------------------------------------
+// Half of each warp at a shuffle, the other half at a block barrier: hangs on a GPU.
+__global__ void divergent_collective_kernel() {
+  if (threadIdx.x % 32 < 16) (void)__shfl_xor_sync(0xffffffffu, 1, 1);
+  __syncthreads();
+}
+
+TEST(CudaEmulationDeathTest, CollectiveInDivergentCodeIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(mlakit_cuda_emu::launch(divergent_collective_kernel, dim3(1), dim3(64), 0, nullptr), "deadlock");
+}
+
+}  // namespace
+}  // namespace mlakit::cuda

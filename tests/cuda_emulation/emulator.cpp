@@ -1,0 +1,351 @@
+// The CPU emulation behind tests/cuda_emulation/cuda_runtime.h (see there).
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace mlakit_cuda_emu {
+namespace {
+
+constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr std::size_t kMaxDynamicShared = 232448;
+
+enum class Wait { ready, block, warp, done };
+enum class WarpOp { sync, ballot, shfl, mma };
+
+struct Fiber {
+  ucontext_t ctx;
+  uint3 idx;
+  Wait wait = Wait::ready;
+  // block barrier
+  int predicate = 0;
+  // warp collective
+  WarpOp op = WarpOp::sync;
+  std::uint64_t value = 0;
+  int lane_mask = 0;
+  float c[4] = {0, 0, 0, 0};
+  std::uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  std::uint64_t result = 0;
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  ucontext_t scheduler;
+  int current = 0;
+  std::vector<unsigned char> smem;
+  const std::function<void()>* body = nullptr;
+};
+
+Block* g_block = nullptr;
+std::vector<std::unique_ptr<char[]>> g_stacks;
+std::unordered_map<void*, std::size_t> g_allocations;
+long g_launches = 0;
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "cuda emulation: %s (block %u,%u,%u)\n", what.c_str(), blockIdx.x, blockIdx.y, blockIdx.z);
+  std::abort();
+}
+
+Fiber& self() {
+  if (g_block == nullptr) fail("a device intrinsic was called outside a kernel");
+  return g_block->fibers[static_cast<std::size_t>(g_block->current)];
+}
+
+void yield() {
+  Fiber& f = self();
+  swapcontext(&f.ctx, &g_block->scheduler);
+}
+
+void fiber_entry() {
+  (*g_block->body)();
+  g_block->fibers[static_cast<std::size_t>(g_block->current)].wait = Wait::done;
+  // returning resumes uc_link (the scheduler)
+}
+
+float bf16_lo(std::uint32_t r) { return __uint_as_float(r << 16); }
+float bf16_hi(std::uint32_t r) { return __uint_as_float(r & 0xFFFF0000u); }
+
+// D = A·B + C for one warp, with the fragment layout of mma.m16n8k16 (.bf16, .f32).
+void run_mma(Fiber* lanes) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const Fiber& f = lanes[l];
+    const int g = l >> 2, c = l & 3;
+    A[g][2 * c] = bf16_lo(f.a[0]);
+    A[g][2 * c + 1] = bf16_hi(f.a[0]);
+    A[g + 8][2 * c] = bf16_lo(f.a[1]);
+    A[g + 8][2 * c + 1] = bf16_hi(f.a[1]);
+    A[g][2 * c + 8] = bf16_lo(f.a[2]);
+    A[g][2 * c + 9] = bf16_hi(f.a[2]);
+    A[g + 8][2 * c + 8] = bf16_lo(f.a[3]);
+    A[g + 8][2 * c + 9] = bf16_hi(f.a[3]);
+    B[2 * c][g] = bf16_lo(f.b[0]);
+    B[2 * c + 1][g] = bf16_hi(f.b[0]);
+    B[2 * c + 8][g] = bf16_lo(f.b[1]);
+    B[2 * c + 9][g] = bf16_hi(f.b[1]);
+    C[g][2 * c] = f.c[0];
+    C[g][2 * c + 1] = f.c[1];
+    C[g + 8][2 * c] = f.c[2];
+    C[g + 8][2 * c + 1] = f.c[3];
+  }
+  float D[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double s = C[i][j];
+      for (int k = 0; k < 16; ++k) s += static_cast<double>(A[i][k]) * static_cast<double>(B[k][j]);
+      D[i][j] = static_cast<float>(s);
+    }
+  for (int l = 0; l < 32; ++l) {
+    Fiber& f = lanes[l];
+    const int g = l >> 2, c = l & 3;
+    f.c[0] = D[g][2 * c];
+    f.c[1] = D[g][2 * c + 1];
+    f.c[2] = D[g + 8][2 * c];
+    f.c[3] = D[g + 8][2 * c + 1];
+  }
+}
+
+const char* wait_name(const Fiber& f) {
+  switch (f.wait) {
+    case Wait::ready: return "ready";
+    case Wait::block: return "__syncthreads";
+    case Wait::done: return "exited";
+    case Wait::warp:
+      switch (f.op) {
+        case WarpOp::sync: return "__syncwarp";
+        case WarpOp::ballot: return "__ballot_sync";
+        case WarpOp::shfl: return "__shfl_xor_sync";
+        case WarpOp::mma: return "mma.sync";
+      }
+  }
+  return "?";
+}
+
+// Completes the warp collectives whose 32 lanes all wait at one; true when one completed.
+bool resolve_warps(Block& blk) {
+  bool progress = false;
+  const int n = static_cast<int>(blk.fibers.size());
+  for (int w0 = 0; w0 < n; w0 += 32) {
+    Fiber* lanes = &blk.fibers[static_cast<std::size_t>(w0)];
+    const int width = n - w0 < 32 ? n - w0 : 32;
+    int waiting = 0;
+    bool any_done = false;
+    for (int l = 0; l < width; ++l) {
+      waiting += lanes[l].wait == Wait::warp;
+      any_done |= lanes[l].wait == Wait::done;
+    }
+    if (waiting == 0) continue;
+    if (width < 32) fail("a warp collective in a partial warp");
+    if (any_done) fail("a warp collective reached by some lanes after others exited");
+    if (waiting < 32) continue;  // the other lanes have not arrived yet
+    const WarpOp op = lanes[0].op;
+    for (int l = 1; l < 32; ++l)
+      if (lanes[l].op != op)
+        fail(std::string("lanes of one warp wait at different collectives: ") + wait_name(lanes[0]) + " and " +
+             wait_name(lanes[l]));
+    switch (op) {
+      case WarpOp::sync: break;
+      case WarpOp::ballot: {
+        std::uint64_t bits = 0;
+        for (int l = 0; l < 32; ++l) bits |= (lanes[l].value ? 1ull : 0ull) << l;
+        for (int l = 0; l < 32; ++l) lanes[l].result = bits;
+        break;
+      }
+      case WarpOp::shfl:
+        for (int l = 0; l < 32; ++l) lanes[l].result = lanes[l ^ lanes[l].lane_mask].value;
+        break;
+      case WarpOp::mma: run_mma(lanes); break;
+    }
+    for (int l = 0; l < 32; ++l) lanes[l].wait = Wait::ready;
+    progress = true;
+  }
+  return progress;
+}
+
+bool resolve_block(Block& blk) {
+  int live = 0, waiting = 0, any = 0;
+  for (const Fiber& f : blk.fibers) {
+    if (f.wait == Wait::done) continue;
+    ++live;
+    if (f.wait == Wait::block) {
+      ++waiting;
+      any |= f.predicate;
+    }
+  }
+  if (live == 0 || waiting != live) return false;
+  for (Fiber& f : blk.fibers)
+    if (f.wait == Wait::block) {
+      f.wait = Wait::ready;
+      f.result = static_cast<std::uint64_t>(any != 0);
+    }
+  return true;
+}
+
+void run_block(dim3 block, std::size_t smem, const std::function<void()>& body) {
+  const std::size_t n = static_cast<std::size_t>(block.x) * block.y * block.z;
+  while (g_stacks.size() < n) g_stacks.push_back(std::make_unique<char[]>(kStackBytes));
+  Block blk;
+  blk.fibers.resize(n);
+  blk.smem.assign(smem + 16, 0xA5);  // uninitialized shared memory holds garbage
+  blk.body = &body;
+  for (std::size_t i = 0; i < n; ++i) {
+    Fiber& f = blk.fibers[i];
+    f.idx.x = static_cast<unsigned>(i % block.x);
+    f.idx.y = static_cast<unsigned>((i / block.x) % block.y);
+    f.idx.z = static_cast<unsigned>(i / (static_cast<std::size_t>(block.x) * block.y));
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = g_stacks[i].get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = &blk.scheduler;
+    makecontext(&f.ctx, fiber_entry, 0);
+  }
+  g_block = &blk;
+  for (;;) {
+    bool ran = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (blk.fibers[i].wait != Wait::ready) continue;
+      blk.current = static_cast<int>(i);
+      threadIdx = blk.fibers[i].idx;
+      swapcontext(&blk.scheduler, &blk.fibers[i].ctx);
+      ran = true;
+    }
+    bool all_done = true;
+    for (const Fiber& f : blk.fibers) all_done &= f.wait == Wait::done;
+    if (all_done) break;
+    if (resolve_warps(blk) || resolve_block(blk) || ran) continue;
+    std::string states;
+    for (std::size_t i = 0; i < n && i < 64; i += 8) states += " t" + std::to_string(i) + "=" + wait_name(blk.fibers[i]);
+    fail("deadlock: the block's threads wait at barriers that cannot complete:" + states);
+  }
+  g_block = nullptr;
+}
+
+}  // namespace
+
+void sync_block() { (void)sync_block_or(0); }
+
+int sync_block_or(int predicate) {
+  Fiber& f = self();
+  f.wait = Wait::block;
+  f.predicate = predicate != 0;
+  yield();
+  return static_cast<int>(self().result);
+}
+
+unsigned warp_ballot(bool predicate) {
+  Fiber& f = self();
+  f.wait = Wait::warp;
+  f.op = WarpOp::ballot;
+  f.value = predicate ? 1 : 0;
+  yield();
+  return static_cast<unsigned>(self().result);
+}
+
+std::uint64_t warp_shfl_xor(std::uint64_t bits, int lane_mask) {
+  Fiber& f = self();
+  if (lane_mask < 0 || lane_mask > 31) fail("__shfl_xor_sync lane mask out of range");
+  f.wait = Wait::warp;
+  f.op = WarpOp::shfl;
+  f.value = bits;
+  f.lane_mask = lane_mask;
+  yield();
+  return self().result;
+}
+
+void warp_sync() {
+  Fiber& f = self();
+  f.wait = Wait::warp;
+  f.op = WarpOp::sync;
+  yield();
+}
+
+void mma_bf16_16816(float c[4], const std::uint32_t a[4], const std::uint32_t b[2]) {
+  Fiber& f = self();
+  f.wait = Wait::warp;
+  f.op = WarpOp::mma;
+  for (int i = 0; i < 4; ++i) f.c[i] = c[i], f.a[i] = a[i];
+  f.b[0] = b[0];
+  f.b[1] = b[1];
+  yield();
+  for (int i = 0; i < 4; ++i) c[i] = self().c[i];
+}
+
+unsigned char* dynamic_shared() {
+  if (g_block == nullptr) fail("dynamic shared memory outside a kernel");
+  return g_block->smem.data();
+}
+
+void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::function<void()>& thread_body) {
+  if (dynamic_smem > kMaxDynamicShared) fail("a launch asks for " + std::to_string(dynamic_smem) + " bytes of dynamic shared memory");
+  if (block.x * block.y * block.z == 0 || block.x * block.y * block.z > 1024) fail("bad block size");
+  if (grid.y > 65535 || grid.z > 65535) fail("grid.y / grid.z above 65535");
+  ++g_launches;
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx.x = x;
+        blockIdx.y = y;
+        blockIdx.z = z;
+        run_block(block, dynamic_smem, thread_body);
+      }
+}
+
+long live_allocations() { return static_cast<long>(g_allocations.size()); }
+long launches() { return g_launches; }
+
+}  // namespace mlakit_cuda_emu
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+  *value = static_cast<int>(mlakit_cuda_emu::kMaxDynamicShared);
+  return cudaSuccess;
+}
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  *ptr = std::malloc(bytes == 0 ? 1 : bytes);
+  if (*ptr == nullptr) return cudaErrorMemoryAllocation;
+  std::memset(*ptr, 0xFF, bytes);
+  mlakit_cuda_emu::g_allocations[*ptr] = bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  if (mlakit_cuda_emu::g_allocations.erase(ptr) == 0) return cudaErrorInvalidValue;
+  std::free(ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind, cudaStream_t) {
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }

@@ -1,0 +1,2 @@
+// src/cuda/common.cu compiled as C++ against the CPU emulation (cuda_runtime.h in this folder).
+#include "cuda/common.cu"
