@@ -239,8 +239,9 @@ void register_block_score(Isa level) {
 }
 
 // ---- lightning-indexer score tiles ---------------------------------------------------------------
-// One query of H heads x D 128 (packed once) against n decoded keys: n 256 keeps the key rows in L1/L2,
-// n 4096 streams 2 MiB of rows from L3 as a prefill key tile does. Flops 2*H*D per key.
+// One query of H heads x D 128 (packed once) against n keys, decoded f32 rows (`score`, the prefill
+// path) or fp8 rows read in place (`score_f8`, the decode path): n 256 keeps the rows in L1/L2, n 4096
+// reads them from L3 (2 MiB of f32, 512 KiB of fp8). Flops 2*H*D per key.
 void register_index_score(Isa level) {
   const simd::IndexScoreKernels* k = cpu::index_score_kernels_at(level);
   const std::string lv = isa_name(level);
@@ -264,6 +265,25 @@ void register_index_score(Isa level) {
       }
       set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), peak().f32_gflops_1t * 1e9);
     });
+    // The same keys as fp8 codes read in place through row pointers (the decode path).
+    add("index_score/f8rows_h" + std::to_string(s.heads) + "_n" + std::to_string(s.n) + "_d" + std::to_string(s.dim) +
+            "/" + lv,
+        level, [k, s](benchmark::State& st) {
+          const auto q = random_operand<std::uint8_t>(s.heads * s.dim, 1);
+          const auto w = random_operand<float>(s.heads, 2);
+          const auto codes = random_operand<std::uint8_t>(s.n * s.dim, 3);
+          const auto ks = random_operand<float>(s.n, 4);
+          std::vector<const std::uint8_t*> rows(s.n);
+          for (std::size_t j = 0; j < s.n; ++j) rows[j] = codes.data() + j * s.dim;
+          std::vector<float> packed(k->packed_floats(s.heads, s.dim)), out(s.n);
+          k->pack_query(q.data(), w.data(), s.heads, s.dim, packed.data());
+          for (auto _ : st) {
+            k->score_f8(packed.data(), s.heads, s.dim, rows.data(), ks.data(), s.n, out.data());
+            benchmark::DoNotOptimize(out.data());
+            benchmark::ClobberMemory();
+          }
+          set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), peak().f32_gflops_1t * 1e9);
+        });
   }
 }
 

@@ -42,6 +42,13 @@ struct IndexScoreKernels {
   // score[j] for j < n (n may be 0); k rows of D floats with stride ldk; writes out[0..n) only.
   void (*score)(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk,
                 const float* ks, std::size_t n, float* out);
+  // The same scores from fp8 K rows (codes, exact decode): rows[j] points at key j's D codes, so the
+  // rows can stay where they are (pages of a paged cache). Each code is looked up in a 256-entry
+  // f32 table as it is broadcast: no decode pass, which pays off when few queries share the keys
+  // (decode); `score` on rows decoded once wins when many do. Bitwise identical to `score` on the
+  // decoded rows.
+  void (*score_f8)(const float* packed, std::size_t H, std::size_t D, const std::uint8_t* const* rows,
+                   const float* ks, std::size_t n, float* out);
 };
 
 }  // namespace mlakit::simd

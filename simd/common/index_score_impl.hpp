@@ -71,12 +71,41 @@ struct Lanes {
 };
 constexpr Lanes kLaneIndex{};
 
+// Key sources: where the C keys of a register tile come from, as exactly decoded f32 values.
+// F32Rows: decoded rows with a stride. Fp8Rows: fp8 codes, a row pointer per key, each value
+// broadcast straight from the 256-entry f32 table (no decode pass, no copy of the rows).
+struct F32Rows {
+  const float* k;
+  std::size_t ldk;
+  const float* row(std::size_t c) const { return k + c * ldk; }
+  static float value(const float* row, std::size_t d) { return row[d]; }
+  F32Rows from(std::size_t j) const { return {k + j * ldk, ldk}; }
+  static constexpr std::size_t kLineElems = 64 / sizeof(float);
+};
+
+struct Fp8F32Table {
+  float v[256];
+  constexpr Fp8F32Table() : v() {
+    for (unsigned c = 0; c < 256; ++c) v[c] = __builtin_bit_cast(float, kFp8Table.f32[c]);
+  }
+};
+constexpr Fp8F32Table kFp8F32{};
+
+struct Fp8Rows {
+  const std::uint8_t* const* rows;
+  const std::uint8_t* row(std::size_t c) const { return rows[c]; }
+  static float value(const std::uint8_t* row, std::size_t d) { return kFp8F32.v[row[d]]; }
+  Fp8Rows from(std::size_t j) const { return {rows + j}; }
+  static constexpr std::size_t kLineElems = 64;
+};
+
 // One tile of R head vectors x C keys over all D dims, then the epilogue: part[c] +=
 // relu(dot) * w lane-wise, head vector by head vector. `valid` < kLanes masks the lanes of the
-// tile's last vector beyond H (their dot may be NaN when a key holds NaN).
-template <std::size_t R, std::size_t C>
-inline void head_tile(const float* qp, const float* w, std::size_t D, const float* k, std::size_t ldk,
-                      std::size_t valid, F* part) {
+// tile's last vector beyond H (their dot may be NaN when a key holds NaN or inf).
+template <std::size_t R, std::size_t C, class Keys>
+inline void head_tile(const float* qp, const float* w, std::size_t D, const Keys& keys, std::size_t valid, F* part) {
+  decltype(keys.row(0)) krow[C];
+  for (std::size_t c = 0; c < C; ++c) krow[c] = keys.row(c);
   F acc[R][C];
   for (auto& row : acc)
     for (auto& x : row) x = fzero();
@@ -85,7 +114,7 @@ inline void head_tile(const float* qp, const float* w, std::size_t D, const floa
     F a[R];
     for (std::size_t r = 0; r < R; ++r) a[r] = fload(qd + r * kLanes);
     for (std::size_t c = 0; c < C; ++c) {
-      const F b = fsplat(k[c * ldk + d]);
+      const F b = fsplat(Keys::value(krow[c], d));
       for (std::size_t r = 0; r < R; ++r) acc[r][c] = fmadd(a[r], b, acc[r][c]);
     }
   }
@@ -102,22 +131,21 @@ inline void head_tile(const float* qp, const float* w, std::size_t D, const floa
 }
 
 // The last tile of heads may hold fewer than kHv vectors.
-template <std::size_t C, std::size_t R = 1>
-inline void head_tile_of(std::size_t rows, const float* qp, const float* w, std::size_t D, const float* k,
-                         std::size_t ldk, std::size_t valid, F* part) {
+template <std::size_t C, class Keys, std::size_t R = 1>
+inline void head_tile_of(std::size_t rows, const float* qp, const float* w, std::size_t D, const Keys& keys,
+                         std::size_t valid, F* part) {
   if constexpr (R < kHv) {
-    if (rows == R) return head_tile<R, C>(qp, w, D, k, ldk, valid, part);
-    return head_tile_of<C, R + 1>(rows, qp, w, D, k, ldk, valid, part);
+    if (rows == R) return head_tile<R, C>(qp, w, D, keys, valid, part);
+    return head_tile_of<C, Keys, R + 1>(rows, qp, w, D, keys, valid, part);
   } else {
-    head_tile<kHv, C>(qp, w, D, k, ldk, valid, part);
+    head_tile<kHv, C>(qp, w, D, keys, valid, part);
   }
 }
 
 // C keys: every head tile, then the lane sums (reduce_add4 sums each vector on its own, so a
 // key's score does not depend on its neighbours), times the key scales.
-template <std::size_t C>
-void key_tile(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
-              float* out) {
+template <std::size_t C, class Keys>
+void key_tile(const float* packed, std::size_t H, std::size_t D, const Keys& keys, const float* ks, float* out) {
   const std::size_t hvs = head_vectors(H);
   const float* w = packed + hvs * D * kLanes;
   const std::size_t last_valid = H - (hvs - 1) * kLanes;  // 1 .. kLanes
@@ -127,8 +155,8 @@ void key_tile(const float* packed, std::size_t H, std::size_t D, const float* k,
     const std::size_t rows = hvs - hv0 < kHv ? hvs - hv0 : kHv;
     const std::size_t valid = hv0 + rows == hvs ? last_valid : kLanes;
     const float* qp = packed + hv0 * D * kLanes;
-    if (rows == kHv) head_tile<kHv, C>(qp, w + hv0 * kLanes, D, k, ldk, valid, part);
-    else head_tile_of<C>(rows, qp, w + hv0 * kLanes, D, k, ldk, valid, part);
+    if (rows == kHv) head_tile<kHv, C>(qp, w + hv0 * kLanes, D, keys, valid, part);
+    else head_tile_of<C>(rows, qp, w + hv0 * kLanes, D, keys, valid, part);
   }
   for (std::size_t c0 = 0; c0 < C; c0 += 4) {
     const F z = fzero();
@@ -139,34 +167,45 @@ void key_tile(const float* packed, std::size_t H, std::size_t D, const float* k,
   }
 }
 
-template <std::size_t C = 1>
-inline void key_tile_of(std::size_t keys, const float* packed, std::size_t H, std::size_t D, const float* k,
-                        std::size_t ldk, const float* ks, float* out) {
+template <class Keys, std::size_t C = 1>
+inline void key_tile_of(std::size_t n, const float* packed, std::size_t H, std::size_t D, const Keys& keys,
+                        const float* ks, float* out) {
   if constexpr (C < kKeys) {
-    if (keys == C) return key_tile<C>(packed, H, D, k, ldk, ks, out);
-    return key_tile_of<C + 1>(keys, packed, H, D, k, ldk, ks, out);
+    if (n == C) return key_tile<C>(packed, H, D, keys, ks, out);
+    return key_tile_of<Keys, C + 1>(n, packed, H, D, keys, ks, out);
   } else {
-    key_tile<kKeys>(packed, H, D, k, ldk, ks, out);
+    key_tile<kKeys>(packed, H, D, keys, ks, out);
   }
 }
 
-void score(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
-           std::size_t n, float* out) {
+template <class Keys>
+void score_keys(const float* packed, std::size_t H, std::size_t D, const Keys& keys, const float* ks, std::size_t n,
+                float* out) {
   std::size_t j = 0;
   for (; j + kKeys <= n; j += kKeys) {
     // The next tile's rows, one head loop ahead: they are read from L2 (or L3) otherwise.
     if (j + 2 * kKeys <= n)
       for (std::size_t c = 0; c < kKeys; ++c)
-        for (std::size_t d = 0; d < D; d += 64 / sizeof(float)) __builtin_prefetch(k + (j + kKeys + c) * ldk + d, 0, 3);
-    key_tile<kKeys>(packed, H, D, k + j * ldk, ldk, ks + j, out + j);
+        for (std::size_t d = 0; d < D; d += Keys::kLineElems) __builtin_prefetch(keys.row(j + kKeys + c) + d, 0, 3);
+    key_tile<kKeys>(packed, H, D, keys.from(j), ks + j, out + j);
   }
-  if (j < n) key_tile_of(n - j, packed, H, D, k + j * ldk, ldk, ks + j, out + j);
+  if (j < n) key_tile_of(n - j, packed, H, D, keys.from(j), ks + j, out + j);
+}
+
+void score(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
+           std::size_t n, float* out) {
+  score_keys(packed, H, D, F32Rows{k, ldk}, ks, n, out);
+}
+
+void score_f8(const float* packed, std::size_t H, std::size_t D, const std::uint8_t* const* rows, const float* ks,
+              std::size_t n, float* out) {
+  score_keys(packed, H, D, Fp8Rows{rows}, ks, n, out);
 }
 
 constexpr IndexScoreKernels make_index_score_kernels() {
   return IndexScoreKernels{kLevelName,         static_cast<unsigned>(kLanes), static_cast<unsigned>(kHv),
                            static_cast<unsigned>(kKeys), &packed_floats,  &pack_query,
-                           &score};
+                           &score,                       &score_f8};
 }
 
 }  // namespace

@@ -65,27 +65,55 @@ void gather_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk
   }
 }
 
+// Keys [j0, j0 + nk) of sequence b read in place: a pointer to each fp8 row, and the scales.
+void locate_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk, const std::uint8_t** rows,
+                 float* ks) {
+  const PagedKVCacheView& c = *p.cache;
+  const std::int64_t stride = c.scales_per_row();
+  for (std::int64_t j = j0; j < j0 + nk;) {
+    const std::int64_t blk = p.lut[b * p.max_pages + j / p.page_size];
+    const std::int64_t off = j % p.page_size;
+    const std::int64_t run = std::min(p.page_size - off, j0 + nk - j);
+    const std::uint8_t* k = p.blocks + c.row_offset(blk, 0, p.layer, off, 0);
+    const float* s = p.scales + c.scale_offset(blk, 0, p.layer, off, 0);
+    for (std::int64_t r = 0; r < run; ++r) {
+      rows[j - j0 + r] = k + r * p.D;
+      ks[j - j0 + r] = s[r * stride];
+    }
+    j += run;
+  }
+}
+
 void score_item(const Plan& p, const Item& it, const std::vector<Row>& rows, std::int64_t chunk_t0, float* buf) {
-  const std::size_t qfloats = p.score->packed_floats(static_cast<std::size_t>(p.H), static_cast<std::size_t>(p.D));
+  const std::size_t H = static_cast<std::size_t>(p.H), D = static_cast<std::size_t>(p.D);
+  const std::size_t qfloats = p.score->packed_floats(H, D);
   auto* packed = static_cast<float*>(thread_scratch(qfloats * sizeof(float) * static_cast<std::size_t>(it.rows), 0));
   for (std::int64_t r = 0; r < it.rows; ++r) {
     const std::int64_t t = chunk_t0 + it.row0 + r;
-    p.score->pack_query(p.q + t * p.H * p.D, p.q_s + t * p.H, static_cast<std::size_t>(p.H),
-                        static_cast<std::size_t>(p.D), packed + r * qfloats);
+    p.score->pack_query(p.q + t * p.H * p.D, p.q_s + t * p.H, H, D, packed + r * qfloats);
   }
-  const std::int64_t tile = std::min(kKeyTile, it.key1 - it.key0);
-  auto* kf = static_cast<float*>(thread_scratch(static_cast<std::size_t>(tile * (p.D + 1)) * sizeof(float), 1));
-  float* ks = kf + tile * p.D;
   const std::int64_t seq = rows[it.row0].seq;
+  const std::int64_t tile = std::min(kKeyTile, it.key1 - it.key0);
+  // Few rows share the keys: score the fp8 rows in place (a decode pass would cost more than it
+  // saves). Otherwise decode each key tile once for all the item's rows. Both give the same bits.
+  const bool in_place = it.rows < kDecodeRows;
+  void* keys = thread_scratch(static_cast<std::size_t>(tile) * (in_place ? sizeof(void*) + sizeof(float)
+                                                                          : (D + 1) * sizeof(float)),
+                              1);
+  auto* kf = static_cast<float*>(keys);
+  auto* kp = static_cast<const std::uint8_t**>(keys);
+  float* ks = in_place ? reinterpret_cast<float*>(kp + tile) : kf + tile * p.D;
   for (std::int64_t j0 = it.key0; j0 < it.key1; j0 += kKeyTile) {
     const std::int64_t nk = std::min(kKeyTile, it.key1 - j0);
-    gather_keys(p, seq, j0, nk, kf, ks);
+    if (in_place) locate_keys(p, seq, j0, nk, kp, ks);
+    else gather_keys(p, seq, j0, nk, kf, ks);
     for (std::int64_t r = 0; r < it.rows; ++r) {
       const Row& row = rows[it.row0 + r];
       const std::int64_t m = std::min(nk, row.n - j0);  // causal rows see fewer keys
       if (m <= 0) continue;
-      p.score->score(packed + r * qfloats, static_cast<std::size_t>(p.H), static_cast<std::size_t>(p.D), kf,
-                     static_cast<std::size_t>(p.D), ks, static_cast<std::size_t>(m), buf + row.offset + j0);
+      float* dst = buf + row.offset + j0;
+      if (in_place) p.score->score_f8(packed + r * qfloats, H, D, kp, ks, static_cast<std::size_t>(m), dst);
+      else p.score->score(packed + r * qfloats, H, D, kf, D, ks, static_cast<std::size_t>(m), dst);
     }
   }
 }

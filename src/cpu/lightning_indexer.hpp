@@ -5,9 +5,10 @@
 //  1. scoring, in parallel over fixed work items: (sequence, query tile of kQueryTile rows, key
 //     range of kKeySplit keys). An item packs its queries once (simd index_score: heads in vector
 //     lanes), then walks its key range kKeyTile keys at a time: the tile's K rows and scales are
-//     gathered through the page table and decoded once (fp8 -> f32, exact) and reused for every
-//     query row and head of the item; ReLU x weight x head-sum is the epilogue of the register
-//     tile, so one f32 score per (row, key) is stored.
+//     located through the page table and decoded once (fp8 -> f32, exact) and reused for every
+//     query row and head of the item — or, for items of fewer than kDecodeRows rows (decode),
+//     read in place, each fp8 code looked up as it is broadcast (same bits). ReLU x weight x
+//     head-sum is the epilogue of the register tile, so one f32 score per (row, key) is stored.
 //  2. selection, in parallel over rows: the simd top-k (TopkNan::last, the spec's order) writes
 //     the min(top_k, n) best positions and the -1 tail.
 // Tile boundaries depend only on the problem (never on the thread count or the budget), and a
@@ -38,6 +39,7 @@ namespace lightning_indexer_detail {
 constexpr std::int64_t kQueryTile = 8;      // query rows per work item
 constexpr std::int64_t kKeyTile = 256;      // keys decoded at once (128 KiB of f32 rows at D = 128: L2)
 constexpr std::int64_t kKeySplit = 4096;    // keys per work item (decode rows split their keys)
+constexpr std::int64_t kDecodeRows = 4;     // items with fewer rows score fp8 keys in place
 constexpr std::int64_t kMaxChunkBytes = std::int64_t{64} << 20;  // score rows per chunk, below the budget
 
 // For benchmarks: the operator with selection skipped (scores_only) — the scores are computed

@@ -164,6 +164,41 @@ TEST_P(IndexScore, ScoresDoNotDependOnHowKeysAreSplit) {
   }
 }
 
+// score_f8 on fp8 rows anywhere in memory (every code, NaN codes included) gives the bits of
+// score on the same rows decoded, for any split of the keys.
+TEST_P(IndexScore, Fp8RowsGiveTheBitsOfDecodedRows) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(13);
+  for (std::size_t H : {3, 16, 64}) {
+    for (std::size_t D : {5, 128}) {
+      const std::size_t n = 47;
+      const Query q = random_query(H, D, rng);
+      // Rows scattered through a pool in a shuffled order, every code present somewhere.
+      std::vector<std::uint8_t> pool((n + 5) * (D + 3));
+      for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<std::uint8_t>(i * 37 + rng.below(7));
+      for (std::size_t i = 0; i < pool.size(); i += 97) pool[i] = rng.below(2) ? 0x7F : 0xFF;  // a few NaN keys
+      std::vector<const std::uint8_t*> rows(n);
+      Keys k{n, D, D, 0, std::vector<float>(n * D), std::vector<float>(n)};
+      for (std::size_t j = 0; j < n; ++j) {
+        rows[j] = pool.data() + ((j * 7) % (n + 5)) * (D + 3) + j % 3;
+        for (std::size_t d = 0; d < D; ++d) k.k[j * D + d] = f8e4m3_to_f32(rows[j][d]);
+        k.ks[j] = rng.uniform(-0.1f, 0.1f);
+      }
+      const auto packed = pack(q);
+      const auto want = scores(packed, q, k);
+      for (std::size_t piece : {n, std::size_t{1}, std::size_t{4}, std::size_t{7}}) {
+        std::vector<float> got(n);
+        for (std::size_t j = 0; j < n; j += piece) {
+          const std::size_t m = std::min(piece, n - j);
+          table().score_f8(packed.data() + 1, H, D, rows.data() + j, k.ks.data() + j, m, got.data() + j);
+        }
+        for (std::size_t j = 0; j < n; ++j)
+          ASSERT_EQ(bits_of(got[j]), bits_of(want[j])) << "H=" << H << " D=" << D << " pieces of " << piece << " key " << j;
+      }
+    }
+  }
+}
+
 TEST_P(IndexScore, ZeroKeysWritesNothing) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   Rng rng(3);
@@ -171,6 +206,10 @@ TEST_P(IndexScore, ZeroKeysWritesNothing) {
   const auto packed = pack(q);
   float out = 1.5f, k = 0, ks = 1;
   table().score(packed.data() + 1, 8, 16, &k, 16, &ks, 0, &out);
+  EXPECT_EQ(out, 1.5f);
+  const std::uint8_t code = 0x38;
+  const std::uint8_t* row = &code;
+  table().score_f8(packed.data() + 1, 8, 16, &row, &ks, 0, &out);
   EXPECT_EQ(out, 1.5f);
 }
 
