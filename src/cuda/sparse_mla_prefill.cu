@@ -1,6 +1,7 @@
 // Op 4 (spec 04) on the GPU: sparse MLA attention over gathered latent rows, FlashAttention style.
 //
-// One thread block per (query row t, group of 32 heads, chunk of 512 output columns), 8 warps.
+// One thread block per (query row t, group of 32 heads, chunk of 512 output columns), 8 warps; the
+// head groups of a row are neighbours in the grid.
 // The block walks the row's index slots 32 at a time: the valid slots' cache rows are gathered into
 // shared memory once (bf16 copied; fp8 codes decoded exactly to bf16, the row scale kept aside) and
 // serve every head of the group, as K (all qk_depth columns) and as V (the first v_depth).
@@ -42,7 +43,7 @@ struct Params {
   const float* sink;                  // null: no sink
   std::uint16_t* out;
   float* lse;                         // null: not written
-  int Hq, qk, Dp, vd, stride;
+  int Hq, head_groups, qk, Dp, vd, stride;
   float scale;
   std::int64_t num_rows;
 };
@@ -83,8 +84,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const std::int64_t t = blockIdx.x;
-  const int h0 = blockIdx.y * kHeads;
+  // The head groups of one query row are neighbours in the grid, so the rows they gather are
+  // fetched from memory once and found in L2 by the others.
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) / p.head_groups;
+  const int h0 = static_cast<int>(static_cast<std::int64_t>(blockIdx.x) % p.head_groups) * kHeads;
   const int vc0 = blockIdx.z * kVChunk;
   const int ld = p.Dp + 8, Dp = p.Dp, qk = p.qk;
 
@@ -274,8 +277,12 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   MLAKIT_CUDA_TRY(kOp, "setting the attention kernel's shared memory",
                   cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(layout.bytes)));
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(ceil_div(d.num_q_heads, kHeads)),
-                  static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
+  p.head_groups = static_cast<int>(ceil_div(d.num_q_heads, kHeads));
+  if (T * p.head_groups > 0x7fffffff)
+    return Status::error(StatusCode::unsupported, kOp, "q",
+                         std::string(kOp) + ": T=" + std::to_string(T) + " with num_q_heads=" +
+                             std::to_string(d.num_q_heads) + " exceeds one launch");
+  const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
   MLAKIT_LAUNCH(attention_kernel, grid, kThreads, layout.bytes, as_stream(stream_handle), p);
   return check_launch(kOp, "attention_kernel");
 }
