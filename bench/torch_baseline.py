@@ -15,15 +15,31 @@ Prefill rows are processed in chunks so that the score tensor stays under ~0.5 G
 [T, H, keys] tensor of op 1 would need 13 GB). Work (flops) is counted as the mlakit drivers do:
 2·heads·head_dim per (query row, visible key).
 
-Usage: python3 bench/torch_baseline.py [--threads 2] [--reps 3] [--op 1|2|all] [--quick]
+Usage: /usr/bin/python3 bench/torch_baseline.py [--threads 2] [--reps 3] [--op 1|2|all] [--quick] [--breakdown]
 """
 
 import argparse
 import math
+import os
+import sys
 import time
 
-import numpy as np
-import torch
+
+def _threads_from_argv(default=2):
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return str(default)
+
+
+# OpenBLAS (behind torch.matmul in Debian's build) and OpenMP read these when they load.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, _threads_from_argv())
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 
 def fp8_e4m3_table():
@@ -78,13 +94,17 @@ def gather_rows(blocks, lut_row, n, page_size):
 
 
 def best_time(fn, reps):
+    """Best wall time of `reps` calls after a warm-up, and the process CPU time (all threads) of
+    that call: on a shared machine the CPU time says what the cores spent while they ran."""
     fn()  # warm-up
-    best = float("inf")
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        t, c = time.perf_counter() - t0, time.process_time() - c0
+        if t < best:
+            best, best_cpu = t, c
+    return best, best_cpu
 
 
 # ---- op 1 ---------------------------------------------------------------------------------------
@@ -126,6 +146,43 @@ def op1_torch(c, rows_per_chunk=None):
             out[t0 + r0:t0 + r1, :m] = idx
         t0 += seq
     return out
+
+
+def op1_breakdown(c, reps):
+    """Where the PyTorch prefill spends its time: each stage of op1_torch timed on its own over the
+    same chunks (wall and CPU seconds summed over the chunks, best of `reps`)."""
+    H, D, top_k, ps = c["H"], c["D"], c["top_k"], c["page_size"]
+    seq, cl = c["seq_lens"][0], c["cache_lens"][0]
+    n = cl + seq
+    chunk = max(1, (1 << 27) // (H * n))
+    stages = ["lut decode", "matmul", "relu", "weighted head sum", "mask", "topk"]
+    best = {s: (float("inf"), 0.0) for s in stages}
+    for _ in range(reps):
+        acc = {s: [0.0, 0.0] for s in stages}
+
+        def timed(stage, fn):
+            c0, t0 = time.process_time(), time.perf_counter()
+            r = fn()
+            acc[stage][0] += time.perf_counter() - t0
+            acc[stage][1] += time.process_time() - c0
+            return r
+
+        k = timed("lut decode", lambda: FP8[gather_rows(c["blocks"], c["lut"][0], n, ps).long()])
+        ks = gather_rows(c["scales"], c["lut"][0], n, ps)
+        for r0 in range(0, seq, chunk):
+            r1 = min(seq, r0 + chunk)
+            q = timed("lut decode", lambda: FP8[c["q"][r0:r1].long()])
+            logits = timed("matmul", lambda: torch.matmul(q.reshape(-1, D), k.t()).reshape(r1 - r0, H, n))
+            timed("relu", lambda: logits.relu_())
+            w = c["q_s"][r0:r1].unsqueeze(1)
+            score = timed("weighted head sum", lambda: torch.bmm(w, logits).squeeze(1) * ks)
+            visible = cl + torch.arange(r0, r1).unsqueeze(1) + 1
+            timed("mask", lambda: score.masked_fill_(torch.arange(n).unsqueeze(0) >= visible, float("-inf")))
+            timed("topk", lambda: torch.topk(score, min(top_k, n), dim=1).indices)
+        for s in stages:
+            if acc[s][0] < best[s][0]:
+                best[s] = tuple(acc[s])
+    return best
 
 
 def op1_decode_torch(c):
@@ -224,13 +281,17 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--op", default="all", choices=["1", "2", "all"])
     ap.add_argument("--quick", action="store_true", help="only the headline shape of each kind")
+    ap.add_argument("--breakdown", action="store_true", help="op 1 prefill: time each stage on its own")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{torch.backends.mkldnn.is_available() and 'oneDNN' or 'no oneDNN'}")
 
-    def report(name, secs, flops):
-        print(f"{name:48s} {secs * 1e3:10.1f} ms  {flops / secs * 1e-9:8.2f} GFLOP/s", flush=True)
+    def report(name, times, flops):
+        secs, cpu = times
+        print(f"{name:48s} {secs * 1e3:10.1f} ms wall {flops / secs * 1e-9:8.2f} GFLOP/s   "
+              f"{cpu * 1e3:10.1f} ms CPU (all threads) {flops / cpu * 1e-9 * args.threads:8.2f} GFLOP/s "
+              f"at {args.threads} busy threads", flush=True)
 
     if args.op in ("1", "all"):
         shapes = [("op1/prefill_b1_s4096_c8192_h64", [4096], [8192], 64),
@@ -241,6 +302,9 @@ def main():
         for name, seq, cache, H in shapes:
             c = op1_case(seq, cache, H)
             report(name, best_time(lambda: op1_torch(c), args.reps), op1_flops(c))
+            if args.breakdown:
+                for stage, (wall, cpu) in op1_breakdown(c, args.reps).items():
+                    print(f"    {stage:24s} {wall * 1e3:10.1f} ms wall {cpu * 1e3:10.1f} ms CPU", flush=True)
         for name, B, cache, H in decodes:
             c = op1_case([1] * B, [cache] * B, H)
             report(name, best_time(lambda: op1_decode_torch(c), args.reps), op1_flops(c))
