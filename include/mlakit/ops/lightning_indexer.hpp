@@ -24,6 +24,9 @@
 //    products for head_dim <= 2^17), the score in f64, and selects on the f64 score. Optimized
 //    back-ends accumulate in f32; where two scores are closer than their rounding error the order
 //    may differ from the reference (spec README §5 bounds how far).
+//  * The cpu back-end's output does not depend on the thread count, on the workspace budget
+//    (score rows are processed in chunks that fit it) or on other calls running at the same time:
+//    the same inputs give the same bits.
 #pragma once
 
 #include <cstdint>
