@@ -21,7 +21,8 @@ Status cuda_error(const char* op, const char* what, cudaError_t err);
 // The error of the last launch (or of an earlier asynchronous failure), as a Status.
 Status check_launch(const char* op, const char* kernel);
 
-// Opt-in shared memory per block of the current device (bytes); 0 when it cannot be queried.
+// Dynamic shared memory a kernel may ask for on the current device: the opt-in limit per block less
+// 1 KiB for the kernel's static shared memory; 0 when it cannot be queried.
 std::size_t max_shared_memory(const char* op, Status* status);
 
 // Stream-ordered temporary device memory: allocated with cudaMallocAsync on the call's stream and

@@ -43,9 +43,12 @@ using harness::Bundle;
 using harness::json;
 using harness::Tensor;
 
-Status expect_device(MemorySpace space, const char* op) {
-  if (space == MemorySpace::device) return Status::success();
-  return Status::error(StatusCode::invalid_argument, op, "", std::string(op) + ": the call is not in device memory");
+// Stands in for route() + the cuda branch's check (the entry points route; this test calls the
+// kernels directly).
+Status expect_device(MemorySpace space, const core::DeviceMirror& mirror, const char* op) {
+  if (space != MemorySpace::device)
+    return Status::error(StatusCode::invalid_argument, op, "", std::string(op) + ": the call is not in device memory");
+  return mirror.require_device();
 }
 
 // ---- the device branch of each entry point -------------------------------------------------------
@@ -66,7 +69,7 @@ Status device_lightning_indexer(const LightningIndexerDesc& d, const LightningIn
   if (!s.ok()) return s;
   s = mirror.finish(&space);
   if (!s.ok()) return s;
-  s = expect_device(space, "lightning_indexer");
+  s = expect_device(space, mirror, "lightning_indexer");
   if (!s.ok()) return s;
   return cuda::lightning_indexer(d, a, h, o.cuda_stream);
 }
@@ -84,7 +87,7 @@ Status device_remap(const RemapIndicesArgs& a, const RunOptions& o) {
   if (!s.ok()) return s;
   s = mirror.finish(&space);
   if (!s.ok()) return s;
-  s = expect_device(space, "remap_indices_to_rows");
+  s = expect_device(space, mirror, "remap_indices_to_rows");
   if (!s.ok()) return s;
   return cuda::remap_indices_to_rows(a, o.cuda_stream);
 }
@@ -105,7 +108,7 @@ Status device_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockInde
   if (!s.ok()) return s;
   s = mirror.finish(&space);
   if (!s.ok()) return s;
-  s = expect_device(space, "msa_block_indexer");
+  s = expect_device(space, mirror, "msa_block_indexer");
   if (!s.ok()) return s;
   return cuda::msa_block_indexer(d, a, h, o.cuda_stream);
 }
@@ -131,7 +134,7 @@ Status device_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Arg
   if (!s.ok()) return s;
   s = mirror.finish(&space);
   if (!s.ok()) return s;
-  s = expect_device(space, "mla_prefill_fp8");
+  s = expect_device(space, mirror, "mla_prefill_fp8");
   if (!s.ok()) return s;
   return cuda::mla_prefill_fp8(d, a, h, o.cuda_stream);
 }
@@ -155,7 +158,7 @@ Status device_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaP
   if (!s.ok()) return s;
   s = mirror.finish(&space);
   if (!s.ok()) return s;
-  s = expect_device(space, "sparse_mla_prefill");
+  s = expect_device(space, mirror, "sparse_mla_prefill");
   if (!s.ok()) return s;
   return cuda::sparse_mla_prefill(d, a, h, o.cuda_stream);
 }
@@ -181,7 +184,7 @@ Status device_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   if (!s.ok()) return s;
   s = mirror.finish(&space);
   if (!s.ok()) return s;
-  s = expect_device(space, "fused_qkv_paged");
+  s = expect_device(space, mirror, "fused_qkv_paged");
   if (!s.ok()) return s;
   return cuda::fused_qkv_paged(d, a, h, o.cuda_stream);
 }

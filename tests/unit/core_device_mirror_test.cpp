@@ -114,6 +114,8 @@ Status run_toy(const ToyArgs& a, void* stream, MemorySpace* space,
   s = validate_toy(h, space);
   if (!s.ok()) return s;
   s = mirror.finish(space);
+  if (!s.ok()) return s;
+  s = mirror.require_device();  // the cuda branch, after routing
   if (s.ok() && launch) launch(h);
   return s;
 }
@@ -225,7 +227,7 @@ TEST_F(DeviceMirrorTest, MixedMemoryIsRefused) {
   EXPECT_EQ(FakeDevice::copies_to_host, 0);
 }
 
-TEST_F(DeviceMirrorTest, MixedMemoryAcceptedByTheValidatorIsStillRefused) {
+TEST_F(DeviceMirrorTest, MixedMemoryAcceptedByTheValidatorIsRefusedForTheDevice) {
   // A validator that (like msa_block_indexer's) does not compare the index tensors' memory space.
   ToyData d;
   ToyArgs a = d.device();
@@ -234,8 +236,9 @@ TEST_F(DeviceMirrorTest, MixedMemoryAcceptedByTheValidatorIsStillRefused) {
   DeviceMirror mirror("toy", nullptr);
   ASSERT_TRUE(mirror.prepare({{"offsets", &h.offsets, MirrorUse::host_read}, {"q", &h.q, MirrorUse::device}}).ok());
   EXPECT_FALSE(mirror.active());
-  MemorySpace space = MemorySpace::device;
-  const Status s = mirror.finish(&space);
+  MemorySpace space = MemorySpace::host;
+  ASSERT_TRUE(mirror.finish(&space).ok());  // routing decides first (host back-ends refuse device q)
+  const Status s = mirror.require_device();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.field, "q");
   EXPECT_NE(s.message.find("toy: q is in device memory but offsets is in host memory"), std::string::npos) << s.message;

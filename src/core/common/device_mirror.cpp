@@ -77,22 +77,26 @@ Status DeviceMirror::prepare(std::initializer_list<MirrorEntry> entries) {
   return Status::success();
 }
 
-Status DeviceMirror::finish(MemorySpace* space) {
+Status DeviceMirror::require_device() const {
+  if (!mixed_) return Status::success();
+  // The kernels read the index tensors in device memory too. (The validator may accept host index
+  // tensors beside device data: it reads them on the host either way.)
   Validator v(op_);
-  if (mixed_) {
-    // Every tensor of a device call must be in device memory: the kernels read the index tensors
-    // there too. (The validator may accept host index tensors for a host call.)
-    const Slot* first = nullptr;
-    for (const Slot& s : slots_) {
-      if (s.original.data == nullptr) continue;
-      if (first == nullptr) {
-        first = &s;
-      } else if (s.original.memory != first->original.memory) {
-        v.same_memory({{first->field, &first->original}, {s.field, &s.original}}, nullptr);
-        return v.status();
-      }
+  const Slot* first = nullptr;
+  for (const Slot& s : slots_) {
+    if (s.original.data == nullptr) continue;
+    if (first == nullptr) {
+      first = &s;
+    } else if (s.original.memory != first->original.memory) {
+      v.same_memory({{first->field, &first->original}, {s.field, &s.original}}, nullptr);
+      return v.status();
     }
   }
+  return Status::success();
+}
+
+Status DeviceMirror::finish(MemorySpace* space) {
+  Validator v(op_);
   if (!active_) return Status::success();
   for (Slot& s : slots_)
     if (!s.mirrored && s.view->data != nullptr) s.view->memory = s.original.memory;

@@ -19,7 +19,10 @@
 //   if (!s.ok()) return s;
 //   s = mirror.finish(&space);
 //   if (!s.ok()) return s;
-//   ... route; cuda::foo(d, a, h, o.cuda_stream) on the cuda back-end, the host back-ends on `a`.
+//   ... route; the host back-ends run on `a`; the cuda branch:
+//   s = mirror.require_device();
+//   if (!s.ok()) return s;
+//   return cuda::foo(d, a, h, o.cuda_stream);
 //
 // A call with every tensor in host memory is left alone (h == a, no copy, no synchronization), and
 // so is every call when no device back-end is linked. This file is compiled without CUDA: the
@@ -85,9 +88,13 @@ class DeviceMirror {
 
   // After the validator accepted the copy: restores the device label of the views that were not
   // mirrored, checks what the validator could not see (written tensors against the mirrored
-  // tensors' device memory; a call mixing host and device memory) and sets *space to where the
-  // caller's tensors live. Nothing is written before this returns success.
+  // tensors' device memory) and, for a device call, sets *space to MemorySpace::device.
   Status finish(MemorySpace* space);
+
+  // For the cuda branch, after routing: every listed tensor is in device memory. A validator may
+  // accept host index tensors beside device data (it reads them on the host either way); the
+  // kernels cannot.
+  Status require_device() const;
 
   // True when prepare() made host mirrors (the call's tensors are in device memory).
   bool active() const { return active_; }
