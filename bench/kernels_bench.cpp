@@ -227,8 +227,8 @@ void register_block_score(Isa level) {
         std::vector<unsigned char> scratch(k->scratch_bytes(groups, s.dim));
         k->pack_q(q.data(), s.rows, s.dim, s.dim, qt.data());
         for (auto _ : st) {
-          if (f8) k->block_max_f8(groups, s.dim, qt.data(), k8.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data());
-          else k->block_max_bf16(groups, s.dim, qt.data(), kb.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data());
+          if (f8) k->block_max_f8(groups, s.dim, qt.data(), k8.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data(), nullptr, 0);
+          else k->block_max_bf16(groups, s.dim, qt.data(), kb.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data(), nullptr, 0);
           benchmark::DoNotOptimize(out.data());
           benchmark::ClobberMemory();
         }

@@ -44,12 +44,14 @@ struct BlockScoreKernels {
   void (*pack_q)(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size_t ldq, float* qt);
   // Bytes of scratch one block call with `groups` groups and `dim` needs (any alignment is fine).
   std::size_t (*scratch_bytes)(std::size_t groups, std::size_t dim);
+  // next_k / next_n (optional): the key rows (same ldk) the caller reads next; the kernel
+  // prefetches them, spread over its own work. They are not read otherwise.
   void (*block_max_bf16)(std::size_t groups, std::size_t dim, const float* qt, const std::uint16_t* k,
                          std::size_t ldk, std::size_t n, const std::int32_t* limit, float scale, float* out,
-                         void* scratch);
+                         void* scratch, const std::uint16_t* next_k, std::size_t next_n);
   void (*block_max_f8)(std::size_t groups, std::size_t dim, const float* qt, const std::uint8_t* k,
                        std::size_t ldk, std::size_t n, const std::int32_t* limit, float scale, float* out,
-                       void* scratch);
+                       void* scratch, const std::uint8_t* next_k, std::size_t next_n);
   unsigned tile_groups, tile_keys;  // register tile of the many-group sweep (for `mlakit info`)
 };
 

@@ -5,14 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "simd/block_score.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
 
-// 0
-// 1
-#define MSA_MODE 0
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
 
@@ -29,17 +25,6 @@ constexpr std::size_t kAcc = 24;
 constexpr std::size_t kT = 2;  // groups per tile of the many-group sweep
 template <std::size_t T>
 constexpr std::size_t kKeysOf = kAcc / T;
-
-// A call with one group (decode: one token's index heads) uses bf16 keys in place: the conversion
-// pass costs more than widening in the loop when only one vector of rows uses each key. The tile
-// then needs two more registers (the pair and its widened half): kInPlaceKeys keys.
-#if defined(MLAKIT_SIMD_LEVEL_generic)
-constexpr std::size_t kInPlaceKeys = 6;
-#elif defined(MLAKIT_SIMD_LEVEL_avx2)
-constexpr std::size_t kInPlaceKeys = 12;
-#else
-constexpr std::size_t kInPlaceKeys = 20;
-#endif
 
 // Converted keys of one chunk stay in L1 while every group passes over them.
 constexpr std::size_t kChunkBytes = 12 * 1024;
@@ -77,60 +62,24 @@ inline void to_f32(const std::uint8_t* s, float* d, std::size_t k) { fp8_to_f32(
 
 // ---- the register tile: T groups x C keys ------------------------------------------------------------
 // acc[t][c] = sum_d qt_t[d] * kf_c[d], d ascending, one multiply-add per element.
+// Every other step also prefetches one line of the keys the caller reads next (pf .. pf_end):
+// spread over the multiply-adds, the loads of the next page overlap them without stalling the
+// load queue the way a burst of prefetches does.
 template <std::size_t T, std::size_t C>
 inline void dot_tile(std::size_t dim, const float* qt, std::size_t gstride, const float* kf, std::size_t ldkf,
-                     F (&acc)[T][C]) {
+                     F (&acc)[T][C], const char*& pf, const char* pf_end) {
   for (auto& row : acc)
     for (auto& x : row) x = fzero();
   for (std::size_t d = 0; d < dim; ++d) {
+    if ((d & 1) == 0 && pf < pf_end) {
+      __builtin_prefetch(pf, 0, 2);
+      pf += 64;
+    }
     F qv[T];
     for (std::size_t t = 0; t < T; ++t) qv[t] = fload(qt + t * gstride + d * kLanes);
     for (std::size_t c = 0; c < C; ++c) {
       const F b = fsplat(kf[c * ldkf + d]);
       for (std::size_t t = 0; t < T; ++t) acc[t][c] = fmadd(qv[t], b, acc[t][c]);
-    }
-  }
-}
-
-// The same products straight from bf16 key rows, for calls with few groups (decode), where a
-// converted copy of the keys would be used by too few rows to pay for itself: one 32-bit broadcast
-// carries elements d and d+1 (d in the low half), widened by a shift and a mask. The order of
-// the multiply-adds is the one above, so the sums are bitwise the same.
-template <std::size_t T, std::size_t C>
-inline void dot_tile_bf16(std::size_t dim, const float* qt, std::size_t gstride, const std::uint16_t* k,
-                          std::size_t ldk, F (&acc)[T][C]) {
-  for (auto& row : acc)
-    for (auto& x : row) x = fzero();
-  const I high = isplat(static_cast<std::int32_t>(0xFFFF0000u));
-  std::size_t d = 0;
-  for (; d + 2 <= dim; d += 2) {
-    F q0[T], q1[T];
-    for (std::size_t t = 0; t < T; ++t) {
-      q0[t] = fload(qt + t * gstride + d * kLanes);
-      q1[t] = fload(qt + t * gstride + (d + 1) * kLanes);
-    }
-    for (std::size_t c = 0; c < C; ++c) {
-      std::int32_t pair, prev;
-      std::memcpy(&pair, k + c * ldk + d, sizeof pair);
-      F lo;
-      if (d > 0) {
-        std::memcpy(&prev, k + c * ldk + d - 1, sizeof prev);
-        lo = floats(isplat(prev) & high);
-      } else {
-        lo = floats(shl<16>(isplat(pair)));
-      }
-      const I w = isplat(pair);
-      const F hi = floats(w & high);
-      for (std::size_t t = 0; t < T; ++t) acc[t][c] = fmadd(q0[t], lo, acc[t][c]);
-      for (std::size_t t = 0; t < T; ++t) acc[t][c] = fmadd(q1[t], hi, acc[t][c]);
-    }
-  }
-  if (d < dim) {
-    F q0[T];
-    for (std::size_t t = 0; t < T; ++t) q0[t] = fload(qt + t * gstride + d * kLanes);
-    for (std::size_t c = 0; c < C; ++c) {
-      const F lo = floats(shl<16>(isplat(static_cast<std::int32_t>(k[c * ldk + d]))));
-      for (std::size_t t = 0; t < T; ++t) acc[t][c] = fmadd(q0[t], lo, acc[t][c]);
     }
   }
 }
@@ -148,59 +97,41 @@ inline void fold(const F (&acc)[T][C], F scale, const I (&lim)[T], std::size_t j
   }
 }
 
-// One group (decode: one token's index heads): the keys of the next register tile are converted
-// row by row between segments of this tile's multiply-adds, so that the conversion (loads, widening,
-// stores) runs beside the FMAs instead of in a pass of its own. Same products, same order.
-template <class TK, std::size_t C>
-inline void dot_tile_ahead(std::size_t dim, const float* qt, const float* kf, std::size_t ldkf, const TK* next,
-                           std::size_t ldk, std::size_t next_rows, float* next_kf, F (&acc)[1][C]) {
-  for (auto& x : acc[0]) x = fzero();
-  std::size_t d = 0;
-  for (std::size_t seg = 0; seg < C; ++seg) {
-    const std::size_t d1 = (seg + 1) * dim / C;
-    for (; d < d1; ++d) {
-      const F q = fload(qt + d * kLanes);
-      for (std::size_t c = 0; c < C; ++c) acc[0][c] = fmadd(q, fsplat(kf[c * ldkf + d]), acc[0][c]);
-    }
-    if (seg < next_rows) to_f32(next + seg * ldk, next_kf + seg * ldkf, dim);
-  }
-}
-
 struct Sweep {
   std::size_t dim;
   const float* kf;   // converted keys of the chunk, row j - j0 at kf + (j - j0) * ldkf
   std::size_t ldkf;
   std::size_t j0, j1;  // key range of the chunk (key indices of the call)
   F scale;
-  const std::uint16_t* kb;  // bf16 keys used in place (row j at kb + j * ldk), or nullptr
-  std::size_t ldk;
+  const char* pf = nullptr;  // prefetch cursor over the next call's key rows (64-byte steps)
+  const char* pf_end = nullptr;
 };
 
-template <bool kInPlace, std::size_t T, std::size_t C>
-inline void run_keys(const Sweep& s, std::size_t j, const float* qt, std::size_t gstride, const I (&lim)[T],
+template <std::size_t T, std::size_t C>
+inline void run_keys(Sweep& s, std::size_t j, const float* qt, std::size_t gstride, const I (&lim)[T],
                      std::int32_t lo, I (&m)[T]) {
   F acc[T][C];
-  if constexpr (kInPlace) dot_tile_bf16<T, C>(s.dim, qt, gstride, s.kb + j * s.ldk, s.ldk, acc);
-  else dot_tile<T, C>(s.dim, qt, gstride, s.kf + (j - s.j0) * s.ldkf, s.ldkf, acc);
+  dot_tile<T, C>(s.dim, qt, gstride, s.kf + (j - s.j0) * s.ldkf, s.ldkf, acc, s.pf, s.pf_end);
   if (static_cast<std::int64_t>(j + C) <= lo) fold<T, C, false>(acc, s.scale, lim, j, m);
   else fold<T, C, true>(acc, s.scale, lim, j, m);
 }
 
 // The last r < C keys of a tile.
-template <bool kInPlace, std::size_t T, std::size_t R>
-inline void run_tail(std::size_t r, const Sweep& s, std::size_t j, const float* qt, std::size_t gstride,
+template <std::size_t T, std::size_t R>
+inline void run_tail(std::size_t r, Sweep& s, std::size_t j, const float* qt, std::size_t gstride,
                      const I (&lim)[T], std::int32_t lo, I (&m)[T]) {
   if constexpr (R > 0) {
-    if (r == R) run_keys<kInPlace, T, R>(s, j, qt, gstride, lim, lo, m);
-    else run_tail<kInPlace, T, R - 1>(r, s, j, qt, gstride, lim, lo, m);
+    if (r == R) run_keys<T, R>(s, j, qt, gstride, lim, lo, m);
+    else run_tail<T, R - 1>(r, s, j, qt, gstride, lim, lo, m);
   }
 }
 
 // Groups g .. g+T-1 over the chunk: keys below the smallest limit of the tile take the unmasked
 // fold, keys at or above the largest are skipped.
-template <std::size_t T, std::size_t C = kKeysOf<T>, bool kInPlace = false>
-inline void sweep_groups(const Sweep& s, std::size_t g, const float* qt, const std::int32_t* limits,
+template <std::size_t T>
+inline void sweep_groups(Sweep& s, std::size_t g, const float* qt, const std::int32_t* limits,
                          const std::int32_t* gmin, const std::int32_t* gmax, std::int32_t* keys) {
+  constexpr std::size_t C = kKeysOf<T>;
   std::int32_t lo = gmin[g], hi = gmax[g];
   for (std::size_t t = 1; t < T; ++t) {
     lo = gmin[g + t] < lo ? gmin[g + t] : lo;
@@ -216,41 +147,13 @@ inline void sweep_groups(const Sweep& s, std::size_t g, const float* qt, const s
     m[t] = iload(keys + (g + t) * kLanes);
   }
   std::size_t j = s.j0;
-  for (; j + C <= end; j += C) run_keys<kInPlace, T, C>(s, j, q, gstride, lim, lo, m);
-  if (j < end) run_tail<kInPlace, T, C - 1>(end - j, s, j, q, gstride, lim, lo, m);
+  for (; j + C <= end; j += C) run_keys<T, C>(s, j, q, gstride, lim, lo, m);
+  if (j < end) run_tail<T, C - 1>(end - j, s, j, q, gstride, lim, lo, m);
   for (std::size_t t = 0; t < T; ++t) istore(keys + (g + t) * kLanes, m[t]);
 }
 
-// The single-group sweep over keys [0, end) with the conversion one tile ahead; kf holds two
-// tiles of converted rows.
-template <class TK>
-inline void sweep_single(Sweep& s, const TK* k, std::size_t ldk, const float* qt, const std::int32_t* limits,
-                         const std::int32_t* gmin, const std::int32_t* gmax, std::int32_t* keys) {
-  constexpr std::size_t C = kKeysOf<1>;
-  const std::size_t end = static_cast<std::size_t>(gmax[0]);
-  const std::int32_t lo = gmin[0];
-  float* buf[2] = {const_cast<float*>(s.kf), const_cast<float*>(s.kf) + C * s.ldkf};
-  const I lim[1] = {iload(limits)};
-  I m[1] = {iload(keys)};
-  for (std::size_t r = 0; r < C && r < end; ++r) to_f32(k + r * ldk, buf[0] + r * s.ldkf, s.dim);
-  std::size_t j = 0, b = 0;
-  for (; j + C <= end; j += C, b ^= 1) {
-    const std::size_t next_rows = end - (j + C) < C ? end - (j + C) : C;
-    F acc[1][C];
-    dot_tile_ahead<TK, C>(s.dim, qt, buf[b], s.ldkf, k + (j + C) * ldk, ldk, next_rows, buf[b ^ 1], acc);
-    if (static_cast<std::int64_t>(j + C) <= lo) fold<1, C, false>(acc, s.scale, lim, j, m);
-    else fold<1, C, true>(acc, s.scale, lim, j, m);
-  }
-  if (j < end) {
-    s.kf = buf[b];
-    s.j0 = j;
-    run_tail<false, 1, C - 1>(end - j, s, j, qt, s.dim * kLanes, lim, lo, m);
-  }
-  istore(keys, m[0]);
-}
-
 template <std::size_t T>
-inline void sweep_rest(std::size_t rest, const Sweep& s, std::size_t g, const float* qt, const std::int32_t* limits,
+inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const float* qt, const std::int32_t* limits,
                        const std::int32_t* gmin, const std::int32_t* gmax, std::int32_t* keys) {
   if constexpr (T > 0) {
     if (rest == T) sweep_groups<T>(s, g, qt, limits, gmin, gmax, keys);
@@ -269,7 +172,7 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
   Layout L{};
   L.ldkf = dim;
   std::size_t chunk = kChunkBytes / (dim * sizeof(float));
-  chunk = chunk < 2 * kChunkMultiple ? 2 * kChunkMultiple : chunk / kChunkMultiple * kChunkMultiple;  // >= two tiles of one group
+  chunk = chunk < kChunkMultiple ? kChunkMultiple : chunk / kChunkMultiple * kChunkMultiple;
   L.chunk = chunk;
   const std::size_t lanes_bytes = round_up(groups * kLanes * sizeof(std::int32_t), 64);
   const std::size_t group_bytes = round_up(groups * sizeof(std::int32_t), 64);
@@ -306,7 +209,8 @@ void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size
 
 template <class TK>
 void block_max(std::size_t groups, std::size_t dim, const float* qt, const TK* k, std::size_t ldk, std::size_t n,
-               const std::int32_t* limit, float scale, float* out, void* scratch) {
+               const std::int32_t* limit, float scale, float* out, void* scratch, const TK* next_k,
+               std::size_t next_n) {
   if (groups == 0) return;
   const Layout L = layout_of(groups, dim);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
@@ -334,25 +238,14 @@ void block_max(std::size_t groups, std::size_t dim, const float* qt, const TK* k
     all_hi = hi > all_hi ? hi : all_hi;
   }
 
-  Sweep s{dim, kf, L.ldkf, 0, 0, fsplat(scale), nullptr, ldk};
-  if (groups == 1) {
-    if (MSA_MODE == 1) {
-      if constexpr (std::is_same_v<TK, std::uint16_t>) {
-        s.kb = k;
-        s.j1 = static_cast<std::size_t>(all_hi);
-        sweep_groups<1, kInPlaceKeys, true>(s, 0, qt, limits, gmin, gmax, keys);
-        fstore(out, key_value(iload(keys)));
-        return;
-      }
-    }
-    if (MSA_MODE == 2) {
-      sweep_single<TK>(s, k, ldk, qt, limits, gmin, gmax, keys);
-      fstore(out, key_value(iload(keys)));
-      return;
-    }
+  Sweep s{dim, kf, L.ldkf, 0, 0, fsplat(scale)};
+  const std::size_t hi = static_cast<std::size_t>(all_hi);
+  if (next_k && next_n) {
+    s.pf = reinterpret_cast<const char*>(next_k);
+    s.pf_end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + dim);
   }
-  for (std::size_t j0 = 0; j0 < static_cast<std::size_t>(all_hi); j0 += L.chunk) {
-    const std::size_t j1 = j0 + L.chunk < static_cast<std::size_t>(all_hi) ? j0 + L.chunk : static_cast<std::size_t>(all_hi);
+  for (std::size_t j0 = 0; j0 < hi; j0 += L.chunk) {
+    const std::size_t j1 = j0 + L.chunk < hi ? j0 + L.chunk : hi;
     for (std::size_t j = j0; j < j1; ++j) to_f32(k + j * ldk, kf + (j - j0) * L.ldkf, dim);
     s.j0 = j0;
     s.j1 = j1;

@@ -87,6 +87,12 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
   const PagedKVCacheView& c = p.a->k_cache;
   const std::int64_t total_keys = p.visible(qt.seq, qt.row0 + qt.rows - 1);  // keys that exist for this tile
   const std::int64_t first_nk = p.visible(qt.seq, qt.row0);
+  const std::size_t dim = static_cast<std::size_t>(p.dim);
+  const std::size_t ldk = static_cast<std::size_t>(c.num_kv_heads() * c.head_size());
+  auto page_at = [&](std::size_t blk) {
+    const std::int64_t page = p.lut[qt.seq * p.max_pages + static_cast<std::int64_t>(blk)];
+    return c.row_offset(page, 0, p.layer, 0, 0);
+  };
   for (std::size_t blk = c0; blk < c1; ++blk) {
     const std::int64_t key0 = static_cast<std::int64_t>(blk) * p.block;
     const std::int64_t n = std::min<std::int64_t>(p.block, total_keys - key0);
@@ -99,15 +105,24 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
         limit[r] = static_cast<std::int32_t>(lim);
       }
     }
-    const std::int64_t page = p.lut[qt.seq * p.max_pages + static_cast<std::int64_t>(blk)];
-    const std::int64_t at = c.row_offset(page, 0, p.layer, 0, 0);
-    const std::size_t ldk = static_cast<std::size_t>(c.num_kv_heads() * c.head_size());
-    if (p.fp8)
-      p.bs->block_max_f8(qt.groups, static_cast<std::size_t>(p.dim), packed, c.blocks.as<const std::uint8_t>() + at, ldk,
-                         static_cast<std::size_t>(n), full ? nullptr : limit, p.d->scale, out, kscratch);
-    else
-      p.bs->block_max_bf16(qt.groups, static_cast<std::size_t>(p.dim), packed, c.blocks.as<const std::uint16_t>() + at,
-                           ldk, static_cast<std::size_t>(n), full ? nullptr : limit, p.d->scale, out, kscratch);
+    // This block's page, and the next one of the tile for the kernel to prefetch.
+    const std::int64_t at = page_at(blk);
+    std::int64_t next_at = 0, next_n = 0;
+    if (blk + 1 < c1) {
+      next_at = page_at(blk + 1);
+      next_n = std::min<std::int64_t>(p.block, total_keys - key0 - p.block);
+    }
+    if (p.fp8) {
+      const auto* keys = c.blocks.as<const std::uint8_t>();
+      p.bs->block_max_f8(qt.groups, dim, packed, keys + at, ldk, static_cast<std::size_t>(n), full ? nullptr : limit,
+                         p.d->scale, out, kscratch, next_n > 0 ? keys + next_at : nullptr,
+                         static_cast<std::size_t>(next_n));
+    } else {
+      const auto* keys = c.blocks.as<const std::uint16_t>();
+      p.bs->block_max_bf16(qt.groups, dim, packed, keys + at, ldk, static_cast<std::size_t>(n), full ? nullptr : limit,
+                           p.d->scale, out, kscratch, next_n > 0 ? keys + next_at : nullptr,
+                           static_cast<std::size_t>(next_n));
+    }
     for (std::size_t r = 0; r < qt.rows; ++r) scores[r * qt.blocks + blk] = out[r];
   }
 }

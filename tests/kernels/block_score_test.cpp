@@ -91,10 +91,10 @@ std::vector<float> run(const simd::BlockScoreKernels& t, const Problem& p, const
   const TK* k = keys.data() + key_off;
   if constexpr (std::is_same_v<TK, std::uint16_t>)
     t.block_max_bf16(groups, p.dim, qt.data() + 1, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
-                     out.data() + 1, scratch.data() + 3);
+                     out.data() + 1, scratch.data() + 3, nullptr, 0);
   else
     t.block_max_f8(groups, p.dim, qt.data() + 1, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
-                   out.data() + 1, scratch.data() + 3);
+                   out.data() + 1, scratch.data() + 3, k, p.n);
   EXPECT_EQ(out.front(), guard) << "wrote before out";
   EXPECT_EQ(out.back(), guard) << "wrote past out";
   for (std::size_t i = sbytes + 3; i < scratch.size(); ++i) EXPECT_EQ(scratch[i], 0xA5) << "wrote past the scratch";
