@@ -36,10 +36,10 @@ namespace {
 // Query rows per query tile: a multiple of every level's lanes (4, 8, 16). 256 rows = 32 tokens
 // of 8 index heads: 128 KiB of packed queries (f32, Di 128), reused for every block of the tile.
 constexpr std::size_t kTileRows = 256;
-// Work of one tile, in (lane group x key block) units: 128 keeps a tile near 2 M multiply-adds
-// per lane (~0.3 ms on one Zen 3 core) for both a 32-group prefill tile (4 blocks) and a
-// one-group decode token (128 blocks).
-constexpr std::size_t kGroupBlocks = 128;
+// Work of one tile, in (lane group x key block) units: 64 keeps a tile near 1 M multiply-add
+// instructions (~0.2 ms on one Zen 3 core) for both a 32-group prefill tile (2 blocks) and a
+// one-group decode token (64 blocks), so that even a B=1 decode splits into several tiles.
+constexpr std::size_t kGroupBlocks = 64;
 
 constexpr float kInitScore = 1e30f;
 constexpr float kLocalScore = 1e29f;
