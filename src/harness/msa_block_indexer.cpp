@@ -343,6 +343,14 @@ class MsaBlockIndexerDriver final : public OpDriver {
       add("decode_b32_c32768", "decode B=32, cache 32768", 32, 1, 32768);
       add("decode_b32_c131072", "decode B=32, cache 131072", 32, 1, 131072);
     }
+    // The headline shapes again with an f8e4m3 cache (the key conversion costs more per element).
+    for (std::size_t i : {std::size_t{7}, std::size_t{11}}) {  // prefill_s4096_c28672_h8, decode_b32_c131072_h8
+      CaseSpec c = v[i];
+      c.name += "_fp8";
+      c.what += ", f8e4m3 cache";
+      c.knobs["cache_dtype"] = "f8e4m3";
+      v.push_back(c);
+    }
     return v;
   }
 
