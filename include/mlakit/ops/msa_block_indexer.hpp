@@ -27,6 +27,10 @@
 //    its elements is written; R = 0 is a valid call that writes nothing.
 //  * block_size must equal the cache page size (spec), so a block is exactly one page.
 //  * scale must be finite; 0 and negative values are valid (negative reverses the ranking).
+//  * cpu back-end: each score is an f32 sum over d in ascending order (one multiply-add per
+//    element, fused where the CPU has FMA) times scale, so its output depends only on the inputs
+//    and the ISA level: bitwise the same for any thread count, workspace budget, concurrent
+//    callers, and for a row whether it comes in a decode call or a prefill call.
 #pragma once
 
 #include <cstdint>
