@@ -12,13 +12,17 @@
 // Layout: heads run along the vector lanes (the query is packed once, transposed to [D][heads]
 // and zero-padded to whole vectors), keys are broadcast from their rows, so K needs no packing or
 // transposition: a key tile is decoded once (fp8 -> f32 rows) and reused for every query of a
-// query tile and every head. A register tile is `head_vectors` vectors of heads x `keys` keys;
+// query tile and every head. On bf16-dot levels a lane holds a pair of dims and each register
+// tile converts its keys to bf16 in L1 (a few byte permutes per 64 codes): there the fp8 rows are
+// best scored in place (`decode_pass_rows` = 0). A register tile is `head_vectors` vectors of heads x `keys` keys;
 // padded head lanes are masked out of the sum.
 //
 // Arithmetic (fixed for a level, whatever n, the key's place among the n keys, the alignment or
 // the caller's threads): each head's dot is a chain of D multiply-adds in d order (fused on
-// levels with FMA), relu(dot) * w[h] is accumulated lane-wise in head order, the lanes are summed
-// by a fixed tree, then multiplied by ks[j]. So score[j] depends only on q, w, row j and ks[j]:
+// levels with FMA) or, on levels with a bf16 pair dot (vdpbf16ps), a chain of ceil(D/2) pair
+// steps in pair order over operands rounded to bf16 -- exact for f8e4m3 values, which have 4
+// significant bits, and their products are exact in f32; relu(dot) * w[h] is accumulated
+// lane-wise in head order, the lanes are summed by a fixed tree, then multiplied by ks[j]. So score[j] depends only on q, w, row j and ks[j]:
 // callers may split the keys into tiles of any size and get bitwise-identical scores. Error
 // against the exact score: <= (D + H/lanes + log2(lanes) + 2) * 2^-24 * |ks[j]| * sum_h |w[h]| *
 // sum_d |q[h,d]*k[j,d]| (inside the spec's c*H*D*2^-24 bound).
@@ -39,7 +43,11 @@ struct IndexScoreKernels {
   // Packs one query: q fp8 codes [H][D] (exact decode), w f32 [H]. `packed` holds
   // packed_floats(H, D) floats, any alignment (64 bytes is best).
   void (*pack_query)(const std::uint8_t* q, const float* w, std::size_t H, std::size_t D, float* packed);
-  // score[j] for j < n (n may be 0); k rows of D floats with stride ldk; writes out[0..n) only.
+  // Query rows sharing a key tile from which decoding the tile once to f32 rows for `score` beats
+  // `score_f8` on the fp8 rows; 0: `score_f8` always wins.
+  unsigned decode_pass_rows;
+  // score[j] for j < n (n may be 0); k rows of D floats with stride ldk (values exact in bf16, as
+  // decoded f8e4m3 values are: bf16-dot levels round them to bf16); writes out[0..n) only.
   void (*score)(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk,
                 const float* ks, std::size_t n, float* out);
   // The same scores from fp8 K rows (codes, exact decode): rows[j] points at key j's D codes, so the

@@ -29,5 +29,16 @@ inline B bload_n(const std::uint16_t* p, std::size_t n) {  // n < 32; the rest z
 inline F bf16_dot(F acc, B a, B b) {
   return {_mm512_dpbf16_ps(acc.v, (__m512bh)a.v, (__m512bh)b.v)};
 }
+// One bf16 pair (p[0], p[1]) in every 32-bit lane: the broadcast operand of a pair dot (folds into
+// vdpbf16ps's embedded {1to16} broadcast).
+inline B bsplat_pair(const std::uint16_t* p) {
+  std::int32_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return {_mm512_set1_epi32(v)};
+}
+inline void bstore(std::uint16_t* p, B a) { _mm512_storeu_si512(p, a.v); }
+// a's 16 floats then b's, rounded to bf16 (to nearest even; exact for values with at most 8
+// significant bits, such as decoded f8e4m3 codes).
+inline B bf16_from_f32(F a, F b) { return {(__m512i)_mm512_cvtne2ps_pbh(b.v, a.v)}; }
 
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -96,7 +96,7 @@ void score_item(const Plan& p, const Item& it, const std::vector<Row>& rows, std
   const std::int64_t tile = std::min(kKeyTile, it.key1 - it.key0);
   // Few rows share the keys: score the fp8 rows in place (a decode pass would cost more than it
   // saves). Otherwise decode each key tile once for all the item's rows. Both give the same bits.
-  const bool in_place = it.rows < kDecodeRows;
+  const bool in_place = p.score->decode_pass_rows == 0 || it.rows < p.score->decode_pass_rows;
   void* keys = thread_scratch(static_cast<std::size_t>(tile) * (in_place ? sizeof(void*) + sizeof(float)
                                                                           : (D + 1) * sizeof(float)),
                               1);

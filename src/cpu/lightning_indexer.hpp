@@ -6,8 +6,9 @@
 //     range of kKeySplit keys). An item packs its queries once (simd index_score: heads in vector
 //     lanes), then walks its key range kKeyTile keys at a time: the tile's K rows and scales are
 //     located through the page table and decoded once (fp8 -> f32, exact) and reused for every
-//     query row and head of the item — or, for items of fewer than kDecodeRows rows (decode),
-//     read in place, each fp8 code looked up as it is broadcast (same bits). ReLU x weight x
+//     query row and head of the item — or, for items of fewer rows than the level's
+//     decode_pass_rows (decode; every item on bf16-dot levels), read in place by the kernel,
+//     which converts each register tile's keys itself (same bits). ReLU x weight x
 //     head-sum is the epilogue of the register tile, so one f32 score per (row, key) is stored.
 //  2. selection, in parallel over rows: the simd top-k (TopkNan::last, the spec's order) writes
 //     the min(top_k, n) best positions and the -1 tail.
@@ -19,8 +20,8 @@
 //
 // Workspace: the chunk's score rows (bounded as above; one chunk always holds at least one row,
 // so a row longer than the budget is still served), plus per thread kQueryTile packed queries
-// (4·(H rounded up to the vector width)·(D+1) bytes each), one decoded key tile (4·kKeyTile·(D+1)
-// bytes) and the top-k scratch of one row (about 8 bytes per candidate key).
+// (at most 4·(H rounded up to the vector width)·(D+1) bytes each), one decoded key tile
+// (4·kKeyTile·(D+1) bytes) and the top-k scratch of one row (about 8 bytes per candidate key).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,6 @@ namespace lightning_indexer_detail {
 constexpr std::int64_t kQueryTile = 8;      // query rows per work item
 constexpr std::int64_t kKeyTile = 256;      // keys decoded at once (128 KiB of f32 rows at D = 128: L2)
 constexpr std::int64_t kKeySplit = 4096;    // keys per work item (decode rows split their keys)
-constexpr std::int64_t kDecodeRows = 4;     // items with fewer rows score fp8 keys in place
 constexpr std::int64_t kMaxChunkBytes = std::int64_t{64} << 20;  // score rows per chunk, below the budget
 
 // For benchmarks: the operator with selection skipped (scores_only) — the scores are computed

@@ -95,7 +95,7 @@ class IndexScore : public ::testing::TestWithParam<Isa> {
 TEST_P(IndexScore, WithinBoundOfExactScores) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   const std::size_t heads[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 96};
-  const std::size_t dims[] = {1, 2, 3, 7, 16, 33, 128};
+  const std::size_t dims[] = {1, 2, 3, 7, 16, 33, 128, 257, 300};  // past 256: rows in several slabs
   std::size_t seed = 1;
   for (std::size_t H : heads) {
     for (std::size_t D : dims) {
@@ -170,7 +170,7 @@ TEST_P(IndexScore, Fp8RowsGiveTheBitsOfDecodedRows) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   Rng rng(13);
   for (std::size_t H : {3, 16, 64}) {
-    for (std::size_t D : {5, 128}) {
+    for (std::size_t D : {5, 128, 301}) {
       const std::size_t n = 47;
       const Query q = random_query(H, D, rng);
       // Rows scattered through a pool in a shuffled order, every code present somewhere.

@@ -1,0 +1,72 @@
+// Exact f8e4m3 -> bf16 decode of 64 codes with AVX-512 VBMI byte permutes: the high and the low
+// byte of each bf16 pattern come from two 128-entry tables (vpermi2b reads 7 index bits, so the
+// sign bit is or-ed in separately). Levels whose flags include VBMI (avx512bf16, amx) only.
+#pragma once
+
+#if !defined(__AVX512VBMI__)
+#error "simd/common/fp8_bf16_vbmi.hpp needs -mavx512vbmi"
+#endif
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simd/common/fp8_decode_impl.hpp"
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+
+struct Fp8ByteTables {
+  alignas(64) std::uint8_t hi[128];
+  alignas(64) std::uint8_t lo[128];
+  // vpermb indices that order 64 codes so that the in-lane byte unpacks below produce words in
+  // code order: position 16L+j takes code 8L+j, position 16L+8+j takes code 32+8L+j (j < 8).
+  alignas(64) std::uint8_t order[64];
+  constexpr Fp8ByteTables() : hi(), lo(), order() {
+    for (unsigned c = 0; c < 128; ++c) {
+      const std::uint32_t bf = kFp8Table.f32[c] >> 16;
+      hi[c] = static_cast<std::uint8_t>(bf >> 8);
+      lo[c] = static_cast<std::uint8_t>(bf & 0xFF);
+    }
+    for (unsigned lane = 0; lane < 4; ++lane)
+      for (unsigned j = 0; j < 8; ++j) {
+        order[16 * lane + j] = static_cast<std::uint8_t>(8 * lane + j);
+        order[16 * lane + 8 + j] = static_cast<std::uint8_t>(32 + 8 * lane + j);
+      }
+  }
+};
+constexpr Fp8ByteTables kFp8Bytes{};
+
+// 64 codes -> bf16 patterns of codes 0..31 (w0) and 32..63 (w1).
+inline void fp8x64_to_bf16(__m512i codes, __m512i* w0, __m512i* w1) {
+  const __m512i p = _mm512_permutexvar_epi8(_mm512_load_si512(kFp8Bytes.order), codes);
+  const __m512i sign = _mm512_and_si512(p, _mm512_set1_epi8(static_cast<char>(0x80)));
+  const __m512i hi = _mm512_or_si512(
+      _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bytes.hi), p, _mm512_load_si512(kFp8Bytes.hi + 64)), sign);
+  const __m512i lo =
+      _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bytes.lo), p, _mm512_load_si512(kFp8Bytes.lo + 64));
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// n codes (any n) -> n bf16 patterns.
+inline void fp8_to_bf16_vbmi(const std::uint8_t* src, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  __m512i w0, w1;
+  for (; i + 64 <= n; i += 64) {
+    fp8x64_to_bf16(_mm512_loadu_si512(src + i), &w0, &w1);
+    _mm512_storeu_si512(dst + i, w0);
+    _mm512_storeu_si512(dst + i + 32, w1);
+  }
+  if (i < n) {
+    const std::size_t r = n - i;  // 1..63
+    fp8x64_to_bf16(_mm512_maskz_loadu_epi8(static_cast<__mmask64>((1ull << r) - 1ull), src + i), &w0, &w1);
+    const auto m32 = [](std::size_t k) { return k >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << k) - 1u); };
+    _mm512_mask_storeu_epi16(dst + i, m32(r), w0);
+    if (r > 32) _mm512_mask_storeu_epi16(dst + i + 32, m32(r - 32), w1);
+  }
+}
+
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS
