@@ -3,7 +3,8 @@
 // validation included), on the spec's headline shapes, named lightning_indexer_parts/<case>/<part>.
 //
 // Counters: gflops and pct_peak from wall time (as the operator benchmarks), and cpu_pct_peak from
-// the process CPU time of the timed calls: flops / (CPU seconds x per-thread f32 FMA peak). On a
+// the process CPU time of the timed calls: flops / (CPU seconds x per-thread peak), the peak being
+// that of the arithmetic the active level runs on (bench/peak_probe.hpp: relevant_gflops). On a
 // machine shared with other work the wall-time figure drops with every foreign process, while the
 // CPU-time figure describes the cores while they run this operator (idle waiting inside the call
 // is not counted, so it is an upper bound when the threads are unevenly loaded).
@@ -86,8 +87,9 @@ void run_part(benchmark::State& state, const harness::OpDriver& driver, const ha
   const harness::Work w = driver.work(bundle);
   const PeakFigures& pk = peak();
   state.counters["gflops"] = w.flops * 1e-9 / (wall / iters);
-  state.counters["pct_peak"] = w.flops / (wall / iters) / (pk.f32_gflops_all * 1e9) * 100.0;
-  state.counters["cpu_pct_peak"] = w.flops / cpu * iters / (pk.f32_gflops_all / pk.threads * 1e9) * 100.0;
+  const double peak_all = relevant_gflops(pk, active_isa(), true);
+  state.counters["pct_peak"] = w.flops / (wall / iters) / (peak_all * 1e9) * 100.0;
+  state.counters["cpu_pct_peak"] = w.flops / cpu * iters / (peak_all / pk.threads * 1e9) * 100.0;
   state.counters["threads"] = cpu::num_threads();
 }
 

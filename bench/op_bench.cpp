@@ -72,7 +72,11 @@ void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const
   const harness::Work w = driver.work(bundle);
   state.counters["gflops"] = w.flops * 1e-9 / per_call;
   state.counters["gbps"] = w.bytes * 1e-9 / per_call;
-  state.counters["pct_peak"] = w.flops / per_call / (peak().f32_gflops_all * 1e9) * 100.0;
+  // pct_peak: against the peak of the arithmetic the level runs on (bf16 dot on avx512bf16 and up,
+  // f32 FMA below); pct_f32_peak: always against the f32 FMA peak, to compare levels.
+  const Isa level = be.backend == Backend::cpu ? be.isa : Isa::generic;
+  state.counters["pct_peak"] = w.flops / per_call / (relevant_gflops(peak(), level, true) * 1e9) * 100.0;
+  state.counters["pct_f32_peak"] = w.flops / per_call / (peak().f32_gflops_all * 1e9) * 100.0;
 }
 
 void register_op_benchmarks() {

@@ -1,6 +1,7 @@
 // Operator benchmarks through the harness: one OpDriver bench case on one back-end, named
 // <op>/<case>/<backend>[/<isa>], with counters gflops and gbps (from the driver's work()) and
-// pct_peak (share of the all-threads f32 FMA peak of this machine).
+// pct_peak (share of the all-threads peak of the arithmetic the level runs on: bf16 dot on levels
+// with vdpbf16ps, f32 FMA below) and pct_f32_peak (share of the f32 FMA peak).
 #pragma once
 
 #include <string>

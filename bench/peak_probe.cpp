@@ -110,6 +110,12 @@ const PeakFigures& peak(Isa level) {
 
 const PeakFigures& peak() { return peak(active_isa()); }
 
+double relevant_gflops(const PeakFigures& p, Isa level, bool all_threads) {
+  const bool bf16_dot = level >= Isa::avx512bf16 && p.bf16_kind == "vdpbf16ps";
+  if (bf16_dot) return all_threads ? p.bf16_gflops_all : p.bf16_gflops_1t;
+  return all_threads ? p.f32_gflops_all : p.f32_gflops_1t;
+}
+
 std::string describe(const PeakFigures& p) {
   char buf[512];
   std::snprintf(buf, sizeof buf,

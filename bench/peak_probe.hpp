@@ -30,4 +30,9 @@ const PeakFigures& peak();
 
 std::string describe(const PeakFigures& p);
 
+// The peak an operator run at `level` is measured against: the bf16 dot peak where the level has
+// vdpbf16ps (its kernels multiply exact bf16 / fp8 operands on it), else the f32 FMA peak. All
+// threads (or one, for single-threaded kernel benchmarks).
+double relevant_gflops(const PeakFigures& p, Isa level, bool all_threads);
+
 }  // namespace mlakit::bench
