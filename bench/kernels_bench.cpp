@@ -1,8 +1,8 @@
 // Kernel benchmarks: every family at every ISA level of simd/kernels.inc (levels this CPU cannot
 // run are listed with the reason), named <family>/<shape>/<level>, single-threaded, with
 // counters gflops or gbps and pct_peak (share of this machine's single-thread peak from the peak
-// probe at its best level: f32 FMA for dot kernels, bf16 dot for the native-bf16 ones, DRAM read
-// bandwidth for decode and selection). Top-k also runs std::nth_element + std::sort on the same
+// probe at its best level: for dot kernels the peak of the arithmetic their level runs on -- bf16
+// dot on levels with vdpbf16ps, f32 FMA below --, DRAM read bandwidth for decode and selection). Top-k also runs std::nth_element + std::sort on the same
 // rows as the baseline (<shape>/nth_element).
 #include <benchmark/benchmark.h>
 
@@ -218,7 +218,7 @@ void register_block_score(Isa level) {
     for (bool f8 : {false, true}) {
       const std::string name = std::string("block_score/") + (f8 ? "f8" : "bf16") + "_rows" + std::to_string(s.rows) +
                                "_n" + std::to_string(s.n) + "_d" + std::to_string(s.dim) + "/" + lv;
-      add(name, level, [k, s, f8](benchmark::State& st) {
+      add(name, level, [k, s, f8, level](benchmark::State& st) {
         const std::size_t groups = (s.rows + k->lanes - 1) / k->lanes;
         const auto q = random_operand<std::uint16_t>(s.rows * s.dim, 1);
         const auto kb = random_operand<std::uint16_t>(s.n * s.dim, 2);
@@ -232,7 +232,7 @@ void register_block_score(Isa level) {
           benchmark::DoNotOptimize(out.data());
           benchmark::ClobberMemory();
         }
-        set_rate(st, "gflops", 2.0 * static_cast<double>(s.rows * s.n * s.dim), peak().f32_gflops_1t * 1e9);
+        set_rate(st, "gflops", 2.0 * static_cast<double>(s.rows * s.n * s.dim), relevant_gflops(peak(), level, false) * 1e9);
       });
     }
   }
@@ -251,7 +251,7 @@ void register_index_score(Isa level) {
   for (Shape s : {Shape{64, 256, 128}, Shape{64, 4096, 128}, Shape{32, 4096, 128}}) {
     const std::string name = "index_score/h" + std::to_string(s.heads) + "_n" + std::to_string(s.n) + "_d" +
                              std::to_string(s.dim) + "/" + lv;
-    add(name, level, [k, s](benchmark::State& st) {
+    add(name, level, [k, s, level](benchmark::State& st) {
       const auto q = random_operand<std::uint8_t>(s.heads * s.dim, 1);
       const auto w = random_operand<float>(s.heads, 2);
       const auto keys = random_operand<float>(s.n * s.dim, 3);
@@ -263,12 +263,12 @@ void register_index_score(Isa level) {
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
       }
-      set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), peak().f32_gflops_1t * 1e9);
+      set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), relevant_gflops(peak(), level, false) * 1e9);
     });
     // The same keys as fp8 codes read in place through row pointers (the decode path).
     add("index_score/f8rows_h" + std::to_string(s.heads) + "_n" + std::to_string(s.n) + "_d" + std::to_string(s.dim) +
             "/" + lv,
-        level, [k, s](benchmark::State& st) {
+        level, [k, s, level](benchmark::State& st) {
           const auto q = random_operand<std::uint8_t>(s.heads * s.dim, 1);
           const auto w = random_operand<float>(s.heads, 2);
           const auto codes = random_operand<std::uint8_t>(s.n * s.dim, 3);
@@ -282,7 +282,7 @@ void register_index_score(Isa level) {
             benchmark::DoNotOptimize(out.data());
             benchmark::ClobberMemory();
           }
-          set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), peak().f32_gflops_1t * 1e9);
+          set_rate(st, "gflops", 2.0 * static_cast<double>(s.heads * s.n * s.dim), relevant_gflops(peak(), level, false) * 1e9);
         });
   }
 }
