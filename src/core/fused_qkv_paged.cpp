@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/device_kernels.hpp"
+#include "core/common/device_mirror.hpp"
 #include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/fused_qkv_paged.hpp"
@@ -218,19 +220,43 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
 }  // namespace core
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const RunOptions& o) {
+  // Validation reads the offsets, g_idx, the page table and the lengths: for a device call, from
+  // host mirrors of them (see core/common/device_mirror.hpp). The cache blocks are written.
+  constexpr const char* kOp = "fused_qkv_paged";
+  FusedQkvPagedArgs h = a;
+  core::DeviceMirror mirror(kOp, o);
+  Status s = mirror.prepare({{"hidden_state", &h.hidden_state, core::MirrorUse::device},
+                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
+                             {"weight", &h.weight, core::MirrorUse::device},
+                             {"weight_scale", &h.weight_scale, core::MirrorUse::device},
+                             {"qweight", &h.qweight, core::MirrorUse::device},
+                             {"scales", &h.scales, core::MirrorUse::device},
+                             {"qzeros", &h.qzeros, core::MirrorUse::device},
+                             {"g_idx", &h.g_idx, core::MirrorUse::host_read},
+                             {"kv_cache.blocks", &h.kv_cache.blocks, core::MirrorUse::written},
+                             {"kv_cache.lookup_table", &h.kv_cache.lookup_table, core::MirrorUse::host_read},
+                             {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::host_read},
+                             {"output", &h.output, core::MirrorUse::written}});
+  if (!s.ok()) return s;
   MemorySpace space = MemorySpace::host;
-  Status s = core::validate_fused_qkv_paged(d, a, &space);
+  s = core::validate_fused_qkv_paged(d, h, &space);
+  if (!s.ok()) return s;
+  s = mirror.finish(&space);
   if (!s.ok()) return s;
   core::Route r;
-  s = core::route("fused_qkv_paged", o, space, &r);
+  s = core::route(kOp, o, space, &r);
   if (!s.ok()) return s;
+  if (r.backend == Backend::cuda) {
+    s = mirror.require_device();
+    if (!s.ok()) return s;
+    decltype(core::DeviceKernels::fused_qkv_paged) launch = nullptr;
+    s = core::device_launcher(kOp, &core::DeviceKernels::fused_qkv_paged, &launch);
+    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
+  }
   if (r.backend == Backend::cpu) {
     s = cpu::fused_qkv_paged(d, a);
     if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
   }
-  if (r.backend == Backend::cuda)
-    return Status::error(StatusCode::unavailable, "fused_qkv_paged", "backend",
-                         "fused_qkv_paged: backend=cuda has no kernel for this operator yet");
   reference::fused_qkv_paged(d, a);
   return Status::success();
 }

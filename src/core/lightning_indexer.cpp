@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "core/common/device_kernels.hpp"
+#include "core/common/device_mirror.hpp"
 #include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/lightning_indexer.hpp"
@@ -174,34 +176,67 @@ Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space) {
 namespace mlakit {
 
 Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, const RunOptions& o) {
+  // Validation reads the offsets, the page table and the lengths: for a device call, from host
+  // mirrors of them (see core/common/device_mirror.hpp).
+  LightningIndexerArgs h = a;
+  core::DeviceMirror mirror(core::kOp, o);
+  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::device},
+                             {"q_s", &h.q_s, core::MirrorUse::device},
+                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
+                             {"k_cache.blocks", &h.k_cache.blocks, core::MirrorUse::device},
+                             {"k_cache.scales", &h.k_cache.scales, core::MirrorUse::device},
+                             {"k_cache.lookup_table", &h.k_cache.lookup_table, core::MirrorUse::host_read},
+                             {"k_cache.cache_lengths", &h.k_cache.cache_lengths, core::MirrorUse::host_read},
+                             {"output_indices", &h.output_indices, core::MirrorUse::written}});
+  if (!s.ok()) return s;
   MemorySpace space = MemorySpace::host;
-  Status s = core::validate_lightning_indexer(d, a, &space);
+  s = core::validate_lightning_indexer(d, h, &space);
+  if (!s.ok()) return s;
+  s = mirror.finish(&space);
   if (!s.ok()) return s;
   core::Route r;
   s = core::route(core::kOp, o, space, &r);
   if (!s.ok()) return s;
+  if (r.backend == Backend::cuda) {
+    s = mirror.require_device();
+    if (!s.ok()) return s;
+    decltype(core::DeviceKernels::lightning_indexer) launch = nullptr;
+    s = core::device_launcher(core::kOp, &core::DeviceKernels::lightning_indexer, &launch);
+    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
+  }
   if (r.backend == Backend::cpu) {
     s = cpu::lightning_indexer(d, a);
     if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
   }
-  if (r.backend == Backend::cuda)
-    return Status::error(StatusCode::unavailable, core::kOp, "backend",
-                         std::string(core::kOp) + ": backend=cuda has no kernel for this operator yet");
   reference::lightning_indexer(d, a);
   return Status::success();
 }
 
 Status remap_indices_to_rows(const RemapIndicesArgs& a, const RunOptions& o) {
+  // Every index is checked on the host: for a device call, on host mirrors of all three inputs.
+  RemapIndicesArgs h = a;
+  core::DeviceMirror mirror(core::kRemapOp, o);
+  Status s = mirror.prepare({{"indices", &h.indices, core::MirrorUse::host_read},
+                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
+                             {"lookup_table", &h.lookup_table, core::MirrorUse::host_read},
+                             {"rows", &h.rows, core::MirrorUse::written}});
+  if (!s.ok()) return s;
   MemorySpace space = MemorySpace::host;
-  Status s = core::validate_remap_indices(a, &space);
+  s = core::validate_remap_indices(h, &space);
+  if (!s.ok()) return s;
+  s = mirror.finish(&space);
   if (!s.ok()) return s;
   core::Route r;
   s = core::route(core::kRemapOp, o, space, &r);
   if (!s.ok()) return s;
+  if (r.backend == Backend::cuda) {
+    s = mirror.require_device();
+    if (!s.ok()) return s;
+    decltype(core::DeviceKernels::remap_indices_to_rows) launch = nullptr;
+    s = core::device_launcher(core::kRemapOp, &core::DeviceKernels::remap_indices_to_rows, &launch);
+    return s.ok() ? launch(a, o.cuda_stream) : s;
+  }
   if (r.backend == Backend::cpu) return cpu::remap_indices_to_rows(a);
-  if (r.backend == Backend::cuda)
-    return Status::error(StatusCode::unavailable, core::kRemapOp, "backend",
-                         std::string(core::kRemapOp) + ": backend=cuda has no kernel for this operator yet");
   reference::remap_indices_to_rows(a);
   return Status::success();
 }

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/device_kernels.hpp"
+#include "core/common/device_mirror.hpp"
 #include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/mla_prefill_fp8.hpp"
@@ -171,19 +173,43 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
 namespace mlakit {
 
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args, const RunOptions& options) {
+  // Validation reads both row offsets, cache_offsets, the page table and the lengths: for a device
+  // call, from host mirrors of them (see core/common/device_mirror.hpp). q and the cache blocks
+  // are rewritten in place.
+  MlaPrefillFp8Args h = args;
+  core::DeviceMirror mirror(core::kOp, options);
+  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::written},
+                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
+                             {"freqs_cis", &h.freqs_cis, core::MirrorUse::device},
+                             {"kv_norm_gamma", &h.kv_norm_gamma, core::MirrorUse::device},
+                             {"kv_cache.blocks", &h.kv_cache.blocks, core::MirrorUse::written},
+                             {"kv_cache.lookup_table", &h.kv_cache.lookup_table, core::MirrorUse::host_read},
+                             {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::host_read},
+                             {"buffer_row_offsets", &h.buffer_row_offsets, core::MirrorUse::host_read},
+                             {"cache_offsets", &h.cache_offsets, core::MirrorUse::host_read},
+                             {"kv_b_proj", &h.kv_b_proj, core::MirrorUse::device},
+                             {"kv_b_proj_scale", &h.kv_b_proj_scale, core::MirrorUse::device},
+                             {"output", &h.output, core::MirrorUse::written}});
+  if (!s.ok()) return s;
   MemorySpace space = MemorySpace::host;
-  Status s = core::validate_mla_prefill_fp8(desc, args, &space);
+  s = core::validate_mla_prefill_fp8(desc, h, &space);
+  if (!s.ok()) return s;
+  s = mirror.finish(&space);
   if (!s.ok()) return s;
   core::Route route;
   s = core::route(core::kOp, options, space, &route);
   if (!s.ok()) return s;
+  if (route.backend == Backend::cuda) {
+    s = mirror.require_device();
+    if (!s.ok()) return s;
+    decltype(core::DeviceKernels::mla_prefill_fp8) launch = nullptr;
+    s = core::device_launcher(core::kOp, &core::DeviceKernels::mla_prefill_fp8, &launch);
+    return s.ok() ? launch(desc, args, h, options.cuda_stream) : s;
+  }
   if (route.backend == Backend::cpu) {
     s = cpu::mla_prefill_fp8(desc, args);
     if (!(s.code == StatusCode::unsupported && route.fall_back_to_reference)) return s;
   }
-  if (route.backend == Backend::cuda)
-    return Status::error(StatusCode::unavailable, core::kOp, "backend",
-                         "mla_prefill_fp8: backend=cuda has no kernel for this operator yet");
   reference::mla_prefill_fp8(desc, args);
   return Status::success();
 }

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/common/device_kernels.hpp"
+#include "core/common/device_mirror.hpp"
 #include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/msa_block_indexer.hpp"
@@ -98,19 +100,37 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
 namespace mlakit {
 
 Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, const RunOptions& o) {
+  // Validation reads the offsets, prefix lengths, page table and lengths: for a device call, from
+  // host mirrors of them (see core/common/device_mirror.hpp).
+  MsaBlockIndexerArgs h = a;
+  core::DeviceMirror mirror(core::kOp, o);
+  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::device},
+                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
+                             {"prefix_lens", &h.prefix_lens, core::MirrorUse::host_read},
+                             {"k_cache.blocks", &h.k_cache.blocks, core::MirrorUse::device},
+                             {"k_cache.lookup_table", &h.k_cache.lookup_table, core::MirrorUse::host_read},
+                             {"k_cache.cache_lengths", &h.k_cache.cache_lengths, core::MirrorUse::host_read},
+                             {"out_idxs", &h.out_idxs, core::MirrorUse::written}});
+  if (!s.ok()) return s;
   MemorySpace space = MemorySpace::host;
-  Status s = core::validate_msa_block_indexer(d, a, &space);
+  s = core::validate_msa_block_indexer(d, h, &space);
+  if (!s.ok()) return s;
+  s = mirror.finish(&space);
   if (!s.ok()) return s;
   core::Route r;
   s = core::route(core::kOp, o, space, &r);
   if (!s.ok()) return s;
+  if (r.backend == Backend::cuda) {
+    s = mirror.require_device();
+    if (!s.ok()) return s;
+    decltype(core::DeviceKernels::msa_block_indexer) launch = nullptr;
+    s = core::device_launcher(core::kOp, &core::DeviceKernels::msa_block_indexer, &launch);
+    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
+  }
   if (r.backend == Backend::cpu) {
     s = cpu::msa_block_indexer(d, a);
     if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
   }
-  if (r.backend == Backend::cuda)
-    return Status::error(StatusCode::unavailable, core::kOp, "backend",
-                         std::string(core::kOp) + ": backend=cuda has no kernel for this operator yet");
   reference::msa_block_indexer(d, a);
   return Status::success();
 }

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/common/device_kernels.hpp"
+#include "core/common/device_mirror.hpp"
 #include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/sparse_mla_prefill.hpp"
@@ -115,19 +117,41 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
 namespace mlakit {
 
 Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const RunOptions& o) {
+  // Validation reads topk_lengths only: for a device call, from a host mirror of it (see
+  // core/common/device_mirror.hpp). The kernel reads the page table and lengths, if given, on the
+  // device.
+  SparseMlaPrefillArgs h = a;
+  core::DeviceMirror mirror(core::kOp, o);
+  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::device},
+                             {"kv_cache.blocks", &h.kv_cache.blocks, core::MirrorUse::device},
+                             {"kv_cache.scales", &h.kv_cache.scales, core::MirrorUse::device},
+                             {"kv_cache.lookup_table", &h.kv_cache.lookup_table, core::MirrorUse::device},
+                             {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::device},
+                             {"indices", &h.indices, core::MirrorUse::device},
+                             {"topk_lengths", &h.topk_lengths, core::MirrorUse::host_read},
+                             {"attn_sink", &h.attn_sink, core::MirrorUse::device},
+                             {"output", &h.output, core::MirrorUse::written},
+                             {"lse", &h.lse, core::MirrorUse::written}});
+  if (!s.ok()) return s;
   MemorySpace space = MemorySpace::host;
-  Status s = core::validate_sparse_mla_prefill(d, a, &space);
+  s = core::validate_sparse_mla_prefill(d, h, &space);
+  if (!s.ok()) return s;
+  s = mirror.finish(&space);
   if (!s.ok()) return s;
   core::Route r;
-  s = core::route("sparse_mla_prefill", o, space, &r);
+  s = core::route(core::kOp, o, space, &r);
   if (!s.ok()) return s;
+  if (r.backend == Backend::cuda) {
+    s = mirror.require_device();
+    if (!s.ok()) return s;
+    decltype(core::DeviceKernels::sparse_mla_prefill) launch = nullptr;
+    s = core::device_launcher(core::kOp, &core::DeviceKernels::sparse_mla_prefill, &launch);
+    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
+  }
   if (r.backend == Backend::cpu) {
     s = cpu::sparse_mla_prefill(d, a);
     if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
   }
-  if (r.backend == Backend::cuda)
-    return Status::error(StatusCode::unavailable, "sparse_mla_prefill", "backend",
-                         "sparse_mla_prefill: backend=cuda has no kernel for this operator yet");
   reference::sparse_mla_prefill(d, a);
   return Status::success();
 }

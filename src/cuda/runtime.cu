@@ -1,7 +1,13 @@
 #include <cuda_runtime.h>
 
+#include "core/common/device_kernels.hpp"
 #include "core/common/device_mirror.hpp"
+#include "cuda/fused_qkv_paged.hpp"
+#include "cuda/lightning_indexer.hpp"
+#include "cuda/mla_prefill_fp8.hpp"
+#include "cuda/msa_block_indexer.hpp"
 #include "cuda/runtime.hpp"
+#include "cuda/sparse_mla_prefill.hpp"
 
 namespace mlakit::cuda {
 namespace {
@@ -47,9 +53,23 @@ const core::DeviceMemoryOps kOps = [] {
   return ops;
 }();
 
+const core::DeviceKernels kKernels = [] {
+  core::DeviceKernels k;
+  k.name = "cuda";
+  k.available = device_available;
+  k.lightning_indexer = lightning_indexer;
+  k.remap_indices_to_rows = remap_indices_to_rows;
+  k.msa_block_indexer = msa_block_indexer;
+  k.mla_prefill_fp8 = mla_prefill_fp8;
+  k.sparse_mla_prefill = sparse_mla_prefill;
+  k.fused_qkv_paged = fused_qkv_paged;
+  return k;
+}();
+
 // Registered at static initialization. This file is always linked when the cuda back-end is built
-// (core's backend_available() calls device_available() below), so the registration is too.
-const bool kRegistered = (core::set_device_memory_ops(&kOps), true);
+// (core's backend_available() calls device_available() below), so the registration is too, and
+// through it every launcher's object file.
+const bool kRegistered = (core::set_device_memory_ops(&kOps), core::set_device_kernels(&kKernels), true);
 
 }  // namespace
 

@@ -7,7 +7,9 @@
 // collective when all 32 lanes of the warp wait at the same one; anything else (a barrier in
 // divergent code, lanes that exited before a collective) is reported as a deadlock and aborts.
 // "Device memory" is host memory, filled with 0xFF bytes (NaN, 0xFFFFFFFF) when allocated so that
-// reads of never-written memory show up. Kernels run when launched; streams are ignored.
+// reads of never-written memory show up; a copy whose device side lies outside every allocation
+// fails with cudaErrorInvalidValue. Kernels run when launched; streams are ignored (but stream
+// synchronizations and copies are counted for the tests).
 // mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
 // with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
 // tensor cores' rounding.
@@ -62,8 +64,13 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::functi
 
 // Live allocations of the emulated device (tests check that every call frees what it allocates).
 long live_allocations();
-// Kernels launched since the process started.
+// Kernels launched, device-to-host copies and stream synchronizations since the process started.
 long launches();
+long copies_to_host();
+long stream_synchronizations();
+// The device count cudaGetDeviceCount reports (1 at start); 0 makes it fail as on a machine
+// without a GPU (cudaErrorNoDevice). Returns the previous count.
+int set_device_count(int count);
 
 template <class... P, class... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t dynamic_smem, void* /*stream*/, A&&... args) {
@@ -119,7 +126,7 @@ inline T max(T a, T b) {
 }
 
 // ---- runtime API -----------------------------------------------------------------------------
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorNoDevice = 100 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <map>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -47,8 +47,21 @@ struct Block {
 
 Block* g_block = nullptr;
 std::vector<std::unique_ptr<char[]>> g_stacks;
-std::unordered_map<void*, std::size_t> g_allocations;
+std::map<const void*, std::size_t> g_allocations;  // ordered: copies look up the allocation they fall in
 long g_launches = 0;
+long g_copies_to_host = 0;
+long g_syncs = 0;
+int g_device_count = 1;
+
+// True when [p, p + bytes) lies inside one live allocation.
+bool in_device_memory(const void* p, std::size_t bytes) {
+  auto it = g_allocations.upper_bound(p);
+  if (it == g_allocations.begin()) return false;
+  --it;
+  const auto* base = static_cast<const unsigned char*>(it->first);
+  const auto* q = static_cast<const unsigned char*>(p);
+  return q >= base && static_cast<std::size_t>(q - base) + bytes <= it->second;
+}
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "cuda emulation: %s (block %u,%u,%u)\n", what.c_str(), blockIdx.x, blockIdx.y, blockIdx.z);
@@ -303,6 +316,13 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::functi
 
 long live_allocations() { return static_cast<long>(g_allocations.size()); }
 long launches() { return g_launches; }
+long copies_to_host() { return g_copies_to_host; }
+long stream_synchronizations() { return g_syncs; }
+int set_device_count(int count) {
+  const int previous = g_device_count;
+  g_device_count = count;
+  return previous;
+}
 
 }  // namespace mlakit_cuda_emu
 
@@ -311,14 +331,21 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
   }
   return "cudaErrorUnknown";
 }
-const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    default: return "emulated error";
+  }
+}
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
-  return cudaSuccess;
+  *count = mlakit_cuda_emu::g_device_count;
+  return *count > 0 ? cudaSuccess : cudaErrorNoDevice;
 }
 cudaError_t cudaGetDevice(int* device) {
   *device = 0;
@@ -344,8 +371,19 @@ cudaError_t cudaFree(void* ptr) {
 }
 cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t) { return cudaMalloc(ptr, bytes); }
 cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) { return cudaFree(ptr); }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  using mlakit_cuda_emu::in_device_memory;
+  // The side a copy names as device memory must be (cudaMemcpyDefault infers the sides: unchecked).
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_ok = !src_device || in_device_memory(src, bytes);
+  const bool dst_ok = !dst_device || in_device_memory(dst, bytes);
+  if (bytes > 0 && (!src_ok || !dst_ok)) return cudaErrorInvalidValue;
+  if (kind == cudaMemcpyDeviceToHost) ++mlakit_cuda_emu::g_copies_to_host;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  ++mlakit_cuda_emu::g_syncs;
+  return cudaSuccess;
+}

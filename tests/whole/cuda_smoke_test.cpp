@@ -1,9 +1,10 @@
 // The cuda back-end on a real GPU: the memory functions the device path relies on, then every
 // operator's default (DeepSeek-sized) case and first golden case through the drivers, staged in
-// device memory, against the reference. Skipped, with the reason, where no GPU is usable (and
-// while an operator's entry point does not route to its cuda kernels).
+// device memory, against the reference. Skipped, with the reason, where no GPU is usable; there,
+// a device call through each public entry point is checked to be unavailable before any copy.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -36,6 +37,61 @@ TEST(CudaSmoke, DeviceMemoryFunctionsRoundTrip) {
   ASSERT_TRUE(ops->synchronize(nullptr, &error)) << error;
   EXPECT_EQ(in, out);
   ASSERT_TRUE(ops->release(dev, &error)) << error;
+}
+
+// "Device" memory without a GPU: host memory handed out by functions that count the copies back.
+struct FakeDevice {
+  static inline int copies_to_host = 0;
+  static bool allocate(void** p, std::size_t bytes, std::string*) { return (*p = std::malloc(bytes ? bytes : 1)) != nullptr; }
+  static bool release(void* p, std::string*) { return std::free(p), true; }
+  static bool to_device(void* d, const void* s, std::size_t n, void*, std::string*) { return std::memcpy(d, s, n), true; }
+  static bool to_host(void* d, const void* s, std::size_t n, void*, std::string*) {
+    ++copies_to_host;
+    return std::memcpy(d, s, n), true;
+  }
+  static bool synchronize(void*, std::string*) { return true; }
+  static core::DeviceMemoryOps ops() {
+    core::DeviceMemoryOps o;
+    o.name = "fake";
+    o.allocate = allocate;
+    o.release = release;
+    o.copy_to_device = to_device;
+    o.copy_to_host = to_host;
+    o.synchronize = synchronize;
+    return o;
+  }
+};
+
+TEST(CudaSmoke, WithoutAGpuDeviceCallsAreUnavailableBeforeAnyCopy) {
+  std::string why;
+  if (backend_available(Backend::cuda, &why)) GTEST_SKIP() << "a GPU is usable here";
+  const core::DeviceMemoryOps fake = FakeDevice::ops();
+  for (const auto* driver : harness::all_drivers()) {
+    SCOPED_TRACE(driver->name());
+    for (Backend be : {Backend::cuda, Backend::automatic}) {
+      harness::Bundle b = driver->generate(driver->cases().front().knobs, 1);
+      harness::DeviceStaging staging(b, &fake);
+      ASSERT_TRUE(staging.upload_all().ok());
+      FakeDevice::copies_to_host = 0;
+      const Status s = driver->run(b, RunOptions{be});
+      EXPECT_EQ(FakeDevice::copies_to_host, 0) << "index tensors were copied for a call that cannot run";
+      ASSERT_TRUE(staging.finish().ok());
+      EXPECT_EQ(s.code, StatusCode::unavailable) << s.message;
+      EXPECT_NE(s.message.find(std::string(driver->name()) + ": backend=cuda is unavailable: " + why), std::string::npos)
+          << s.message;
+      for (const auto& name : b.output_names()) {
+        const harness::Tensor& out = b.at(name);
+        const std::string source = name.substr(4);
+        if (b.has(source) && b.at(source).shape() == out.shape()) {
+          EXPECT_TRUE(out.same_bytes(b.at(source))) << name << " (in place) was modified";
+        } else {
+          harness::Tensor poisoned = out;
+          poisoned.poison();
+          EXPECT_TRUE(out.same_bytes(poisoned)) << name << " was written";
+        }
+      }
+    }
+  }
 }
 
 struct SmokeCase {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <limits>
 
+#include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
 
 namespace mlakit::core {
@@ -43,6 +44,12 @@ Status DeviceMirror::prepare(std::initializer_list<MirrorEntry> entries) {
     (e.view->memory == MemorySpace::device ? any_device : any_host) = true;
   }
   mixed_ = any_device && any_host;
+  if (route_first_ && any_device && !any_host) {
+    // Only the device back-end takes device memory: refuse what cannot run before copying.
+    Route r;
+    const Status s = route(op_, options_, MemorySpace::device, &r);
+    if (!s.ok()) return s;
+  }
   const DeviceMemoryOps* ops = device_memory_ops();
   // Host calls, mixed calls (the validator or finish() reports them) and builds without a device
   // back-end: nothing to do.

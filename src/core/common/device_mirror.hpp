@@ -9,7 +9,7 @@
 // Use in an operator's entry point (see the cuda back-end's notes for each operator):
 //
 //   FooArgs h = a;                                  // what validation reads
-//   core::DeviceMirror mirror("foo", o.cuda_stream);
+//   core::DeviceMirror mirror("foo", o);            // o: the call's RunOptions
 //   Status s = mirror.prepare({{"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
 //                              {"q", &h.q, core::MirrorUse::device},
 //                              {"out", &h.out, core::MirrorUse::written}, ...every tensor of the call});
@@ -22,7 +22,7 @@
 //   ... route; the host back-ends run on `a`; the cuda branch:
 //   s = mirror.require_device();
 //   if (!s.ok()) return s;
-//   return cuda::foo(d, a, h, o.cuda_stream);
+//   return cuda::foo(d, a, h, o.cuda_stream);      // through core::device_kernels()
 //
 // A call with every tensor in host memory is left alone (h == a, no copy, no synchronization), and
 // so is every call when no device back-end is linked. This file is compiled without CUDA: the
@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "mlakit/backend.hpp"
 #include "mlakit/status.hpp"
 #include "mlakit/tensor_view.hpp"
 
@@ -76,6 +77,11 @@ struct MirrorEntry {
 class DeviceMirror {
  public:
   DeviceMirror(const char* op, void* stream) : op_(op), stream_(stream) {}
+  // For an entry point: a call whose tensors are all in device memory is first routed with
+  // `options` (a host back-end asked for device memory is refused, a device back-end that cannot
+  // run here is StatusCode::unavailable with the reason), so that no copy is tried without a device.
+  DeviceMirror(const char* op, const RunOptions& options)
+      : op_(op), stream_(options.cuda_stream), options_(options), route_first_(true) {}
   DeviceMirror(const DeviceMirror&) = delete;
   DeviceMirror& operator=(const DeviceMirror&) = delete;
 
@@ -83,7 +89,8 @@ class DeviceMirror {
   // back-end is linked), the host_read ones are copied to host mirrors and re-pointed at them, and
   // the others are marked host memory for the validator's sake (it never reads their contents).
   // A view that cannot be copied as a whole (not contiguous, bad rank or shape) is left as it is,
-  // so that the validator reports it. Fails (StatusCode::internal) only when a copy fails.
+  // so that the validator reports it. Fails (StatusCode::internal) when a copy fails, and, with
+  // the RunOptions constructor, with route()'s status when a device call cannot run here.
   Status prepare(std::initializer_list<MirrorEntry> entries);
 
   // After the validator accepted the copy: restores the device label of the views that were not
@@ -109,6 +116,8 @@ class DeviceMirror {
   };
   const char* op_;
   void* stream_;
+  RunOptions options_;
+  bool route_first_ = false;
   bool active_ = false;
   bool mixed_ = false;
   std::vector<Slot> slots_;
