@@ -15,6 +15,18 @@ Status check_launch(const char* op, const char* kernel) {
   return cuda_error(op, (std::string("launching ") + kernel).c_str(), err);
 }
 
+Status shared_memory_fits(const char* op, const char* field, const std::string& what, std::size_t bytes,
+                          std::size_t limit) {
+  if (bytes <= limit) return Status::success();
+  return Status::error(StatusCode::unsupported, op, field,
+                       std::string(op) + ": " + what + " needs " + std::to_string(bytes) +
+                           " bytes of shared memory per block (the GPU has " + std::to_string(limit) + ")");
+}
+
+Status exceeds_one_launch(const char* op, const char* field, const std::string& what) {
+  return Status::error(StatusCode::unsupported, op, field, std::string(op) + ": " + what + " exceeds one launch");
+}
+
 std::size_t max_shared_memory(const char* op, Status* status) {
   int device = 0, bytes = 0;
   cudaError_t err = cudaGetDevice(&device);

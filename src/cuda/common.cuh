@@ -68,6 +68,27 @@ class DeviceBuffer {
     if (!mlakit_s_.ok()) return mlakit_s_;         \
   } while (0)
 
+// StatusCode::unsupported naming `field` when one block needs more dynamic shared memory than the
+// device offers: "<op>: <what> needs <bytes> bytes of shared memory per block (the GPU has <limit>)".
+Status shared_memory_fits(const char* op, const char* field, const std::string& what, std::size_t bytes,
+                          std::size_t limit);
+
+// StatusCode::unsupported naming `field`: "<op>: <what> exceeds one launch".
+Status exceeds_one_launch(const char* op, const char* field, const std::string& what);
+
+// Queues kernel<<<grid, block, smem, stream>>>(args...) and reports a failed launch naming the
+// kernel. A launch with dynamic shared memory first opts the kernel in to that size (past 48 KiB
+// the launch fails otherwise).
+template <class... P, class... A>
+Status launch_kernel(const char* op, const char* name, void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
+                     cudaStream_t stream, A&&... args) {
+  if (smem > 0)
+    MLAKIT_CUDA_TRY(op, (std::string("setting the shared memory of ") + name).c_str(),
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  MLAKIT_LAUNCH(kernel, grid, block, smem, stream, static_cast<A&&>(args)...);
+  return check_launch(op, name);
+}
+
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 

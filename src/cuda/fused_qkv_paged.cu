@@ -295,17 +295,13 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
 
   const std::int64_t row_tiles = ceil_div(T, kBM), col_tiles = ceil_div(p.N, kBN);
   if (row_tiles > 65535)
-    return Status::error(StatusCode::unsupported, kOp, "hidden_state",
-                         std::string(kOp) + ": " + std::to_string(T) + " rows exceed one launch (at most " +
-                             std::to_string(65535 * kBM) + ")");
+    return exceeds_one_launch(kOp, "hidden_state",
+                              std::to_string(T) + " rows (at most " + std::to_string(65535 * kBM) + " per launch)");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
   const cudaStream_t stream = as_stream(stream_handle);
-  if (a.hidden_state.dtype == DType::bf16) {
-    MLAKIT_LAUNCH(gemm_bf16_kernel, grid, kMmaThreads, 0, stream, p);
-    return check_launch(kOp, "gemm_bf16_kernel");
-  }
-  MLAKIT_LAUNCH(gemm_f32_kernel, grid, kFmaThreads, 0, stream, p);
-  return check_launch(kOp, "gemm_f32_kernel");
+  if (a.hidden_state.dtype == DType::bf16)
+    return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel, grid, kMmaThreads, 0, stream, p);
+  return launch_kernel(kOp, "gemm_f32_kernel", gemm_f32_kernel, grid, kFmaThreads, 0, stream, p);
 }
 
 }  // namespace mlakit::cuda

@@ -224,13 +224,6 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
     out[i] = i < m ? static_cast<std::int32_t>(winner_index(buf[i])) : -1;
 }
 
-template <int QR>
-Status launch_scores(const ScoreParams& p, std::size_t smem, dim3 grid, cudaStream_t stream) {
-  MLAKIT_CUDA_TRY(kOp, "setting the score kernel's shared memory",
-                  cudaFuncSetAttribute(score_kernel<QR>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  MLAKIT_LAUNCH(score_kernel<QR>, grid, kScoreThreads, smem, stream, p);
-  return check_launch(kOp, "score_kernel");
-}
 
 __global__ void remap_kernel(const std::int32_t* in, const std::uint32_t* iro, int B, const std::uint32_t* lut,
                              std::int64_t lut_cols, std::int64_t page_size, std::int64_t K, std::int64_t total,
@@ -274,11 +267,11 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   int QR = max_rows >= 8 ? 8 : max_rows >= 4 ? 4 : max_rows >= 2 ? 2 : 1;
   while (QR > 1 && ScoreLayout(QR, Hp, Dp).bytes > smem_max) QR /= 2;
   const std::size_t smem = ScoreLayout(QR, Hp, Dp).bytes;
-  if (smem > smem_max)
-    return Status::error(StatusCode::unsupported, kOp, "num_heads",
-                         std::string(kOp) + ": num_heads=" + std::to_string(H) + " with head_dim=" + std::to_string(D) +
-                             " needs " + std::to_string(smem) + " bytes of shared memory per block (the GPU has " +
-                             std::to_string(smem_max) + ")");
+  MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "num_heads",
+                                       "num_heads=" + std::to_string(H) + " with head_dim=" + std::to_string(D), smem,
+                                       smem_max));
+  void (*const score)(ScoreParams) =
+      QR == 8 ? score_kernel<8> : QR == 4 ? score_kernel<4> : QR == 2 ? score_kernel<2> : score_kernel<1>;
 
   // Row chunks bound the score buffer (and the global scratch of very large top_k).
   const std::int64_t winners_pow2 = next_pow2(std::min(d.top_k, max_keys));
@@ -324,16 +317,10 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
     sp.rows = rows;
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
                     static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, kKeysPerBlock), 65535)));
-    switch (QR) {
-      case 8: s = launch_scores<8>(sp, smem, grid, stream); break;
-      case 4: s = launch_scores<4>(sp, smem, grid, stream); break;
-      case 2: s = launch_scores<2>(sp, smem, grid, stream); break;
-      default: s = launch_scores<1>(sp, smem, grid, stream); break;
-    }
-    MLAKIT_STATUS_TRY(s);
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "score_kernel", score, grid, kScoreThreads, smem, stream, sp));
     tp.row0 = row0;
-    MLAKIT_LAUNCH(topk_kernel, static_cast<unsigned>(rows), kTopkThreads, 0, stream, tp);
-    MLAKIT_STATUS_TRY(check_launch(kOp, "topk_kernel"));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel, static_cast<unsigned>(rows), kTopkThreads, 0,
+                                    stream, tp));
   }
   return Status::success();
 }
@@ -343,13 +330,12 @@ Status remap_indices_to_rows(const RemapIndicesArgs& a, void* stream_handle) {
   const std::int64_t total = T * K;
   if (total == 0) return Status::success();
   const std::int64_t blocks = std::min<std::int64_t>(ceil_div(total, 256), 65535);
-  MLAKIT_LAUNCH(remap_kernel, static_cast<unsigned>(blocks), 256, 0, as_stream(stream_handle),
-                static_cast<const std::int32_t*>(a.indices.data),
-                static_cast<const std::uint32_t*>(a.input_row_offsets.data),
-                static_cast<int>(a.input_row_offsets.shape[0] - 1),
-                static_cast<const std::uint32_t*>(a.lookup_table.data), a.lookup_table.shape[1], a.page_size, K,
-                total, static_cast<std::int32_t*>(a.rows.data));
-  return check_launch("remap_indices_to_rows", "remap_kernel");
+  return launch_kernel("remap_indices_to_rows", "remap_kernel", remap_kernel, static_cast<unsigned>(blocks), 256, 0,
+                       as_stream(stream_handle), static_cast<const std::int32_t*>(a.indices.data),
+                       static_cast<const std::uint32_t*>(a.input_row_offsets.data),
+                       static_cast<int>(a.input_row_offsets.shape[0] - 1),
+                       static_cast<const std::uint32_t*>(a.lookup_table.data), a.lookup_table.shape[1], a.page_size, K,
+                       total, static_cast<std::int32_t*>(a.rows.data));
 }
 
 }  // namespace mlakit::cuda

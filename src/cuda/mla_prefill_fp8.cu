@@ -458,11 +458,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
   const AttnLayout attn_layout(qkp, vdim);
-  if (attn_layout.bytes > smem_max)
-    return Status::error(StatusCode::unsupported, kOp, "v",
-                         std::string(kOp) + ": nope+rope=" + std::to_string(qk) + " with v=" + std::to_string(vdim) +
-                             " needs " + std::to_string(attn_layout.bytes) +
-                             " bytes of shared memory per block (the GPU has " + std::to_string(smem_max) + ")");
+  MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "v", "nope+rope=" + std::to_string(qk) + " with v=" + std::to_string(vdim),
+                                       attn_layout.bytes, smem_max));
 
   // 1. RoPE + RMSNorm in place.
   NormParams np;
@@ -479,8 +476,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   np.rope = rope;
   np.latent = latent;
   np.eps = d.epsilon;
-  MLAKIT_LAUNCH(rope_norm_kernel, static_cast<unsigned>(T), kNormThreads, 0, stream, np);
-  MLAKIT_STATUS_TRY(check_launch(kOp, "rope_norm_kernel"));
+  MLAKIT_STATUS_TRY(launch_kernel(kOp, "rope_norm_kernel", rope_norm_kernel, static_cast<unsigned>(T), kNormThreads, 0,
+                                  stream, np));
 
   // 2. Gather + quantize.
   DeviceBuffer xq, sa, kr, needed, kv;
@@ -504,8 +501,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     gp.sa = sa.as<float>();
     gp.kr = kr.as<std::uint16_t>();
     gp.needed = needed.as<std::uint8_t>();
-    MLAKIT_LAUNCH(gather_quant_kernel, static_cast<unsigned>(BL), kQuantThreads, 0, stream, gp);
-    MLAKIT_STATUS_TRY(check_launch(kOp, "gather_quant_kernel"));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "gather_quant_kernel", gather_quant_kernel, static_cast<unsigned>(BL),
+                                    kQuantThreads, 0, stream, gp));
   }
 
   // 3 + 4 per chunk of heads.
@@ -513,9 +510,6 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   const std::int64_t heads_per_chunk =
       std::max<std::int64_t>(1, std::min<std::int64_t>(H, kKvBudgetBytes / std::max<std::int64_t>(1, BL * cols_per_head * 2)));
   MLAKIT_STATUS_TRY(kv.allocate(kOp, "the K/V buffer", static_cast<std::size_t>(BL * heads_per_chunk * cols_per_head * 2), stream));
-  MLAKIT_CUDA_TRY(kOp, "setting the attention kernel's shared memory",
-                  cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(attn_layout.bytes)));
   for (std::int64_t h0 = 0; h0 < H; h0 += heads_per_chunk) {
     const std::int64_t hc = std::min<std::int64_t>(heads_per_chunk, H - h0);
     const std::int64_t Nc = hc * cols_per_head;
@@ -536,12 +530,11 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
       gm.kv = kv.as<std::uint16_t>();
       const std::int64_t row_tiles = ceil_div(BL, kBM);
       if (row_tiles > 65535)
-        return Status::error(StatusCode::unsupported, kOp, "buffer_length",
-                             std::string(kOp) + ": buffer_length=" + std::to_string(BL) + " exceeds one launch (at most " +
-                                 std::to_string(65535 * kBM) + ")");
+        return exceeds_one_launch(kOp, "buffer_length",
+                                  "buffer_length=" + std::to_string(BL) + " (at most " + std::to_string(65535 * kBM) +
+                                      " per launch)");
       const dim3 grid(static_cast<unsigned>(ceil_div(Nc, kBN)), static_cast<unsigned>(row_tiles));
-      MLAKIT_LAUNCH(kv_gemm_kernel, grid, kGemmThreads, 0, stream, gm);
-      MLAKIT_STATUS_TRY(check_launch(kOp, "kv_gemm_kernel"));
+      MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", kv_gemm_kernel, grid, kGemmThreads, 0, stream, gm));
     }
     AttnParams ap;
     ap.q = static_cast<const std::uint16_t*>(a.q.data);
@@ -564,11 +557,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.qkp = qkp;
     ap.scale = d.scale;
     if (hc > 65535)
-      return Status::error(StatusCode::unsupported, kOp, "num_heads",
-                           std::string(kOp) + ": num_heads=" + std::to_string(H) + " exceeds one launch");
+      return exceeds_one_launch(kOp, "num_heads", "num_heads=" + std::to_string(H));
     const dim3 grid(static_cast<unsigned>(ceil_div(T, kQRows)), static_cast<unsigned>(hc));
-    MLAKIT_LAUNCH(attention_kernel, grid, kAttnThreads, attn_layout.bytes, stream, ap);
-    MLAKIT_STATUS_TRY(check_launch(kOp, "attention_kernel"));
+    MLAKIT_STATUS_TRY(
+        launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kAttnThreads, attn_layout.bytes, stream, ap));
   }
   return Status::success();
 }

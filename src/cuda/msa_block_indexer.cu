@@ -267,11 +267,9 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   };
   while (QR > 1 && layout_for(QR).first.bytes > smem_max) QR /= 2;
   const auto [layout, ppb] = layout_for(QR);
-  if (layout.bytes > smem_max)
-    return Status::error(StatusCode::unsupported, kOp, "num_index_heads",
-                         std::string(kOp) + ": num_index_heads=" + std::to_string(Hi) + " with idx_head_dim=" +
-                             std::to_string(Di) + " needs " + std::to_string(layout.bytes) +
-                             " bytes of shared memory per block (the GPU has " + std::to_string(smem_max) + ")");
+  MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "num_index_heads",
+                                       "num_index_heads=" + std::to_string(Hi) + " with idx_head_dim=" + std::to_string(Di),
+                                       layout.bytes, smem_max));
 
   const std::int64_t winners_pow2 = next_pow2(std::min(d.topk, max_blocks));
   const std::int64_t scratch_per_pair = winners_pow2 > kSharedWinners ? winners_pow2 : 0;
@@ -301,8 +299,6 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   sp.scale = d.scale;
   sp.block_scores = scores.as<float>();
   sp.max_blocks = max_blocks;
-  MLAKIT_CUDA_TRY(kOp, "setting the score kernel's shared memory",
-                  cudaFuncSetAttribute(score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(layout.bytes)));
 
   TopkParams tp;
   tp.block_scores = scores.as<float>();
@@ -327,11 +323,10 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
     sp.rows = rows;
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
                     static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, keys_per_chunk), 65535)));
-    MLAKIT_LAUNCH(score_kernel, grid, kThreads, layout.bytes, stream, sp);
-    MLAKIT_STATUS_TRY(check_launch(kOp, "score_kernel"));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "score_kernel", score_kernel, grid, kThreads, layout.bytes, stream, sp));
     tp.row0 = row0;
-    MLAKIT_LAUNCH(topk_kernel, static_cast<unsigned>(rows * Hi), kTopkThreads, 0, stream, tp);
-    MLAKIT_STATUS_TRY(check_launch(kOp, "topk_kernel"));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel, static_cast<unsigned>(rows * Hi), kTopkThreads, 0,
+                                    stream, tp));
   }
   return Status::success();
 }

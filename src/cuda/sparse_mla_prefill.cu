@@ -251,11 +251,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
-  if (layout.bytes > smem_max)
-    return Status::error(StatusCode::unsupported, kOp, "qk_depth",
-                         std::string(kOp) + ": qk_depth=" + std::to_string(qk) + " needs " +
-                             std::to_string(layout.bytes) + " bytes of shared memory per block (the GPU has " +
-                             std::to_string(smem_max) + ")");
+  MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "qk_depth", "qk_depth=" + std::to_string(qk), layout.bytes, smem_max));
   Params p;
   p.q = static_cast<const std::uint16_t*>(a.q.data);
   p.cache = DevPagedCache::from(a.kv_cache);
@@ -274,17 +270,11 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.stride = static_cast<int>(d.indices_stride);
   p.scale = d.scale;
   p.num_rows = a.kv_cache.num_blocks() * a.kv_cache.page_size();
-  MLAKIT_CUDA_TRY(kOp, "setting the attention kernel's shared memory",
-                  cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(layout.bytes)));
   p.head_groups = static_cast<int>(ceil_div(d.num_q_heads, kHeads));
   if (T * p.head_groups > 0x7fffffff)
-    return Status::error(StatusCode::unsupported, kOp, "q",
-                         std::string(kOp) + ": T=" + std::to_string(T) + " with num_q_heads=" +
-                             std::to_string(d.num_q_heads) + " exceeds one launch");
+    return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
-  MLAKIT_LAUNCH(attention_kernel, grid, kThreads, layout.bytes, as_stream(stream_handle), p);
-  return check_launch(kOp, "attention_kernel");
+  return launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kThreads, layout.bytes, as_stream(stream_handle), p);
 }
 
 }  // namespace mlakit::cuda
