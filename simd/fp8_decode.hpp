@@ -14,7 +14,8 @@
 //   generic:    main = scalar 256-entry table, alt = rebias (4-lane vector extensions)
 //   avx2:       main = rebias, alt = vpgatherdd from the f32 table
 //   avx512:     main = rebias, alt = vpgatherdd
-//   avx512bf16: main = rebias, alt = vpermi2b byte tables (VBMI)
+//   avx512bf16: main = vpermi2b byte tables (VBMI; 2.8x the rebias to f32, 8.7x to bf16 on Zen 5),
+//               alt = rebias
 #pragma once
 
 #include <cstddef>
