@@ -38,6 +38,7 @@ struct IndexScoreKernels {
   unsigned head_lanes;    // heads per vector
   unsigned head_vectors;  // head vectors per register tile
   unsigned keys;          // keys per register tile
+  bool bf16_dot;          // the dots run as bf16 pair dots (vdpbf16ps), else f32 multiply-adds
   // Floats of a packed query (H, D >= 1).
   std::size_t (*packed_floats)(std::size_t H, std::size_t D);
   // Packs one query: q fp8 codes [H][D] (exact decode), w f32 [H]. `packed` holds

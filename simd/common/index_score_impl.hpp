@@ -311,14 +311,17 @@ void score_f8(const float* packed, std::size_t H, std::size_t D, const std::uint
 // rows' extra L2 traffic at every row count.
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 constexpr unsigned kDecodePassRows = 0;
+constexpr bool kBf16Dot = true;
 #else
 constexpr unsigned kDecodePassRows = 4;
+constexpr bool kBf16Dot = false;
 #endif
 
 constexpr IndexScoreKernels make_index_score_kernels() {
   return IndexScoreKernels{kLevelName,    static_cast<unsigned>(kLanes), static_cast<unsigned>(kHv),
-                           static_cast<unsigned>(kKeys), &packed_floats, &pack_query, kDecodePassRows,
-                           &score,        &score_f8};
+                           static_cast<unsigned>(kKeys), kBf16Dot,      &packed_floats,
+                           &pack_query,   kDecodePassRows,              &score,
+                           &score_f8};
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ TEST(KernelDispatch, ListHasEveryFamilyAtEveryLevelFastestFirst) {
 }
 
 TEST(KernelDispatch, PicksTheFastestLevelTheCpuRuns) {
+  const CapGuard uncapped(Isa::amx);  // best_runnable reads the cap; MLAKIT_MAX_ISA may have set one
   for (Isa want : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx}) {
     std::vector<cpu::Decline> declines;
     const auto& t = cpu::fp8_decode_kernels(want, &declines);
@@ -97,13 +98,16 @@ TEST(KernelDispatch, ChoicesForInfo) {
   EXPECT_EQ(choices[0].first, "fp8_decode");
   EXPECT_EQ(choices[1].first, "gemm");
   EXPECT_EQ(choices[2].first, "topk");
-  EXPECT_EQ(choices[0].second, cpu::fp8_decode_kernels().level);
+  EXPECT_EQ(choices[0].second,
+            std::string(cpu::fp8_decode_kernels().level) + " (" + cpu::fp8_decode_kernels().kind + ")");
   EXPECT_EQ(choices[1].second.rfind(cpu::gemm_kernels().level, 0), 0u) << choices[1].second;
   bool index_score = false;
   for (const auto& [family, choice] : choices)
     if (family == "index_score") {
       index_score = true;
       EXPECT_EQ(choice.rfind(cpu::index_score_kernels().level, 0), 0u) << choice;
+      EXPECT_NE(choice.find(cpu::index_score_kernels().bf16_dot ? "bf16 pair dot" : "f32 FMA"), std::string::npos)
+          << choice;
     }
   EXPECT_TRUE(index_score) << "index_score missing from kernel_choices()";
 }

@@ -131,14 +131,16 @@ std::vector<Isa> kernel_levels() {
 std::vector<std::pair<std::string, std::string>> kernel_choices() {
   const Isa want = active_isa();
   std::vector<std::pair<std::string, std::string>> out;
-  out.emplace_back("fp8_decode", fp8_decode_kernels(want).level);
+  const simd::Fp8DecodeKernels& f = fp8_decode_kernels(want);
+  out.emplace_back("fp8_decode", std::string(f.level) + " (" + f.kind + ")");
   const simd::GemmKernels& g = gemm_kernels(want);
   out.emplace_back("gemm", std::string(g.level) + " (" + std::to_string(g.mr) + "x" + std::to_string(g.nr) +
                                " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") + ")");
   out.emplace_back("topk", topk_kernels(want).level);
   const simd::IndexScoreKernels& is = index_score_kernels(want);
   out.emplace_back("index_score", std::string(is.level) + " (" + std::to_string(is.head_vectors * is.head_lanes) +
-                                      " heads x " + std::to_string(is.keys) + " keys tile)");
+                                      " heads x " + std::to_string(is.keys) + " keys tile, " +
+                                      (is.bf16_dot ? "bf16 pair dot" : "f32 FMA") + ")");
   const simd::BlockScoreKernels& bs = block_score_kernels(want);
   out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
                                       std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile)");
