@@ -1,5 +1,10 @@
 // The block-max score kernels, written once; compiled per level by simd/<level>/block_score.cpp.
 // See simd/block_score.hpp for the contract.
+//
+// The unit of the dot product is a "step" of 4 bytes per lane: one f32 element on the levels that
+// multiply in f32 (one FMA per step), one bf16 pair on levels with a bf16 pair dot (one vdpbf16ps
+// per step). Packed query rows and the key rows the tiles read are both laid out in steps, so the
+// register tile, the fold, the chunking and the limits are one code path for every level.
 #pragma once
 
 #include <cstddef>
@@ -8,25 +13,63 @@
 
 #include "simd/block_score.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+#include "simd/common/fp8_bf16_vbmi.hpp"
+#endif
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
 
-// Register budget of a sweep tile: kAcc accumulators (T groups x C keys, C = kAcc / T), plus T
-// query vectors and one broadcast key element. avx2: 12 + 2 + 1 of 16 ymm; generic: 8 + 2 + 1 (+1
-// for the separate multiply) of 16 xmm; avx512: 24 + 2 + 1 of 32 zmm.
+// ---- the arithmetic of one step ------------------------------------------------------------------
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+constexpr std::size_t kPer = 2;  // elements per step: a bf16 pair
+using QE = std::uint16_t;        // element type of packed queries
+using KE = std::uint16_t;        // element type of the key rows the tiles read (bf16 patterns)
+using QV = B;
+inline QV q_step(const QE* p) { return bload(p); }
+inline QV k_step(const KE* p) { return bsplat_pair(p); }
+inline F mac(F acc, QV q, QV k) { return bf16_dot(acc, q, k); }
+inline QE q_elem(std::uint16_t bf16) { return bf16; }
+#else
+constexpr std::size_t kPer = 1;
+using QE = float;
+using KE = float;
+using QV = F;
+inline QV q_step(const QE* p) { return fload(p); }
+inline QV k_step(const KE* p) { return fsplat(*p); }
+inline F mac(F acc, QV q, QV k) { return fmadd(q, k, acc); }
+inline QE q_elem(std::uint16_t bf16) {
+  const std::uint32_t u = static_cast<std::uint32_t>(bf16) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+#endif
+inline std::size_t steps_of(std::size_t dim) { return (dim + kPer - 1) / kPer; }
+
+// Register budget of a sweep tile: kAcc accumulators (kT groups x C keys, C = kAcc / kT), plus kT
+// query vectors and one broadcast key step. avx2: 12 + 2 + 1 of 16 ymm; generic: 8 + 2 + 1 (+1
+// for the separate multiply) of 16 xmm; avx512: 24 + 2 + 1 of 32 zmm. The bf16 level takes 4
+// groups x 6 keys (24 + 4 + 1): every step of a tile loads kT query vectors and C key broadcasts
+// from L1 for kT * C pair dots, and at two vdpbf16ps per cycle 2 x 12 would need more loads per
+// cycle than 4 x 6 (10 per 24 dots).
 #if defined(MLAKIT_SIMD_LEVEL_generic)
 constexpr std::size_t kAcc = 8;
+constexpr std::size_t kT = 2;
 #elif defined(MLAKIT_SIMD_LEVEL_avx2)
 constexpr std::size_t kAcc = 12;
+constexpr std::size_t kT = 2;
+#elif defined(MLAKIT_SIMD_HAS_BF16_DOT)
+constexpr std::size_t kAcc = 24;
+constexpr std::size_t kT = 4;
 #else
 constexpr std::size_t kAcc = 24;
+constexpr std::size_t kT = 2;
 #endif
-constexpr std::size_t kT = 2;  // groups per tile of the many-group sweep
 template <std::size_t T>
 constexpr std::size_t kKeysOf = kAcc / T;
 
-// Converted keys of one chunk stay in L1 while every group passes over them. Measured on Zen 3 for
+// Key rows of one chunk stay in L1 while every group passes over them. Measured on Zen 3 for
 // one group (decode), where each converted key serves only one vector of rows, against this
 // conversion pass per chunk: widening bf16 pairs in the FMA loop (a 32-bit broadcast, shift and
 // mask; -10 %: the widening ops compete with the FMAs) and converting the next tile's rows
@@ -51,62 +94,93 @@ inline F key_value(I k) {
 }
 inline I imax(I a, I b) { return select(cmpgt(a, b), a, b); }
 
-// The shared decode header also defines the bf16 variant, which these kernels do not need.
+// The shared decode header also defines variants these kernels do not need on every level.
 [[maybe_unused]] constexpr auto kUnusedFp8ToBf16 = &fp8_to_bf16;
+[[maybe_unused]] constexpr auto kUnusedFp8ToF32 = &fp8_to_f32;
 
 inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
-// ---- conversion of key rows to f32 ---------------------------------------------------------------
-inline void to_f32(const std::uint16_t* s, float* d, std::size_t k) {
-  std::size_t p = 0;
-  for (; p + kLanes <= k; p += kLanes) fstore(d + p, fload_bf16(s + p));
-  if (p < k) fstore_n(d + p, fload_bf16_n(s + p, k - p), k - p);
+// ---- key rows in the layout the tiles read -------------------------------------------------------
+// One row of `dim` elements to `ld` elements of KE (exact; ld >= dim, the rest zero).
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+inline void to_steps(const std::uint16_t* s, KE* d, std::size_t dim, std::size_t ld) {
+  std::memcpy(d, s, dim * sizeof(KE));
+  for (std::size_t e = dim; e < ld; ++e) d[e] = 0;
 }
-inline void to_f32(const std::uint8_t* s, float* d, std::size_t k) { fp8_to_f32(s, d, k); }
+inline void to_steps(const std::uint8_t* s, KE* d, std::size_t dim, std::size_t ld) {
+  fp8_to_bf16_vbmi(s, d, dim);
+  for (std::size_t e = dim; e < ld; ++e) d[e] = 0;
+}
+// bf16 rows of an even length are read in place: a pair broadcast needs no conversion.
+template <class TK>
+constexpr bool reads_in_place(std::size_t dim) { return sizeof(TK) == 2 && dim % 2 == 0; }
+#else
+inline void to_steps(const std::uint16_t* s, KE* d, std::size_t dim, std::size_t) {
+  std::size_t p = 0;
+  for (; p + kLanes <= dim; p += kLanes) fstore(d + p, fload_bf16(s + p));
+  if (p < dim) fstore_n(d + p, fload_bf16_n(s + p, dim - p), dim - p);
+}
+inline void to_steps(const std::uint8_t* s, KE* d, std::size_t dim, std::size_t) { fp8_to_f32(s, d, dim); }
+template <class TK>
+constexpr bool reads_in_place(std::size_t) { return false; }
+#endif
 
 // ---- the register tile: T groups x C keys ------------------------------------------------------------
-// acc[t][c] = sum_d qt_t[d] * kf_c[d], d ascending, one multiply-add per element.
-// Every other step also prefetches one line of the keys the caller reads next (pf .. pf_end):
-// spread over the multiply-adds, the loads of the next page overlap them without stalling the
-// load queue the way a burst of prefetches does.
+// acc[t][c] = sum over steps s ascending of q_t[s] . k_c[s], one multiply-add (f32) or pair dot
+// (bf16) per step, one chain per (row, key). Every kPfEvery-th step also prefetches one line of
+// the keys the caller reads next (pf .. pf_end): spread over the multiply-adds, the loads of the
+// next page overlap them without stalling the load queue the way a burst of prefetches does.
+// The loops over T and C are unrolled by pragma: GCC leaves a 24-iteration loop rolled and keeps
+// the accumulators in memory, and each step then waits on store forwarding (it made the avx512
+// one-group sweep slower than avx2's).
+constexpr std::size_t kPfEvery = kPer == 1 ? 2 : 1;
+
 template <std::size_t T, std::size_t C>
-inline void dot_tile(std::size_t dim, const float* qt, std::size_t gstride, const float* kf, std::size_t ldkf,
+inline void dot_tile(std::size_t steps, const QE* qt, std::size_t gstride, const KE* kr, std::size_t ldkr,
                      F (&acc)[T][C], const char*& pf_ref, const char* pf_end) {
-  for (auto& row : acc)
-    for (auto& x : row) x = fzero();
+#pragma GCC unroll 32
+  for (std::size_t t = 0; t < T; ++t)
+#pragma GCC unroll 32
+    for (std::size_t c = 0; c < C; ++c) acc[t][c] = fzero();
   const char* pf = pf_ref;  // a local copy stays in a register
-  for (std::size_t d = 0; d < dim; ++d) {
-    if ((d & 1) == 0 && pf < pf_end) {
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (s % kPfEvery == 0 && pf < pf_end) {
       __builtin_prefetch(pf, 0, 2);
       pf += 64;
     }
-    F qv[T];
-    for (std::size_t t = 0; t < T; ++t) qv[t] = fload(qt + t * gstride + d * kLanes);
+    QV qv[T];
+#pragma GCC unroll 32
+    for (std::size_t t = 0; t < T; ++t) qv[t] = q_step(qt + t * gstride + s * kLanes * kPer);
+#pragma GCC unroll 32
     for (std::size_t c = 0; c < C; ++c) {
-      const F b = fsplat(kf[c * ldkf + d]);
-      for (std::size_t t = 0; t < T; ++t) acc[t][c] = fmadd(qv[t], b, acc[t][c]);
+      const QV b = k_step(kr + c * ldkr + s * kPer);
+#pragma GCC unroll 32
+      for (std::size_t t = 0; t < T; ++t) acc[t][c] = mac(acc[t][c], qv[t], b);
     }
   }
   pf_ref = pf;
 }
 
-// Folds the scaled scores of keys j0 .. j0+C-1 into the running maxima m[t]; with `masked`, lane l
-// of group t only takes key j when j < lim[t][l].
-template <std::size_t T, std::size_t C, bool kMasked>
-inline void fold(const F (&acc)[T][C], F scale, const I (&lim)[T], std::size_t j0, I (&m)[T]) {
+// Folds the scaled scores into the running maxima m[t]. Lane l of accumulator c holds key
+// jv[l] + S * c; with `masked`, lane l of group t only takes it when that key is < lim[t][l].
+template <std::size_t T, std::size_t C, std::size_t S, bool kMasked>
+inline void fold(const F (&acc)[T][C], F scale, const I (&lim)[T], I jv, I (&m)[T]) {
+#pragma GCC unroll 32
   for (std::size_t t = 0; t < T; ++t) {
+#pragma GCC unroll 32
     for (std::size_t c = 0; c < C; ++c) {
       I key = order_key(acc[t][c] * scale);
-      if constexpr (kMasked) key = select(cmpgt(lim[t], isplat(static_cast<std::int32_t>(j0 + c))), key, isplat(kNoKey));
+      if constexpr (kMasked)
+        key = select(cmpgt(lim[t], jv + isplat(static_cast<std::int32_t>(S * c))), key, isplat(kNoKey));
       m[t] = imax(m[t], key);
     }
   }
 }
 
 struct Sweep {
-  std::size_t dim;
-  const float* kf;   // converted keys of the chunk, row j - j0 at kf + (j - j0) * ldkf
-  std::size_t ldkf;
+  std::size_t steps;
+  const KE* kr;  // key rows of the chunk, row j - j0 at kr + (j - j0) * ldkr
+  std::size_t ldkr;
   std::size_t j0, j1;  // key range of the chunk (key indices of the call)
   F scale;
   const char* pf = nullptr;  // prefetch cursor over the next call's key rows (64-byte steps)
@@ -114,17 +188,18 @@ struct Sweep {
 };
 
 template <std::size_t T, std::size_t C>
-inline void run_keys(Sweep& s, std::size_t j, const float* qt, std::size_t gstride, const I (&lim)[T],
+inline void run_keys(Sweep& s, std::size_t j, const QE* qt, std::size_t gstride, const I (&lim)[T],
                      std::int32_t lo, I (&m)[T]) {
   F acc[T][C];
-  dot_tile<T, C>(s.dim, qt, gstride, s.kf + (j - s.j0) * s.ldkf, s.ldkf, acc, s.pf, s.pf_end);
-  if (static_cast<std::int64_t>(j + C) <= lo) fold<T, C, false>(acc, s.scale, lim, j, m);
-  else fold<T, C, true>(acc, s.scale, lim, j, m);
+  dot_tile<T, C>(s.steps, qt, gstride, s.kr + (j - s.j0) * s.ldkr, s.ldkr, acc, s.pf, s.pf_end);
+  const I jv = isplat(static_cast<std::int32_t>(j));
+  if (static_cast<std::int64_t>(j + C) <= lo) fold<T, C, 1, false>(acc, s.scale, lim, jv, m);
+  else fold<T, C, 1, true>(acc, s.scale, lim, jv, m);
 }
 
 // The last r < C keys of a tile.
 template <std::size_t T, std::size_t R>
-inline void run_tail(std::size_t r, Sweep& s, std::size_t j, const float* qt, std::size_t gstride,
+inline void run_tail(std::size_t r, Sweep& s, std::size_t j, const QE* qt, std::size_t gstride,
                      const I (&lim)[T], std::int32_t lo, I (&m)[T]) {
   if constexpr (R > 0) {
     if (r == R) run_keys<T, R>(s, j, qt, gstride, lim, lo, m);
@@ -135,7 +210,7 @@ inline void run_tail(std::size_t r, Sweep& s, std::size_t j, const float* qt, st
 // Groups g .. g+T-1 over the chunk: keys below the smallest limit of the tile take the unmasked
 // fold, keys at or above the largest are skipped.
 template <std::size_t T>
-inline void sweep_groups(Sweep& s, std::size_t g, const float* qt, const std::int32_t* limits,
+inline void sweep_groups(Sweep& s, std::size_t g, const QE* qt, const std::int32_t* limits,
                          const std::int32_t* gmin, const std::int32_t* gmax, std::int32_t* keys) {
   constexpr std::size_t C = kKeysOf<T>;
   std::int32_t lo = gmin[g], hi = gmax[g];
@@ -145,8 +220,8 @@ inline void sweep_groups(Sweep& s, std::size_t g, const float* qt, const std::in
   }
   const std::size_t end = s.j1 < static_cast<std::size_t>(hi) ? s.j1 : static_cast<std::size_t>(hi);  // hi >= 0
   if (end <= s.j0) return;
-  const std::size_t gstride = s.dim * kLanes;
-  const float* q = qt + g * gstride;
+  const std::size_t gstride = s.steps * kLanes * kPer;
+  const QE* q = qt + g * gstride;
   I lim[T], m[T];
   for (std::size_t t = 0; t < T; ++t) {
     lim[t] = iload(limits + (g + t) * kLanes);
@@ -159,7 +234,7 @@ inline void sweep_groups(Sweep& s, std::size_t g, const float* qt, const std::in
 }
 
 template <std::size_t T>
-inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const float* qt, const std::int32_t* limits,
+inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const QE* qt, const std::int32_t* limits,
                        const std::int32_t* gmin, const std::int32_t* gmax, std::int32_t* keys) {
   if constexpr (T > 0) {
     if (rest == T) sweep_groups<T>(s, g, qt, limits, gmin, gmax, keys);
@@ -167,19 +242,108 @@ inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const float* q
   }
 }
 
+// ---- few rows: two keys per vector (levels with the bf16 pair dot) --------------------------------
+// A call whose rows fill at most half the lanes (a decode token of Hi <= 8 index heads) would leave
+// half of every pair dot idle. Its rows are packed twice instead, lane 2h + e holding row h, and
+// one pair dot scores row h against key 2i + e: the broadcast operand is a 64-bit lane with pair s
+// of key 2i then of key 2i+1, read from a copy of the chunk's keys zipped per key pair. The dot
+// chain of (row, key) is the same pairs in the same order as in the full-lane sweep, so scores
+// are bitwise those of a prefill call. Per key this costs 32 pair dots, 33 L1 loads and 4
+// shuffles (the zip), against 64 half-idle dots for the full-lane sweep of one group. Not taken:
+// keys in lanes (a 16-key x 64-pair transpose to the dot layout, then query pairs broadcast: four
+// times the shuffles of the zip, and still one broadcast per dot) and dot products over d with a
+// horizontal sum (a different summation order from the prefill path, so not bitwise the same).
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+constexpr bool kHasPairPath = true;
+constexpr std::size_t kPairRows = kLanes / 2;  // rows of a call that takes the pair path, at most
+constexpr std::size_t kPairTile = 16;          // key pairs per register tile (16 accumulators)
+constexpr std::size_t kPairChunk = 2 * kPairTile;  // keys zipped per pass
+
+// keys [j, j + 2C) of the chunk, zipped (key pair i at kz + i * 2 * ld): acc[c] lanes 2h + e =
+// row h . key j + 2c + e.
+template <std::size_t C>
+inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, std::size_t ld, F (&acc)[C]) {
+#pragma GCC unroll 32
+  for (std::size_t c = 0; c < C; ++c) acc[c] = fzero();
+  for (std::size_t s = 0; s < steps; ++s) {
+    const QV q = q_step(qd + s * kLanes * kPer);
+#pragma GCC unroll 32
+    for (std::size_t c = 0; c < C; ++c) acc[c] = mac(acc[c], q, bsplat_two_pairs(kz + c * 2 * ld + s * 2 * kPer));
+  }
+}
+
+// Lane 2h + e of a vector of key pairs holds key 2i + e: the key offsets of the lanes.
+alignas(64) constexpr std::int32_t kLaneParity[kLanes] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+
+// Key pairs [i, i + C) of the zipped chunk, whose first key is key j of the call.
+template <std::size_t C>
+inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, std::size_t ld, F scale, I lim, std::int32_t lo,
+                      std::size_t j, I& m) {
+  F acc[1][C];
+  dot_pairs<C>(steps, qd, kz, ld, acc[0]);
+  const I lims[1] = {lim};
+  I ms[1] = {m};
+  const I jv = isplat(static_cast<std::int32_t>(j)) + iload(kLaneParity);
+  if (static_cast<std::int64_t>(j + 2 * C) <= lo) fold<1, C, 2, false>(acc, scale, lims, jv, ms);
+  else fold<1, C, 2, true>(acc, scale, lims, jv, ms);
+  m = ms[0];
+}
+
+template <std::size_t R>
+inline void run_pairs_tail(std::size_t r, std::size_t steps, const QE* qd, const KE* kz, std::size_t ld, F scale,
+                           I lim, std::int32_t lo, std::size_t j, I& m) {
+  if constexpr (R > 0) {
+    if (r == R) run_pairs<R>(steps, qd, kz, ld, scale, lim, lo, j, m);
+    else run_pairs_tail<R - 1>(r, steps, qd, kz, ld, scale, lim, lo, j, m);
+  }
+}
+
+// Zips key rows a and b (b null: zeros) of `steps` pairs into dst: pair s of a, then pair s of b.
+inline void zip_rows(const KE* a, const KE* b, std::size_t steps, KE* dst) {
+  for (std::size_t v = 0; v < steps; v += kLanes) {
+    const std::size_t cnt = steps - v < kLanes ? steps - v : kLanes;  // pairs of this block
+    const B x = cnt == kLanes ? bload(a + 2 * v) : bload_n(a + 2 * v, 2 * cnt);
+    const B y = b == nullptr ? bzero() : (cnt == kLanes ? bload(b + 2 * v) : bload_n(b + 2 * v, 2 * cnt));
+    B lo, hi;
+    bzip_pairs(x, y, &lo, &hi);
+    KE* d = dst + 4 * v;
+    if (cnt == kLanes) {
+      bstore(d, lo);
+      bstore(d + 2 * kLanes, hi);
+    } else if (cnt >= kLanes / 2) {
+      bstore(d, lo);
+      if (cnt > kLanes / 2) bstore_n(d + 2 * kLanes, hi, 4 * (cnt - kLanes / 2));
+    } else {
+      bstore_n(d, lo, 4 * cnt);
+    }
+  }
+}
+#else
+constexpr bool kHasPairPath = false;
+constexpr std::size_t kPairRows = 0;
+constexpr std::size_t kPairChunk = 0;
+#endif
+
+
 // ---- scratch layout ----------------------------------------------------------------------------------
 struct Layout {
-  std::size_t chunk;    // keys per chunk
-  std::size_t ldkf;     // floats per converted key row
-  std::size_t keys_at, limits_at, gmin_at, gmax_at, kf_at, total;  // byte offsets from the aligned base
+  std::size_t chunk;  // keys per chunk of the many-group sweep
+  std::size_t ld;     // KE elements per key row the tiles read (steps * kPer)
+  std::size_t keys_at, limits_at, gmin_at, gmax_at, kf_at, kz_at, total;  // byte offsets from the aligned base
 };
 
 inline Layout layout_of(std::size_t groups, std::size_t dim) {
   Layout L{};
-  L.ldkf = dim;
-  std::size_t chunk = kChunkBytes / (dim * sizeof(float));
+  L.ld = steps_of(dim) * kPer;
+  std::size_t chunk = kChunkBytes / (L.ld * sizeof(KE));
   chunk = chunk < kChunkMultiple ? kChunkMultiple : chunk / kChunkMultiple * kChunkMultiple;
   L.chunk = chunk;
+  std::size_t rows_bytes = round_up(chunk * L.ld * sizeof(KE), 64), zip_bytes = 0;
+  if constexpr (kHasPairPath) {
+    const std::size_t pair_rows = round_up(kPairChunk * L.ld * sizeof(KE), 64);
+    rows_bytes = rows_bytes > pair_rows ? rows_bytes : pair_rows;
+    zip_bytes = pair_rows;
+  }
   const std::size_t lanes_bytes = round_up(groups * kLanes * sizeof(std::int32_t), 64);
   const std::size_t group_bytes = round_up(groups * sizeof(std::int32_t), 64);
   L.keys_at = 0;
@@ -187,44 +351,126 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
   L.gmin_at = L.limits_at + lanes_bytes;
   L.gmax_at = L.gmin_at + group_bytes;
   L.kf_at = L.gmax_at + group_bytes;
-  L.total = L.kf_at + round_up(chunk * L.ldkf * sizeof(float), 64);
+  L.kz_at = L.kf_at + rows_bytes;
+  L.total = L.kz_at + zip_bytes;
   return L;
 }
 
-std::size_t scratch_bytes(std::size_t groups, std::size_t dim) { return layout_of(groups, dim).total + 64; }
+inline std::size_t groups_of(std::size_t rows) { return (rows + kLanes - 1) / kLanes; }
+inline bool takes_pairs(std::size_t rows) { return kHasPairPath && rows <= kPairRows; }
 
-// ---- the kernels ---------------------------------------------------------------------------------------
-void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size_t ldq, float* qt) {
-  const std::size_t groups = (rows + kLanes - 1) / kLanes;
-  for (std::size_t g = 0; g < groups; ++g) {
-    float* dst = qt + g * dim * kLanes;
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      const std::size_t r = g * kLanes + l;
-      if (r < rows) {
-        const std::uint16_t* src = q + r * ldq;
-        for (std::size_t d = 0; d < dim; ++d) {
-          const std::uint32_t u = static_cast<std::uint32_t>(src[d]) << 16;
-          std::memcpy(dst + d * kLanes + l, &u, sizeof u);
-        }
-      } else {
-        for (std::size_t d = 0; d < dim; ++d) dst[d * kLanes + l] = 0.0f;
-      }
-    }
-  }
+std::size_t scratch_bytes(std::size_t rows, std::size_t dim) { return layout_of(groups_of(rows), dim).total + 64; }
+std::size_t packed_q_bytes(std::size_t rows, std::size_t dim) {
+  return groups_of(rows) * steps_of(dim) * kLanes * kPer * sizeof(QE);
 }
 
+// ---- the kernels ---------------------------------------------------------------------------------------
+void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size_t ldq, void* packed) {
+  auto* qt = static_cast<QE*>(packed);
+  const std::size_t steps = steps_of(dim);
+  // Lane l of a group holds row `row_of(l)` (kLanes: none).
+  const auto pack_group = [&](QE* dst, auto row_of) {
+    for (std::size_t s = 0; s < steps; ++s)
+      for (std::size_t l = 0; l < kLanes; ++l) {
+        const std::size_t r = row_of(l);
+        for (std::size_t x = 0; x < kPer; ++x) {
+          const std::size_t d = s * kPer + x;
+          dst[(s * kLanes + l) * kPer + x] = r < rows && d < dim ? q_elem(q[r * ldq + d]) : QE{};
+        }
+      }
+  };
+  if (takes_pairs(rows)) {
+    pack_group(qt, [](std::size_t l) { return l / 2; });
+    return;
+  }
+  for (std::size_t g = 0; g < groups_of(rows); ++g)
+    pack_group(qt + g * steps * kLanes * kPer, [g](std::size_t l) { return g * kLanes + l; });
+}
+
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 template <class TK>
-void block_max(std::size_t groups, std::size_t dim, const float* qt, const TK* k, std::size_t ldk, std::size_t n,
+void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* k, std::size_t ldk, std::size_t n,
+                     const std::int32_t* limit, float scale, float* out, unsigned char* base, const Layout& L,
+                     const TK* next_k, std::size_t next_n) {
+  const std::size_t steps = steps_of(dim), ld = L.ld;
+  auto* rows_buf = reinterpret_cast<KE*>(base + L.kf_at);
+  auto* kz = reinterpret_cast<KE*>(base + L.kz_at);
+  // Lane 2h + e carries row h's limit; rows past `rows` see nothing.
+  const auto nn = static_cast<std::int32_t>(n);
+  alignas(64) std::int32_t lanes[kLanes];
+  std::int32_t lo = nn, hi = 0;
+  for (std::size_t h = 0; h < kPairRows; ++h) {
+    std::int32_t v = 0;
+    if (h < rows) {
+      v = limit ? limit[h] : nn;
+      v = v < 0 ? 0 : (v > nn ? nn : v);
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+    lanes[2 * h] = lanes[2 * h + 1] = v;
+  }
+  const I lim = iload(lanes);
+  I m = isplat(kNoKey);
+  const F fscale = fsplat(scale);
+  const char* pf = nullptr;
+  const char* pf_end = nullptr;
+  if (next_k && next_n) {
+    pf = reinterpret_cast<const char*>(next_k);
+    pf_end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + dim);
+  }
+  const std::size_t pair_bytes = 2 * dim * sizeof(TK);  // source bytes of one key pair
+  for (std::size_t j0 = 0; j0 < static_cast<std::size_t>(hi); j0 += kPairChunk) {
+    const std::size_t j1 = j0 + kPairChunk < static_cast<std::size_t>(hi) ? j0 + kPairChunk : static_cast<std::size_t>(hi);
+    const KE* src = rows_buf;
+    std::size_t lds = ld;
+    if constexpr (sizeof(TK) == sizeof(KE)) {
+      if (reads_in_place<TK>(dim)) {
+        src = k + j0 * ldk;
+        lds = ldk;
+      }
+    }
+    if (!reads_in_place<TK>(dim))
+      for (std::size_t j = j0; j < j1; ++j) to_steps(k + j * ldk, rows_buf + (j - j0) * ld, dim, ld);
+    // The zip pass reads the page; the next page is prefetched at the same pace.
+    const std::size_t np = (j1 - j0 + 1) / 2;
+    for (std::size_t i = 0; i < np; ++i) {
+      const KE* b = 2 * i + 1 < j1 - j0 ? src + (2 * i + 1) * lds : nullptr;
+      zip_rows(src + 2 * i * lds, b, steps, kz + i * 2 * ld);
+      for (std::size_t x = 0; x < pair_bytes && pf < pf_end; x += 64, pf += 64) __builtin_prefetch(pf, 0, 2);
+    }
+    std::size_t i = 0;
+    for (; i + kPairTile <= np; i += kPairTile) run_pairs<kPairTile>(steps, qd, kz + i * 2 * ld, ld, fscale, lim, lo, j0 + 2 * i, m);
+    if (i < np) run_pairs_tail<kPairTile - 1>(np - i, steps, qd, kz + i * 2 * ld, ld, fscale, lim, lo, j0 + 2 * i, m);
+  }
+  // Row h: the larger of lanes 2h and 2h + 1; rows past kPairRows see nothing.
+  alignas(64) std::int32_t best[kLanes];
+  istore(lanes, m);
+  for (std::size_t l = 0; l < kLanes; ++l) best[l] = kNoKey;
+  for (std::size_t h = 0; h < kPairRows; ++h) best[h] = lanes[2 * h] > lanes[2 * h + 1] ? lanes[2 * h] : lanes[2 * h + 1];
+  fstore(out, key_value(iload(best)));
+}
+#endif
+
+template <class TK>
+void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* k, std::size_t ldk, std::size_t n,
                const std::int32_t* limit, float scale, float* out, void* scratch, const TK* next_k,
                std::size_t next_n) {
-  if (groups == 0) return;
+  if (rows == 0) return;
+  const std::size_t groups = groups_of(rows);
   const Layout L = layout_of(groups, dim);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
+  const auto* qt = static_cast<const QE*>(packed);
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+  if (takes_pairs(rows)) {
+    block_max_pairs<TK>(rows, dim, qt, k, ldk, n, limit, scale, out, base, L, next_k, next_n);
+    return;
+  }
+#endif
   auto* keys = reinterpret_cast<std::int32_t*>(base + L.keys_at);
   auto* limits = reinterpret_cast<std::int32_t*>(base + L.limits_at);
   auto* gmin = reinterpret_cast<std::int32_t*>(base + L.gmin_at);
   auto* gmax = reinterpret_cast<std::int32_t*>(base + L.gmax_at);
-  auto* kf = reinterpret_cast<float*>(base + L.kf_at);
+  auto* kf = reinterpret_cast<KE*>(base + L.kf_at);
 
   // Limits clamped to [0, n]; per group the smallest and largest.
   const auto nn = static_cast<std::int32_t>(n);
@@ -244,7 +490,7 @@ void block_max(std::size_t groups, std::size_t dim, const float* qt, const TK* k
     all_hi = hi > all_hi ? hi : all_hi;
   }
 
-  Sweep s{dim, kf, L.ldkf, 0, 0, fsplat(scale)};
+  Sweep s{steps_of(dim), kf, L.ld, 0, 0, fsplat(scale)};
   const std::size_t hi = static_cast<std::size_t>(all_hi);
   if (next_k && next_n) {
     s.pf = reinterpret_cast<const char*>(next_k);
@@ -252,7 +498,15 @@ void block_max(std::size_t groups, std::size_t dim, const float* qt, const TK* k
   }
   for (std::size_t j0 = 0; j0 < hi; j0 += L.chunk) {
     const std::size_t j1 = j0 + L.chunk < hi ? j0 + L.chunk : hi;
-    for (std::size_t j = j0; j < j1; ++j) to_f32(k + j * ldk, kf + (j - j0) * L.ldkf, dim);
+    if constexpr (sizeof(TK) == sizeof(KE)) {
+      if (reads_in_place<TK>(dim)) {
+        s.kr = reinterpret_cast<const KE*>(k + j0 * ldk);
+        s.ldkr = ldk;
+      }
+    }
+    if (!reads_in_place<TK>(dim)) {
+      for (std::size_t j = j0; j < j1; ++j) to_steps(k + j * ldk, kf + (j - j0) * L.ld, dim, L.ld);
+    }
     s.j0 = j0;
     s.j1 = j1;
     std::size_t g = 0;
@@ -265,12 +519,14 @@ void block_max(std::size_t groups, std::size_t dim, const float* qt, const TK* k
 constexpr BlockScoreKernels make_block_score_kernels() {
   return BlockScoreKernels{kLevelName,
                            static_cast<unsigned>(kLanes),
+                           &packed_q_bytes,
                            &pack_q,
                            &scratch_bytes,
                            &block_max<std::uint16_t>,
                            &block_max<std::uint8_t>,
                            static_cast<unsigned>(kT),
-                           static_cast<unsigned>(kKeysOf<kT>)};
+                           static_cast<unsigned>(kKeysOf<kT>),
+                           static_cast<unsigned>(kPairRows)};
 }
 
 }  // namespace

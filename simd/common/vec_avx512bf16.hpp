@@ -41,4 +41,26 @@ inline void bstore(std::uint16_t* p, B a) { _mm512_storeu_si512(p, a.v); }
 // significant bits, such as decoded f8e4m3 codes).
 inline B bf16_from_f32(F a, F b) { return {(__m512i)_mm512_cvtne2ps_pbh(b.v, a.v)}; }
 
+
+// ---- block_score: two keys per vector (decode of one lane group that fills half the lanes) ----
+inline B bzero() { return {_mm512_setzero_si512()}; }
+// n < 32 bf16 values of a, the rest of p untouched.
+inline void bstore_n(std::uint16_t* p, B a, std::size_t n) {
+  _mm512_mask_storeu_epi16(p, static_cast<__mmask32>((1u << n) - 1u), a.v);
+}
+// Two bf16 pairs (p[0..3]) in every 64-bit lane: lanes 2i take the first pair, lanes 2i+1 the
+// second (a plain load-port broadcast; vdpbf16ps only embeds 32-bit ones).
+inline B bsplat_two_pairs(const std::uint16_t* p) {
+  std::int64_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return {_mm512_set1_epi64(v)};
+}
+// Interleaves the bf16 pairs (32-bit units) of a and b: lo = a0 b0 a1 b1 .. a7 b7, hi = a8 b8 .. a15 b15.
+inline void bzip_pairs(B a, B b, B* lo, B* hi) {
+  const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  lo->v = _mm512_permutex2var_epi32(a.v, il, b.v);
+  hi->v = _mm512_permutex2var_epi32(a.v, ih, b.v);
+}
+
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -2,10 +2,10 @@
 //
 // Work. The query rows of one sequence, flattened (token, index head) -> token * Hi + head, are
 // cut into query tiles of kTileRows rows. Each query tile's rows are packed once (simd
-// block_score pack_q: groups of `lanes` rows, transposed, f32) and scored against the key blocks
-// its last row sees, in key ranges of a few blocks: a work tile is (query tile, block range).
-// For each block the block_score kernel converts the page's keys to f32 once per chunk and uses
-// them for every row of the tile, and writes scale * block max per row with the row's causal cut
+// block_score pack_q: groups of `lanes` rows, transposed, f32 or bf16 pairs by level) and scored
+// against the key blocks its last row sees, in key ranges of a few blocks: a work tile is (query
+// tile, block range). For each block the block_score kernel converts the page's keys once per
+// chunk (or reads bf16 keys in place) and uses them for every row of the tile, and writes scale * block max per row with the row's causal cut
 // (keys >= nk) and NaN stickiness in its epilogue. Block maxima go to a score buffer
 // [row][block]; then each (head, row) takes its forced init/local values and is selected with
 // the simd top-k (TopkNan::exclude).
@@ -34,7 +34,8 @@ namespace mlakit::cpu {
 namespace {
 
 // Query rows per query tile: a multiple of every level's lanes (4, 8, 16). 256 rows = 32 tokens
-// of 8 index heads: 128 KiB of packed queries (f32, Di 128), reused for every block of the tile.
+// of 8 index heads: 128 KiB of packed queries (f32, Di 128; 64 KiB as bf16 pairs), reused for
+// every block of the tile.
 constexpr std::size_t kTileRows = 256;
 // Work of one tile, in (lane group x key block) units: 64 keeps a tile near 1 M multiply-add
 // instructions (~0.2 ms on one Zen 3 core) for both a 32-group prefill tile (2 blocks) and a
@@ -49,7 +50,7 @@ struct QueryTile {
   std::size_t row0, rows;   // flattened rows [row0, row0 + rows) of q
   std::size_t groups;       // ceil(rows / lanes)
   std::size_t blocks;       // blocks of the tile's last row (the most any row sees)
-  std::size_t q_at;         // floats into the chunk's packed queries
+  std::size_t q_at;         // bytes into the chunk's packed queries
   std::size_t s_at;         // floats into the chunk's block scores: row r, block c at s_at + r*blocks + c
 };
 
@@ -77,11 +78,11 @@ struct Plan {
   std::size_t blocks_of(std::int64_t nk) const { return static_cast<std::size_t>((nk + block - 1) / block); }
 };
 
-void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t c1, const float* packed,
+void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t c1, const void* packed,
                 float* scores) {
   const std::size_t lanes = p.bs->lanes;
   const std::size_t slots = qt.groups * lanes;
-  void* kscratch = thread_scratch(p.bs->scratch_bytes(qt.groups, static_cast<std::size_t>(p.dim)), 0);
+  void* kscratch = thread_scratch(p.bs->scratch_bytes(qt.rows, static_cast<std::size_t>(p.dim)), 0);
   auto* limit = static_cast<std::int32_t*>(thread_scratch(slots * (sizeof(std::int32_t) + sizeof(float)), 1));
   auto* out = reinterpret_cast<float*>(limit + slots);
   const PagedKVCacheView& c = p.a->k_cache;
@@ -114,12 +115,12 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
     }
     if (p.fp8) {
       const auto* keys = c.blocks.as<const std::uint8_t>();
-      p.bs->block_max_f8(qt.groups, dim, packed, keys + at, ldk, static_cast<std::size_t>(n), full ? nullptr : limit,
+      p.bs->block_max_f8(qt.rows, dim, packed, keys + at, ldk, static_cast<std::size_t>(n), full ? nullptr : limit,
                          p.d->scale, out, kscratch, next_n > 0 ? keys + next_at : nullptr,
                          static_cast<std::size_t>(next_n));
     } else {
       const auto* keys = c.blocks.as<const std::uint16_t>();
-      p.bs->block_max_bf16(qt.groups, dim, packed, keys + at, ldk, static_cast<std::size_t>(n), full ? nullptr : limit,
+      p.bs->block_max_bf16(qt.rows, dim, packed, keys + at, ldk, static_cast<std::size_t>(n), full ? nullptr : limit,
                            p.d->scale, out, kscratch, next_n > 0 ? keys + next_at : nullptr,
                            static_cast<std::size_t>(next_n));
     }
@@ -194,18 +195,18 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   const auto* q = a.q.as<const std::uint16_t>();
   std::vector<WorkTile> work;
   for (std::size_t t0 = 0; t0 < tiles.size();) {
-    std::size_t t1 = t0, q_floats = 0, s_floats = 0;
+    std::size_t t1 = t0, q_bytes = 0, s_floats = 0;
     while (t1 < tiles.size()) {
       QueryTile& qt = tiles[t1];
-      const std::size_t qf = qt.groups * lanes * dim, sf = qt.rows * qt.blocks;
-      if (t1 > t0 && (q_floats + qf + s_floats + sf) * sizeof(float) > budget) break;
-      qt.q_at = q_floats;
+      const std::size_t qb = (p.bs->packed_q_bytes(qt.rows, dim) + 63) / 64 * 64, sf = qt.rows * qt.blocks;
+      if (t1 > t0 && q_bytes + qb + (s_floats + sf) * sizeof(float) > budget) break;
+      qt.q_at = q_bytes;
       qt.s_at = s_floats;
-      q_floats += qf;
+      q_bytes += qb;
       s_floats += sf;
       ++t1;
     }
-    const auto packed = std::make_unique_for_overwrite<float[]>(q_floats);
+    const auto packed = std::make_unique_for_overwrite<unsigned char[]>(q_bytes);
     const auto scores = std::make_unique_for_overwrite<float[]>(s_floats);
 
     parallel_for_each(t1 - t0, [&](std::size_t i) {

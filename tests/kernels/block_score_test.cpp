@@ -1,14 +1,18 @@
 // Block-max score kernels at every level: bitwise against a scalar model of the contract
-// (sequential f32 multiply-adds over d, fused on levels with FMA, then the scale, then a max with
-// sticky NaN over the keys each row sees), within the derived bound of exact f64 sums, against
-// simd/generic within that bound, for every group / key / dim edge of the register tile and the
-// key chunk, unaligned operands, padded key strides, per-row limits (the causal cut), NaN keys
-// and every fp8 code; and the tiling invariance the operator relies on: a row's maximum does not
-// depend on the other groups of the call, nor on splitting the keys between calls.
+// (sequential f32 multiply-adds over d, fused on levels with FMA; on the bf16 pair-dot levels one
+// vdpbf16ps per pair as the instruction is specified: second product then first, each addition
+// rounded, subnormal inputs and results flushed; then the scale, then a max with sticky NaN over
+// the keys each row sees), within the derived bound of exact f64 sums, against simd/generic within
+// that bound, for every group / key / dim edge of the register tile and the key chunk, unaligned
+// operands, padded key strides, per-row limits (the causal cut), NaN keys and every fp8 code; and
+// the tiling invariance the operator relies on: a row's maximum does not depend on the other
+// groups of the call, nor on splitting the keys between calls, nor (pair-dot levels) on whether
+// the call took the two-keys-per-vector path of a decode token or the full-lane path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -46,26 +50,37 @@ struct Problem {
   float scale;
 };
 
-// The contract's arithmetic, scalar. fused: the level computes a*b+c with one rounding.
+enum class Arith { f32_separate, f32_fused, bf16_pair_dot };
+
+// vdpbf16ps reads bf16 subnormals as zero and flushes subnormal results (DAZ/FTZ, RNE).
+float flush(float x) { return std::fabs(x) < 0x1p-126f ? 0.0f * x : x; }
+
+// The contract's arithmetic, scalar.
 template <class TK>
-std::vector<float> model(const Problem& p, const TK* k, std::size_t lanes, bool fused) {
-  const std::size_t groups = (p.rows + lanes - 1) / lanes;
-  std::vector<float> out(groups * lanes);
-  for (std::size_t r = 0; r < groups * lanes; ++r) {
+std::vector<float> model(const Problem& p, const TK* k, Arith arith) {
+  std::vector<float> out(p.rows);
+  for (std::size_t r = 0; r < p.rows; ++r) {
     std::int64_t lim = p.limit.empty() ? static_cast<std::int64_t>(p.n) : p.limit[r];
     lim = std::clamp<std::int64_t>(lim, 0, static_cast<std::int64_t>(p.n));
     float best = -kInf;
     bool nan = false;
     for (std::int64_t j = 0; j < lim; ++j) {
       float acc = 0.0f;
-      for (std::size_t d = 0; d < p.dim; ++d) {
-        const float a = r < p.rows ? bf16_to_f32(p.q[r * p.dim + d]) : 0.0f;
-        const float b = key_value(k[j * p.ldk + d]);
-        if (fused) {
-          acc = std::fma(a, b, acc);
-        } else {
-          const volatile float prod = a * b;  // rounded on its own
-          acc = prod + acc;
+      const auto qv = [&](std::size_t d) { return d < p.dim ? bf16_to_f32(p.q[r * p.dim + d]) : 0.0f; };
+      const auto kv = [&](std::size_t d) { return d < p.dim ? key_value(k[j * p.ldk + d]) : 0.0f; };
+      if (arith == Arith::bf16_pair_dot) {
+        for (std::size_t d = 0; d < p.dim; d += 2) {  // exact product, one rounding of the sum
+          acc = flush(std::fma(flush(qv(d + 1)), flush(kv(d + 1)), acc));
+          acc = flush(std::fma(flush(qv(d)), flush(kv(d)), acc));
+        }
+      } else {
+        for (std::size_t d = 0; d < p.dim; ++d) {
+          if (arith == Arith::f32_fused) {
+            acc = std::fma(qv(d), kv(d), acc);
+          } else {
+            const volatile float prod = qv(d) * kv(d);  // rounded on its own
+            acc = prod + acc;
+          }
         }
       }
       const float s = acc * p.scale;
@@ -77,41 +92,50 @@ std::vector<float> model(const Problem& p, const TK* k, std::size_t lanes, bool 
   return out;
 }
 
-// Runs the level's kernel with unaligned q^T / keys / scratch and guards around out and scratch.
+// Runs the level's kernel with unaligned packed queries / keys / scratch and guards around the
+// packed queries, out and scratch; returns the values of the call's rows.
 template <class TK>
 std::vector<float> run(const simd::BlockScoreKernels& t, const Problem& p, const std::vector<TK>& keys,
                        std::size_t key_off) {
   const std::size_t lanes = t.lanes, groups = (p.rows + lanes - 1) / lanes;
-  std::vector<float> qt(groups * lanes * p.dim + 1, 777.0f);
-  t.pack_q(p.q.data(), p.rows, p.dim, p.dim, qt.data() + 1);
+  const std::size_t qbytes = t.packed_q_bytes(p.rows, p.dim);
+  std::vector<unsigned char> qt(qbytes + 8, 0x5A);
+  t.pack_q(p.q.data(), p.rows, p.dim, p.dim, qt.data() + 4);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(qt[i], 0x5A) << "pack_q wrote before the packed queries";
+  for (std::size_t i = qbytes + 4; i < qt.size(); ++i) EXPECT_EQ(qt[i], 0x5A) << "pack_q wrote past packed_q_bytes";
   const float guard = 12345.0f;
   std::vector<float> out(groups * lanes + 2, guard);
-  const std::size_t sbytes = t.scratch_bytes(groups, p.dim);
+  const std::size_t sbytes = t.scratch_bytes(p.rows, p.dim);
   std::vector<unsigned char> scratch(sbytes + 8, 0xA5);
   const TK* k = keys.data() + key_off;
   if constexpr (std::is_same_v<TK, std::uint16_t>)
-    t.block_max_bf16(groups, p.dim, qt.data() + 1, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
+    t.block_max_bf16(p.rows, p.dim, qt.data() + 4, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
                      out.data() + 1, scratch.data() + 3, nullptr, 0);
   else
-    t.block_max_f8(groups, p.dim, qt.data() + 1, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
+    t.block_max_f8(p.rows, p.dim, qt.data() + 4, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
                    out.data() + 1, scratch.data() + 3, k, p.n);
   EXPECT_EQ(out.front(), guard) << "wrote before out";
   EXPECT_EQ(out.back(), guard) << "wrote past out";
   for (std::size_t i = sbytes + 3; i < scratch.size(); ++i) EXPECT_EQ(scratch[i], 0xA5) << "wrote past the scratch";
-  return std::vector<float>(out.begin() + 1, out.end() - 1);
+  return std::vector<float>(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(p.rows));
 }
+
+bool pair_dot_level(Isa level) { return level == Isa::avx512bf16 || level == Isa::amx; }
 
 bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 class BlockScore : public ::testing::TestWithParam<Isa> {
  public:
   const simd::BlockScoreKernels& table() { return *cpu::block_score_kernels_at(GetParam()); }
-  bool fused() const { return GetParam() != Isa::generic; }
+  Arith arith() const {
+    if (pair_dot_level(GetParam())) return Arith::bf16_pair_dot;
+    return GetParam() == Isa::generic ? Arith::f32_separate : Arith::f32_fused;
+  }
 
   template <class TK>
   void check(const Problem& p, const std::vector<TK>& keys, std::size_t key_off, const std::string& what) {
     const auto got = run<TK>(table(), p, keys, key_off);
-    const auto want = model<TK>(p, keys.data() + key_off, table().lanes, fused());
+    const auto want = model<TK>(p, keys.data() + key_off, arith());
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t r = 0; r < got.size(); ++r) {
       ASSERT_TRUE(same(got[r], want[r])) << what << " rows=" << p.rows << " dim=" << p.dim << " n=" << p.n
@@ -176,7 +200,10 @@ void sweep_shapes(BlockScore& t, const char* name) {
   Rng rng(11);
   const std::size_t lanes = t.table().lanes;
   // Group counts around the tile (1 .. 2 tiles + rest), keys around the tile widths and the chunk.
-  const std::size_t rows_list[] = {1, lanes - 1, lanes, lanes + 1, 2 * lanes, 3 * lanes - 1, 5 * lanes, 7 * lanes + 3};
+  // Half the lanes and one more: the last call of the two-keys-per-vector path and the first of
+  // the full-lane one on the pair-dot levels.
+  const std::size_t rows_list[] = {1,         lanes / 2,     lanes / 2 + 1, lanes - 1, lanes,
+                                   lanes + 1, 2 * lanes,     3 * lanes - 1, 5 * lanes, 7 * lanes + 3};
   const std::size_t n_list[] = {0, 1, 2, 5, 6, 7, 8, 11, 12, 13, 23, 24, 25, 48, 97, 128, 130};
   const std::size_t dim_list[] = {1, 3, 8, 17, 64, 128, 130};
   for (std::size_t dim : dim_list)
@@ -335,23 +362,110 @@ TEST_P(BlockScore, TilingInvariance) {
   }
 }
 
+// The packed layout the header documents: per group, steps of 4 bytes per lane (an f32 element,
+// or a bf16 pair on the pair-dot levels, odd dim padded with 0); on the pair-dot levels a call of
+// at most pair_rows rows holds row h in lanes 2h and 2h + 1.
 TEST_P(BlockScore, PackLayout) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   const auto& t = table();
-  const std::size_t lanes = t.lanes, rows = 2 * lanes + 1, dim = 5, ldq = 7;
-  std::vector<std::uint16_t> q(rows * ldq);
-  for (std::size_t i = 0; i < q.size(); ++i) q[i] = f32_to_bf16(static_cast<float>(i) + 0.5f);
-  const std::size_t groups = 3;
-  std::vector<float> qt(groups * dim * lanes + 1, -1.0f);
-  t.pack_q(q.data(), rows, dim, ldq, qt.data());
-  EXPECT_EQ(qt.back(), -1.0f) << "wrote past the packed groups";
-  for (std::size_t g = 0; g < groups; ++g)
-    for (std::size_t d = 0; d < dim; ++d)
-      for (std::size_t l = 0; l < lanes; ++l) {
-        const std::size_t r = g * lanes + l;
-        const float want = r < rows ? bf16_to_f32(q[r * ldq + d]) : 0.0f;
-        EXPECT_EQ(qt[(g * dim + d) * lanes + l], want) << g << "," << d << "," << l;
+  const bool pairs = pair_dot_level(GetParam());
+  EXPECT_EQ(t.pair_rows, pairs ? t.lanes / 2 : 0u);
+  const std::size_t lanes = t.lanes, dim = 5, ldq = 7, steps = pairs ? 3 : 5;
+  for (std::size_t rows : {2 * lanes + 1, lanes / 2, lanes / 2 - 1}) {
+    std::vector<std::uint16_t> q(rows * ldq);
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = f32_to_bf16(static_cast<float>(i) + 0.5f);
+    const std::size_t groups = (rows + lanes - 1) / lanes;
+    const std::size_t bytes = t.packed_q_bytes(rows, dim);
+    ASSERT_EQ(bytes, groups * steps * lanes * 4) << rows << " rows";
+    std::vector<unsigned char> qt(bytes + 1, 0xEE);
+    t.pack_q(q.data(), rows, dim, ldq, qt.data());
+    EXPECT_EQ(qt.back(), 0xEE) << "wrote past the packed groups";
+    const bool twice = pairs && rows <= t.pair_rows;
+    for (std::size_t g = 0; g < groups; ++g)
+      for (std::size_t d = 0; d < steps * (pairs ? 2 : 1); ++d)
+        for (std::size_t l = 0; l < lanes; ++l) {
+          const std::size_t r = twice ? l / 2 : g * lanes + l;
+          const std::uint16_t src = r < rows && d < dim ? q[r * ldq + d] : 0;
+          if (pairs) {
+            std::uint16_t got;
+            std::memcpy(&got, qt.data() + (((g * steps + d / 2) * lanes + l) * 2 + d % 2) * 2, 2);
+            EXPECT_EQ(got, src) << rows << " rows: " << g << "," << d << "," << l;
+          } else {
+            float got;
+            std::memcpy(&got, qt.data() + ((g * dim + d) * lanes + l) * 4, 4);
+            EXPECT_EQ(got, bf16_to_f32(src)) << rows << " rows: " << g << "," << d << "," << l;
+          }
+        }
+  }
+}
+
+// Pair-dot levels: a call of at most pair_rows rows (a decode token) scores two keys per vector;
+// its rows must get bitwise the maxima the full-lane path (a prefill tile) gives them, for both
+// key types, odd key counts, odd dims, per-row limits and several seeds.
+TEST_P(BlockScore, PairPathMatchesFullLanes) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const auto& t = table();
+  if (t.pair_rows == 0) GTEST_SKIP() << "level " << t.level << " has no two-keys-per-vector path";
+  const std::size_t lanes = t.lanes;
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    Rng rng(seed);
+    for (std::size_t dim : {128u, 130u, 127u, 9u}) {
+      for (std::size_t n : {128u, 97u, 33u, 1u}) {
+        for (std::size_t few : {std::size_t{t.pair_rows}, std::size_t{t.pair_rows / 2}, std::size_t{1}}) {
+          Problem full = make_problem(lanes + 3, dim, n, dim + (seed % 2), rng);  // full-lane path
+          Problem part = full;
+          part.rows = few;
+          part.q.resize(few * dim);
+          const bool cut = seed != 1;
+          if (cut) {  // a causal staircase, one row seeing nothing
+            full.limit.resize(2 * lanes);
+            for (std::size_t r = 0; r < full.limit.size(); ++r)
+              full.limit[r] = static_cast<std::int32_t>(r == 0 ? 0 : (n * (r + 2)) / (few + 2));
+            part.limit.assign(full.limit.begin(), full.limit.begin() + static_cast<std::ptrdiff_t>(lanes));
+          }
+          const auto kb = make_keys<std::uint16_t>(n * full.ldk + 1, rng);
+          const auto k8 = make_keys<std::uint8_t>(n * full.ldk + 1, rng);
+          const auto fb = run<std::uint16_t>(t, full, kb, 1), pb = run<std::uint16_t>(t, part, kb, 1);
+          const auto f8 = run<std::uint8_t>(t, full, k8, 1), p8 = run<std::uint8_t>(t, part, k8, 1);
+          for (std::size_t r = 0; r < few; ++r) {
+            ASSERT_EQ(bits_of(pb[r]), bits_of(fb[r])) << "bf16 seed " << seed << " dim " << dim << " n " << n
+                                                      << " rows " << few << " row " << r;
+            ASSERT_EQ(bits_of(p8[r]), bits_of(f8[r])) << "f8 seed " << seed << " dim " << dim << " n " << n
+                                                      << " rows " << few << " row " << r;
+          }
+          check<std::uint16_t>(part, kb, 1, "pairs bf16");
+          check<std::uint8_t>(part, k8, 1, "pairs f8");
+          if (::testing::Test::HasFatalFailure()) return;
+        }
       }
+    }
+  }
+}
+
+// Subnormal query and key elements and tiny running sums, bitwise against the model: the f32
+// levels count them, the pair-dot levels read subnormal inputs as zero and flush subnormal sums
+// (the header's warning). Half the rows see only keys 0..3, whose products are all near 2^-126,
+// so their maxima come from such sums; the other rows see every key.
+TEST_P(BlockScore, SubnormalsAsSpecified) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(31);
+  const std::size_t lanes = table().lanes, dim = 16, n = 20;
+  for (std::size_t rows : {lanes / 2, 2 * lanes}) {
+    Problem p = make_problem(rows, dim, n, dim, rng);
+    p.scale = 1.0f;
+    for (std::size_t i = 0; i < p.q.size(); i += 3) p.q[i] = static_cast<std::uint16_t>(0x0001 + (i % 0x7F));
+    for (std::size_t i = 1; i < p.q.size(); i += 5) p.q[i] = static_cast<std::uint16_t>(0x8070 - (i % 0x60));
+    auto k = make_keys<std::uint16_t>(n * dim, rng);
+    for (std::size_t i = 0; i < k.size(); i += 7) k[i] = static_cast<std::uint16_t>(0x0040 + (i % 0x3F));
+    for (std::size_t i = 0; i < 4 * dim; ++i)  // +-(1 .. 2) * 2^-126
+      k[i] = static_cast<std::uint16_t>((i % 3 ? 0x0080 : 0x8080) + (i * 37) % 0x80);
+    p.limit.resize((rows + lanes - 1) / lanes * lanes);
+    for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = r % 2 ? 4 : static_cast<std::int32_t>(n);
+    const auto got = run<std::uint16_t>(table(), p, k, 0);
+    const auto want = model<std::uint16_t>(p, k.data(), arith());
+    for (std::size_t r = 0; r < rows; ++r)
+      EXPECT_TRUE(same(got[r], want[r])) << rows << " rows, row " << r << ": got " << got[r] << " model " << want[r];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, BlockScore, ::testing::ValuesIn(levels_of("block_score")), level_param_name);
