@@ -223,12 +223,13 @@ void register_block_score(Isa level) {
         const auto q = random_operand<std::uint16_t>(s.rows * s.dim, 1);
         const auto kb = random_operand<std::uint16_t>(s.n * s.dim, 2);
         const auto k8 = random_operand<std::uint8_t>(s.n * s.dim, 3);
-        std::vector<float> qt(groups * k->lanes * s.dim), out(groups * k->lanes);
-        std::vector<unsigned char> scratch(k->scratch_bytes(groups, s.dim));
+        std::vector<unsigned char> qt(k->packed_q_bytes(s.rows, s.dim));
+        std::vector<float> out(groups * k->lanes);
+        std::vector<unsigned char> scratch(k->scratch_bytes(s.rows, s.dim));
         k->pack_q(q.data(), s.rows, s.dim, s.dim, qt.data());
         for (auto _ : st) {
-          if (f8) k->block_max_f8(groups, s.dim, qt.data(), k8.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data(), nullptr, 0);
-          else k->block_max_bf16(groups, s.dim, qt.data(), kb.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data(), nullptr, 0);
+          if (f8) k->block_max_f8(s.rows, s.dim, qt.data(), k8.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data(), nullptr, 0);
+          else k->block_max_bf16(s.rows, s.dim, qt.data(), kb.data(), s.dim, s.n, nullptr, 0.125f, out.data(), scratch.data(), nullptr, 0);
           benchmark::DoNotOptimize(out.data());
           benchmark::ClobberMemory();
         }
