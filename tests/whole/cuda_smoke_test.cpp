@@ -4,14 +4,13 @@
 // a device call through each public entry point is checked to be unavailable before any copy.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/common/device_mirror.hpp"
 #include "harness/common/device_staging.hpp"
 #include "harness/common/driver.hpp"
+#include "support/fake_device_memory.hpp"
 #include "support/matrix.hpp"
 
 namespace mlakit {
@@ -39,28 +38,7 @@ TEST(CudaSmoke, DeviceMemoryFunctionsRoundTrip) {
   ASSERT_TRUE(ops->release(dev, &error)) << error;
 }
 
-// "Device" memory without a GPU: host memory handed out by functions that count the copies back.
-struct FakeDevice {
-  static inline int copies_to_host = 0;
-  static bool allocate(void** p, std::size_t bytes, std::string*) { return (*p = std::malloc(bytes ? bytes : 1)) != nullptr; }
-  static bool release(void* p, std::string*) { return std::free(p), true; }
-  static bool to_device(void* d, const void* s, std::size_t n, void*, std::string*) { return std::memcpy(d, s, n), true; }
-  static bool to_host(void* d, const void* s, std::size_t n, void*, std::string*) {
-    ++copies_to_host;
-    return std::memcpy(d, s, n), true;
-  }
-  static bool synchronize(void*, std::string*) { return true; }
-  static core::DeviceMemoryOps ops() {
-    core::DeviceMemoryOps o;
-    o.name = "fake";
-    o.allocate = allocate;
-    o.release = release;
-    o.copy_to_device = to_device;
-    o.copy_to_host = to_host;
-    o.synchronize = synchronize;
-    return o;
-  }
-};
+using test_support::FakeDevice;  // "device" memory without a GPU, counting its copies
 
 TEST(CudaSmoke, WithoutAGpuDeviceCallsAreUnavailableBeforeAnyCopy) {
   std::string why;
@@ -69,13 +47,15 @@ TEST(CudaSmoke, WithoutAGpuDeviceCallsAreUnavailableBeforeAnyCopy) {
   for (const auto* driver : harness::all_drivers()) {
     SCOPED_TRACE(driver->name());
     for (Backend be : {Backend::cuda, Backend::automatic}) {
+      FakeDevice::reset();
       harness::Bundle b = driver->generate(driver->cases().front().knobs, 1);
       harness::DeviceStaging staging(b, &fake);
       ASSERT_TRUE(staging.upload_all().ok());
-      FakeDevice::copies_to_host = 0;
+      FakeDevice::downloads = 0;
       const Status s = driver->run(b, RunOptions{be});
-      EXPECT_EQ(FakeDevice::copies_to_host, 0) << "index tensors were copied for a call that cannot run";
+      EXPECT_EQ(FakeDevice::downloads, 0) << "index tensors were copied for a call that cannot run";
       ASSERT_TRUE(staging.finish().ok());
+      EXPECT_TRUE(FakeDevice::live.empty()) << "staged device memory leaked";
       EXPECT_EQ(s.code, StatusCode::unavailable) << s.message;
       EXPECT_NE(s.message.find(std::string(driver->name()) + ": backend=cuda is unavailable: " + why), std::string::npos)
           << s.message;
