@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "simd/common/fp8_decode_impl.hpp"
+#include "simd/common/index_score_epilogue.hpp"
 #include "simd/index_score.hpp"
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 #include "simd/common/fp8_bf16_vbmi.hpp"
@@ -81,20 +82,6 @@ void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_
   }
 }
 
-// IEEE maximum(x, +0): NaN stays NaN (either sign), -0 and negatives become +0.
-inline F relu(F x) {
-  const I b = bits(x);
-  return floats(select(cmpgt(b, isplat(0)) | is_nan(x), b, isplat(0)));
-}
-
-struct Lanes {
-  std::int32_t v[kLanes];
-  constexpr Lanes() : v() {
-    for (std::size_t i = 0; i < kLanes; ++i) v[i] = static_cast<std::int32_t>(i);
-  }
-};
-constexpr Lanes kLaneIndex{};
-
 // Key sources: where the C keys of a register tile come from, as exactly decoded f32 values.
 // F32Rows: decoded rows with a stride. Fp8Rows: fp8 codes, a row pointer per key, each value
 // broadcast straight from the 256-entry f32 table (no decode pass, no copy of the rows).
@@ -131,7 +118,7 @@ inline void fold_heads(const F (&acc)[R][C], const float* w, std::size_t valid, 
   for (std::size_t r = 0; r < R; ++r) {
     const F wv = fload(w + r * kLanes);
     const bool masked = r + 1 == R && valid < kLanes;
-    const M keep = cmpgt(isplat(static_cast<std::int32_t>(valid)), iload(kLaneIndex.v));
+    const M keep = head_lanes_below(valid);
     for (std::size_t c = 0; c < C; ++c) {
       F x = relu(acc[r][c]);
       if (masked) x = floats(select(keep, bits(x), isplat(0)));
@@ -240,8 +227,7 @@ inline void head_tile_of(std::size_t rows, const float* qp, const float* w, std:
   }
 }
 
-// C keys: every head tile, then the lane sums (reduce_add4 sums each vector on its own, so a
-// key's score does not depend on its neighbours), times the key scales.
+// C keys: every head tile, then the lane sums, times the key scales.
 template <std::size_t C, class Keys>
 void key_tile(const float* packed, std::size_t H, std::size_t D, const Keys& keys, const float* ks, float* out) {
   const std::size_t hvs = head_vectors(H), P = steps(D);
@@ -262,13 +248,7 @@ void key_tile(const float* packed, std::size_t H, std::size_t D, const Keys& key
     if (rows == kHv) head_tile<kHv, C>(qp, w + hv0 * kLanes, D, keys, valid, part, kb);
     else head_tile_of<C>(rows, qp, w + hv0 * kLanes, D, keys, valid, part, kb);
   }
-  for (std::size_t c0 = 0; c0 < C; c0 += 4) {
-    const F z = fzero();
-    float sum[4];
-    reduce_add4(part[c0], c0 + 1 < C ? part[c0 + 1 < C ? c0 + 1 : 0] : z, c0 + 2 < C ? part[c0 + 2 < C ? c0 + 2 : 0] : z,
-                c0 + 3 < C ? part[c0 + 3 < C ? c0 + 3 : 0] : z, sum);
-    for (std::size_t i = 0; i < 4 && c0 + i < C; ++i) out[c0 + i] = ks[c0 + i] * sum[i];
-  }
+  finish_scores(part, C, ks, out);
 }
 
 template <class Keys, std::size_t C = 1>
