@@ -1,5 +1,6 @@
 #include "cpu/common/kernels.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -125,6 +126,8 @@ std::vector<Isa> kernel_levels() {
     for (Isa l : levels) seen = seen || l == e.level;
     if (!seen) levels.push_back(e.level);
   }
+  // A level that only some families have (amx) first shows up late in the list.
+  std::sort(levels.begin(), levels.end(), [](Isa a, Isa b) { return static_cast<int>(a) > static_cast<int>(b); });
   return levels;
 }
 
@@ -138,9 +141,12 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
                                " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") + ")");
   out.emplace_back("topk", topk_kernels(want).level);
   const simd::IndexScoreKernels& is = index_score_kernels(want);
+  const bool amx_tiles = std::strcmp(is.level, "amx") == 0;
   out.emplace_back("index_score", std::string(is.level) + " (" + std::to_string(is.head_vectors * is.head_lanes) +
                                       " heads x " + std::to_string(is.keys) + " keys tile, " +
-                                      (is.bf16_dot ? "bf16 pair dot" : "f32 FMA") + ")");
+                                      (amx_tiles ? "bf16 pair dot on AMX bf16 tiles (tdpbf16ps)"
+                                                 : is.bf16_dot ? "bf16 pair dot" : "f32 FMA") +
+                                      ")");
   const simd::BlockScoreKernels& bs = block_score_kernels(want);
   out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
                                       std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile" +
