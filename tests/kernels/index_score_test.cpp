@@ -4,13 +4,17 @@
 // head_dim; unaligned rows and padded strides; nothing written past n; each key's score
 // independent of how the keys are split into calls; the IEEE-maximum ReLU (NaN kept, negatives
 // and -0 to +0) before a possibly negative weight; NaN codes; padded head lanes kept out of the sum.
+// The amx level's kernel also runs every check over emulated tiles (amx_emulated), wherever the
+// avx512bf16 level runs.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "kernels/amx_emulation/emulated_tables.hpp"
 #include "kernels/kernel_list.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -71,9 +75,27 @@ void exact_score(const Query& q, const Keys& k, std::size_t j, double* score, do
   *mag = std::fabs(double(k.ks[j])) * abs_sum;
 }
 
-class IndexScore : public ::testing::TestWithParam<Isa> {
+// A table under test: a level of the kernel list, or the amx kernel over emulated tiles (AVX-512
+// code around scalar tiles: it runs where avx512bf16 does).
+struct Subject {
+  std::string name;
+  const simd::IndexScoreKernels* table;
+  Isa runs_on;
+};
+
+std::vector<Subject> subjects() {
+  std::vector<Subject> v;
+  for (Isa l : levels_of("index_score")) v.push_back({isa_name(l), cpu::index_score_kernels_at(l), l});
+  v.push_back({"amx_emulated", &simd::index_score_amx_emulated, Isa::avx512bf16});
+  return v;
+}
+
+std::string subject_name(const ::testing::TestParamInfo<Subject>& info) { return info.param.name; }
+void PrintTo(const Subject& s, std::ostream* os) { *os << s.name; }
+
+class IndexScore : public ::testing::TestWithParam<Subject> {
  protected:
-  const simd::IndexScoreKernels& table() { return *cpu::index_score_kernels_at(GetParam()); }
+  const simd::IndexScoreKernels& table() { return *GetParam().table; }
 
   std::vector<float> pack(const Query& q) {
     std::vector<float> p(table().packed_floats(q.H, q.D) + 1);
@@ -93,7 +115,7 @@ class IndexScore : public ::testing::TestWithParam<Isa> {
 };
 
 TEST_P(IndexScore, WithinBoundOfExactScores) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   const std::size_t heads[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 96};
   const std::size_t dims[] = {1, 2, 3, 7, 16, 33, 128, 257, 300};  // past 256: rows in several slabs
   std::size_t seed = 1;
@@ -121,7 +143,7 @@ TEST_P(IndexScore, WithinBoundOfExactScores) {
 // Small integers: every product, dot, weighted sum and scaled score is exact in f32, so every level
 // must give the exact value.
 TEST_P(IndexScore, ExactOnExactData) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   for (std::size_t H : {1, 7, 8, 16, 23, 64}) {
     Rng rng(H);
     const std::size_t D = 128, n = 37;
@@ -144,7 +166,7 @@ TEST_P(IndexScore, ExactOnExactData) {
 // A key's score does not depend on which call, or where in a call's register tiles, it is
 // computed: any split of the keys gives the same bits (the operator's determinism rests on it).
 TEST_P(IndexScore, ScoresDoNotDependOnHowKeysAreSplit) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   Rng rng(7);
   for (std::size_t H : {5, 64}) {
     const std::size_t D = 128, n = 61;
@@ -167,7 +189,7 @@ TEST_P(IndexScore, ScoresDoNotDependOnHowKeysAreSplit) {
 // score_f8 on fp8 rows anywhere in memory (every code, NaN codes included) gives the bits of
 // score on the same rows decoded, for any split of the keys.
 TEST_P(IndexScore, Fp8RowsGiveTheBitsOfDecodedRows) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   Rng rng(13);
   for (std::size_t H : {3, 16, 64}) {
     for (std::size_t D : {5, 128, 301}) {
@@ -200,7 +222,7 @@ TEST_P(IndexScore, Fp8RowsGiveTheBitsOfDecodedRows) {
 }
 
 TEST_P(IndexScore, ZeroKeysWritesNothing) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   Rng rng(3);
   const Query q = random_query(8, 16, rng);
   const auto packed = pack(q);
@@ -217,7 +239,7 @@ TEST_P(IndexScore, ZeroKeysWritesNothing) {
 // negative; the weight then scales the positive dots (negative results are kept); the head sum is
 // a sum, not a max.
 TEST_P(IndexScore, ReluBeforeWeightAndHeadSum) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   const std::size_t H = 3, D = 2;
   // dots against key (1, 1): head 0: 1+2 = 3, head 1: -2-1 = -3, head 2: 0.5+0.5 = 1.
   Query q{H, D, {f32_to_f8e4m3(1), f32_to_f8e4m3(2), f32_to_f8e4m3(-2), f32_to_f8e4m3(-1), f32_to_f8e4m3(0.5f), f32_to_f8e4m3(0.5f)},
@@ -231,7 +253,7 @@ TEST_P(IndexScore, ReluBeforeWeightAndHeadSum) {
 // NaN: a NaN code in q's head h, or a NaN in a key row, makes the dot NaN, maximum(NaN, 0) keeps it
 // and the score is NaN; -0 dots become +0 and add nothing.
 TEST_P(IndexScore, NanPropagatesAndNegativeZeroIsZero) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   Rng rng(11);
   const std::size_t H = 19, D = 40, n = 14;
   Query q = random_query(H, D, rng);
@@ -254,7 +276,7 @@ TEST_P(IndexScore, NanPropagatesAndNegativeZeroIsZero) {
 // infinite key element and every real head's q positive there, each real dot is +inf and the
 // score +inf, while a padded lane would give 0 * inf = NaN.
 TEST_P(IndexScore, PaddedHeadLanesAreMaskedOut) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   for (std::size_t H : {1, 3, 5, 9, 17, 33}) {
     const std::size_t D = 4;
     Query q{H, D, std::vector<std::uint8_t>(H * D, f32_to_f8e4m3(1.0f)), std::vector<float>(H, 0.25f)};
@@ -268,7 +290,7 @@ TEST_P(IndexScore, PaddedHeadLanesAreMaskedOut) {
 // Every fp8 code of q is decoded exactly by pack_query: a one-dim query against the key 1.0
 // scores relu(code) (NaN for the NaN codes), at every head position of a 40-head query.
 TEST_P(IndexScore, PackDecodesEveryCode) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   const std::size_t H = 40, D = 1;
   for (std::size_t code = 0; code < 256; ++code) {
     const std::size_t h = code % H;
@@ -289,7 +311,7 @@ TEST_P(IndexScore, PackDecodesEveryCode) {
 // Against simd/generic on one DeepSeek-shaped query: both within the bound of the exact scores,
 // hence within twice the bound of each other.
 TEST_P(IndexScore, AgreesWithGeneric) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
   Rng rng(5);
   const std::size_t H = 64, D = 128, n = 100;
   const Query q = random_query(H, D, rng);
@@ -306,7 +328,7 @@ TEST_P(IndexScore, AgreesWithGeneric) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, IndexScore, ::testing::ValuesIn(levels_of("index_score")), level_param_name);
+INSTANTIATE_TEST_SUITE_P(Levels, IndexScore, ::testing::ValuesIn(subjects()), subject_name);
 
 }  // namespace
 }  // namespace mlakit::kernel_tests
