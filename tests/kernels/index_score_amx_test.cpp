@@ -116,7 +116,6 @@ TEST(IndexScoreAmx, TableDescribesTheTileKernel) {
   EXPECT_EQ(t->keys, 32u);
   EXPECT_TRUE(t->bf16_dot);
   EXPECT_EQ(t->decode_pass_rows, 0u);  // fp8 rows are always scored in place
-  EXPECT_EQ(simd::index_score_amx_emulated.packed_floats(64, 128), t->packed_floats(64, 128));
 }
 
 // Every call loads the tile configuration and releases it: none is left on the thread, after a
