@@ -246,10 +246,14 @@ inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const QE* qt, 
 // A call whose rows fill at most half the lanes (a decode token of Hi <= 8 index heads) would leave
 // half of every pair dot idle. Its rows are packed twice instead, lane 2h + e holding row h, and
 // one pair dot scores row h against key 2i + e: the broadcast operand is a 64-bit lane with pair s
-// of key 2i then of key 2i+1, read from a copy of the chunk's keys zipped per key pair. The dot
+// of key 2i then of key 2i+1, read from a copy of a 32-key tile zipped per key pair. The dot
 // chain of (row, key) is the same pairs in the same order as in the full-lane sweep, so scores
 // are bitwise those of a prefill call. Per key this costs 32 pair dots, 33 L1 loads and 4
-// shuffles (the zip), against 64 half-idle dots for the full-lane sweep of one group. Not taken:
+// shuffles (the zip), against 64 half-idle dots for the full-lane sweep of one group. The zip of
+// tile t + 1 runs inside the dot loop of tile t (double-buffered), and so does the prefetch of the
+// caller's next page: as a separate pass the zip waited for each page's lines and its shuffles
+// could not overlap the dots (one thread sweeping shuffled fp8 pages: 186-190 -> 220 GFLOP/s;
+// bf16 152-155 -> 160-177). Not taken:
 // keys in lanes (a 16-key x 64-pair transpose to the dot layout, then query pairs broadcast: four
 // times the shuffles of the zip, and still one broadcast per dot) and dot products over d with a
 // horizontal sum (a different summation order from the prefill path, so not bitwise the same).
@@ -258,29 +262,96 @@ constexpr bool kHasPairPath = true;
 constexpr std::size_t kPairRows = kLanes / 2;  // rows of a call that takes the pair path, at most
 constexpr std::size_t kPairTile = 16;          // key pairs per register tile (16 accumulators)
 constexpr std::size_t kPairChunk = 2 * kPairTile;  // keys zipped per pass
+constexpr std::size_t kZipSteps = kLanes;      // steps of one zip group (32 elements of each key)
 
-// keys [j, j + 2C) of the chunk, zipped (key pair i at kz + i * 2 * ld): acc[c] lanes 2h + e =
-// row h . key j + 2c + e.
-template <std::size_t C>
-inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, std::size_t ld, F (&acc)[C]) {
+// Zipped tiles are group-major: group g (steps [16g, 16g + 16), elements [32g, 32g + 32) of each
+// key) of pair c sits at kz + (g * kPairTile + c) * kGroupWords, so that within a group every
+// broadcast of a step is one base register plus a constant displacement.
+constexpr std::size_t kGroupWords = 4 * kZipSteps;  // 16 steps x 2 keys x 2 elements
+inline std::size_t zip_groups(std::size_t dim) { return (dim + 2 * kZipSteps - 1) / (2 * kZipSteps); }
+inline std::size_t zip_tile_words(std::size_t dim) { return zip_groups(dim) * kPairTile * kGroupWords; }
+
+// One zip group: elements [0, cnt) (cnt <= 32) of keys a and b (b null: zeros) -> the 16 steps
+// at dst, each pair s of a then pair s of b, as bf16 (elements past cnt read as 0). fp8 keys are
+// decoded by the same byte permutes that zip them.
+inline void zip_group(const std::uint16_t* a, const std::uint16_t* b, std::size_t cnt, KE* dst) {
+  constexpr std::size_t kElems = 2 * kZipSteps;
+  const B x = cnt == kElems ? bload(a) : bload_n(a, cnt);
+  const B y = b == nullptr ? bzero() : (cnt == kElems ? bload(b) : bload_n(b, cnt));
+  B lo, hi;
+  bzip_pairs(x, y, &lo, &hi);
+  bstore(dst, lo);
+  bstore(dst + kElems, hi);
+}
+inline void zip_group(const std::uint8_t* a, const std::uint8_t* b, std::size_t cnt, KE* dst) {
+  fp8_zip32_to_bf16(a, b, cnt, dst);
+}
+
+// The keys of one tile to zip: `keys` rows from k (ldk apart) into the zipped tile at dst.
+template <class TK>
+struct ZipJob {
+  const TK* k;
+  std::size_t ldk, dim, keys;
+  KE* dst;
+
+  std::size_t pairs() const { return (keys + 1) / 2; }
+  // Group g of pair c.
+  void zip(std::size_t c, std::size_t g) const {
+    const std::size_t e = g * 2 * kZipSteps;
+    const TK* a = k + 2 * c * ldk + e;
+    zip_group(a, 2 * c + 1 < keys ? a + ldk : nullptr, dim - e < 2 * kZipSteps ? dim - e : 2 * kZipSteps,
+              dst + (g * kPairTile + c) * kGroupWords);
+  }
+  void zip_all() const {
+    for (std::size_t g = 0; g < zip_groups(dim); ++g)
+      for (std::size_t c = 0; c < pairs(); ++c) zip(c, g);
+  }
+};
+
+// Prefetch cursor over the rows the caller reads next, `per_step` lines per pair step.
+struct PairPrefetch {
+  const char* at = nullptr;
+  const char* end = nullptr;
+  std::size_t per_step = 0;
+};
+
+// Key pairs [0, C) of the zipped tile kz: acc[c] lanes 2h + e = row h . key 2c + e of the tile.
+// Spread over the steps: the zip of the next tile (group g of its pair s at step s of group g, so
+// at most one per step) and the prefetch of the next page, a few lines per step. The shuffles of
+// the zip then fill issue slots the pair dots leave, and the misses of the prefetches overlap the
+// arithmetic, where separate passes would add their whole time.
+template <std::size_t C, class TK>
+inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, F (&acc)[C], PairPrefetch& pf,
+                      const ZipJob<TK>& next) {
 #pragma GCC unroll 32
   for (std::size_t c = 0; c < C; ++c) acc[c] = fzero();
-  for (std::size_t s = 0; s < steps; ++s) {
-    const QV q = q_step(qd + s * kLanes * kPer);
+  const char* p = pf.at;
+  const std::size_t next_pairs = next.pairs();
+  for (std::size_t g = 0, s0 = 0; s0 < steps; ++g, s0 += kZipSteps) {
+    const KE* kg = kz + g * kPairTile * kGroupWords;
+    const QE* qg = qd + s0 * kLanes * kPer;
+    const std::size_t n = steps - s0 < kZipSteps ? steps - s0 : kZipSteps;
+    for (std::size_t s = 0; s < n; ++s) {
+      for (std::size_t u = 0; u < pf.per_step && p < pf.end; ++u, p += 64) __builtin_prefetch(p, 0, 2);
+      if (s < next_pairs) next.zip(s, g);
+      const QV q = q_step(qg + s * kLanes * kPer);
 #pragma GCC unroll 32
-    for (std::size_t c = 0; c < C; ++c) acc[c] = mac(acc[c], q, bsplat_two_pairs(kz + c * 2 * ld + s * 2 * kPer));
+      for (std::size_t c = 0; c < C; ++c) acc[c] = mac(acc[c], q, bsplat_two_pairs(kg + c * kGroupWords + s * 2 * kPer));
+    }
+    for (std::size_t s = n; s < next_pairs; ++s) next.zip(s, g);  // a short last group
   }
+  pf.at = p;
 }
 
 // Lane 2h + e of a vector of key pairs holds key 2i + e: the key offsets of the lanes.
 alignas(64) constexpr std::int32_t kLaneParity[kLanes] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
 
-// Key pairs [i, i + C) of the zipped chunk, whose first key is key j of the call.
-template <std::size_t C>
-inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, std::size_t ld, F scale, I lim, std::int32_t lo,
-                      std::size_t j, I& m) {
+// Key pairs [0, C) of kz, whose first key is key j of the call.
+template <std::size_t C, class TK>
+inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, F scale, I lim, std::int32_t lo, std::size_t j,
+                      I& m, PairPrefetch& pf, const ZipJob<TK>& next) {
   F acc[1][C];
-  dot_pairs<C>(steps, qd, kz, ld, acc[0]);
+  dot_pairs<C>(steps, qd, kz, acc[0], pf, next);
   const I lims[1] = {lim};
   I ms[1] = {m};
   const I jv = isplat(static_cast<std::int32_t>(j)) + iload(kLaneParity);
@@ -289,39 +360,17 @@ inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, std::size_t
   m = ms[0];
 }
 
-template <std::size_t R>
-inline void run_pairs_tail(std::size_t r, std::size_t steps, const QE* qd, const KE* kz, std::size_t ld, F scale,
-                           I lim, std::int32_t lo, std::size_t j, I& m) {
+template <std::size_t R, class TK>
+inline void run_pairs_tail(std::size_t r, std::size_t steps, const QE* qd, const KE* kz, F scale, I lim,
+                           std::int32_t lo, std::size_t j, I& m, PairPrefetch& pf, const ZipJob<TK>& next) {
   if constexpr (R > 0) {
-    if (r == R) run_pairs<R>(steps, qd, kz, ld, scale, lim, lo, j, m);
-    else run_pairs_tail<R - 1>(r, steps, qd, kz, ld, scale, lim, lo, j, m);
-  }
-}
-
-// Zips key rows a and b (b null: zeros) of `steps` pairs into dst: pair s of a, then pair s of b.
-inline void zip_rows(const KE* a, const KE* b, std::size_t steps, KE* dst) {
-  for (std::size_t v = 0; v < steps; v += kLanes) {
-    const std::size_t cnt = steps - v < kLanes ? steps - v : kLanes;  // pairs of this block
-    const B x = cnt == kLanes ? bload(a + 2 * v) : bload_n(a + 2 * v, 2 * cnt);
-    const B y = b == nullptr ? bzero() : (cnt == kLanes ? bload(b + 2 * v) : bload_n(b + 2 * v, 2 * cnt));
-    B lo, hi;
-    bzip_pairs(x, y, &lo, &hi);
-    KE* d = dst + 4 * v;
-    if (cnt == kLanes) {
-      bstore(d, lo);
-      bstore(d + 2 * kLanes, hi);
-    } else if (cnt >= kLanes / 2) {
-      bstore(d, lo);
-      if (cnt > kLanes / 2) bstore_n(d + 2 * kLanes, hi, 4 * (cnt - kLanes / 2));
-    } else {
-      bstore_n(d, lo, 4 * cnt);
-    }
+    if (r == R) run_pairs<R>(steps, qd, kz, scale, lim, lo, j, m, pf, next);
+    else run_pairs_tail<R - 1>(r, steps, qd, kz, scale, lim, lo, j, m, pf, next);
   }
 }
 #else
 constexpr bool kHasPairPath = false;
 constexpr std::size_t kPairRows = 0;
-constexpr std::size_t kPairChunk = 0;
 #endif
 
 
@@ -338,12 +387,11 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
   std::size_t chunk = kChunkBytes / (L.ld * sizeof(KE));
   chunk = chunk < kChunkMultiple ? kChunkMultiple : chunk / kChunkMultiple * kChunkMultiple;
   L.chunk = chunk;
-  std::size_t rows_bytes = round_up(chunk * L.ld * sizeof(KE), 64), zip_bytes = 0;
-  if constexpr (kHasPairPath) {
-    const std::size_t pair_rows = round_up(kPairChunk * L.ld * sizeof(KE), 64);
-    rows_bytes = rows_bytes > pair_rows ? rows_bytes : pair_rows;
-    zip_bytes = pair_rows;
-  }
+  const std::size_t rows_bytes = round_up(chunk * L.ld * sizeof(KE), 64);
+  std::size_t zip_bytes = 0;
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+  zip_bytes = 2 * zip_tile_words(dim) * sizeof(KE);  // two tiles: one read, one written
+#endif
   const std::size_t lanes_bytes = round_up(groups * kLanes * sizeof(std::int32_t), 64);
   const std::size_t group_bytes = round_up(groups * sizeof(std::int32_t), 64);
   L.keys_at = 0;
@@ -392,9 +440,7 @@ template <class TK>
 void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* k, std::size_t ldk, std::size_t n,
                      const std::int32_t* limit, float scale, float* out, unsigned char* base, const Layout& L,
                      const TK* next_k, std::size_t next_n) {
-  const std::size_t steps = steps_of(dim), ld = L.ld;
-  auto* rows_buf = reinterpret_cast<KE*>(base + L.kf_at);
-  auto* kz = reinterpret_cast<KE*>(base + L.kz_at);
+  const std::size_t steps = steps_of(dim);
   // Lane 2h + e carries row h's limit; rows past `rows` see nothing.
   const auto nn = static_cast<std::int32_t>(n);
   alignas(64) std::int32_t lanes[kLanes];
@@ -412,35 +458,24 @@ void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
   const I lim = iload(lanes);
   I m = isplat(kNoKey);
   const F fscale = fsplat(scale);
-  const char* pf = nullptr;
-  const char* pf_end = nullptr;
-  if (next_k && next_n) {
-    pf = reinterpret_cast<const char*>(next_k);
-    pf_end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + dim);
+  const std::size_t tiles = (static_cast<std::size_t>(hi) + kPairChunk - 1) / kPairChunk;
+  PairPrefetch pf;
+  if (next_k && next_n && tiles > 0) {
+    pf.at = reinterpret_cast<const char*>(next_k);
+    pf.end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + dim);
+    const std::size_t lines = static_cast<std::size_t>(pf.end - pf.at) / 64 + 1;
+    pf.per_step = (lines + tiles * steps - 1) / (tiles * steps);
   }
-  const std::size_t pair_bytes = 2 * dim * sizeof(TK);  // source bytes of one key pair
-  for (std::size_t j0 = 0; j0 < static_cast<std::size_t>(hi); j0 += kPairChunk) {
-    const std::size_t j1 = j0 + kPairChunk < static_cast<std::size_t>(hi) ? j0 + kPairChunk : static_cast<std::size_t>(hi);
-    const KE* src = rows_buf;
-    std::size_t lds = ld;
-    if constexpr (sizeof(TK) == sizeof(KE)) {
-      if (reads_in_place<TK>(dim)) {
-        src = k + j0 * ldk;
-        lds = ldk;
-      }
-    }
-    if (!reads_in_place<TK>(dim))
-      for (std::size_t j = j0; j < j1; ++j) to_steps(k + j * ldk, rows_buf + (j - j0) * ld, dim, ld);
-    // The zip pass reads the page; the next page is prefetched at the same pace.
-    const std::size_t np = (j1 - j0 + 1) / 2;
-    for (std::size_t i = 0; i < np; ++i) {
-      const KE* b = 2 * i + 1 < j1 - j0 ? src + (2 * i + 1) * lds : nullptr;
-      zip_rows(src + 2 * i * lds, b, steps, kz + i * 2 * ld);
-      for (std::size_t x = 0; x < pair_bytes && pf < pf_end; x += 64, pf += 64) __builtin_prefetch(pf, 0, 2);
-    }
-    std::size_t i = 0;
-    for (; i + kPairTile <= np; i += kPairTile) run_pairs<kPairTile>(steps, qd, kz + i * 2 * ld, ld, fscale, lim, lo, j0 + 2 * i, m);
-    if (i < np) run_pairs_tail<kPairTile - 1>(np - i, steps, qd, kz + i * 2 * ld, ld, fscale, lim, lo, j0 + 2 * i, m);
+  // Tile t's keys are zipped into kz[t % 2] while tile t - 1 is multiplied.
+  KE* const kz[2] = {reinterpret_cast<KE*>(base + L.kz_at), reinterpret_cast<KE*>(base + L.kz_at) + zip_tile_words(dim)};
+  const std::size_t keys = static_cast<std::size_t>(hi);
+  const auto tile_keys = [&](std::size_t j0) { return j0 >= keys ? 0 : (keys - j0 < kPairChunk ? keys - j0 : kPairChunk); };
+  ZipJob<TK>{k, ldk, dim, tile_keys(0), kz[0]}.zip_all();
+  for (std::size_t t = 0, j0 = 0; j0 < keys; ++t, j0 += kPairChunk) {
+    const std::size_t np = (tile_keys(j0) + 1) / 2;
+    const ZipJob<TK> next{k + (j0 + kPairChunk) * ldk, ldk, dim, tile_keys(j0 + kPairChunk), kz[(t + 1) % 2]};
+    if (np == kPairTile) run_pairs<kPairTile>(steps, qd, kz[t % 2], fscale, lim, lo, j0, m, pf, next);
+    else run_pairs_tail<kPairTile - 1>(np, steps, qd, kz[t % 2], fscale, lim, lo, j0, m, pf, next);
   }
   // Row h: the larger of lanes 2h and 2h + 1; rows past kPairRows see nothing.
   alignas(64) std::int32_t best[kLanes];

@@ -23,7 +23,11 @@ struct Fp8ByteTables {
   // vpermb indices that order 64 codes so that the in-lane byte unpacks below produce words in
   // code order: position 16L+j takes code 8L+j, position 16L+8+j takes code 32+8L+j (j < 8).
   alignas(64) std::uint8_t order[64];
-  constexpr Fp8ByteTables() : hi(), lo(), order() {
+  // vpermt2b indices over two keys' codes a[0..32) (bytes 0..31) and b[0..32) (bytes 64..95) that
+  // give the words a0 a1 b0 b1 a2 a3 b2 b3 ... after the unpacks: the two-keys-per-vector zip of
+  // block_score, folded into the ordering permute.
+  alignas(64) std::uint8_t zip[64];
+  constexpr Fp8ByteTables() : hi(), lo(), order(), zip() {
     for (unsigned c = 0; c < 128; ++c) {
       const std::uint32_t bf = kFp8Table.f32[c] >> 16;
       hi[c] = static_cast<std::uint8_t>(bf >> 8);
@@ -34,20 +38,49 @@ struct Fp8ByteTables {
         order[16 * lane + j] = static_cast<std::uint8_t>(8 * lane + j);
         order[16 * lane + 8 + j] = static_cast<std::uint8_t>(32 + 8 * lane + j);
       }
+    for (unsigned j = 0; j < 64; ++j) {
+      const unsigned z = order[j];                      // zipped word z: pair z/4, key (z/2)%2, element z%2
+      const unsigned key = (z / 2) % 2, code = 2 * (z / 4) + z % 2;
+      zip[j] = static_cast<std::uint8_t>(64 * key + code);
+    }
   }
 };
 constexpr Fp8ByteTables kFp8Bytes{};
 
-// 64 codes -> bf16 patterns of codes 0..31 (w0) and 32..63 (w1).
-inline void fp8x64_to_bf16(__m512i codes, __m512i* w0, __m512i* w1) {
-  const __m512i p = _mm512_permutexvar_epi8(_mm512_load_si512(kFp8Bytes.order), codes);
-  const __m512i sign = _mm512_and_si512(p, _mm512_set1_epi8(static_cast<char>(0x80)));
-  const __m512i hi = _mm512_or_si512(
-      _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bytes.hi), p, _mm512_load_si512(kFp8Bytes.hi + 64)), sign);
+// 64 codes already in unpack order -> bf16 patterns (w0: words 0..31, w1: words 32..63).
+inline void ordered_fp8_to_bf16(__m512i p, __m512i* w0, __m512i* w1) {
+  // The table holds the high bytes of the positive codes; the code's sign bit goes on top
+  // (t | (p & 0x80) in one ternary-logic op).
+  const __m512i t =
+      _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bytes.hi), p, _mm512_load_si512(kFp8Bytes.hi + 64));
+  const __m512i hi = _mm512_ternarylogic_epi32(t, p, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
   const __m512i lo =
       _mm512_permutex2var_epi8(_mm512_load_si512(kFp8Bytes.lo), p, _mm512_load_si512(kFp8Bytes.lo + 64));
   *w0 = _mm512_unpacklo_epi8(lo, hi);
   *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+
+// 64 codes -> bf16 patterns of codes 0..31 (w0) and 32..63 (w1).
+inline void fp8x64_to_bf16(__m512i codes, __m512i* w0, __m512i* w1) {
+  ordered_fp8_to_bf16(_mm512_permutexvar_epi8(_mm512_load_si512(kFp8Bytes.order), codes), w0, w1);
+}
+
+// Codes 0..31 of a and of b (bytes 0..31 of each; the rest is not read) -> the bf16 patterns of
+// a0 a1 b0 b1 a2 a3 b2 b3 ... a30 a31 b30 b31: pair s of a then pair s of b, 16 pairs each.
+inline void fp8x32x2_zip_to_bf16(__m512i a, __m512i b, __m512i* w0, __m512i* w1) {
+  ordered_fp8_to_bf16(_mm512_permutex2var_epi8(a, _mm512_load_si512(kFp8Bytes.zip), b), w0, w1);
+}
+
+// Codes [0, n) of keys a and b (n <= 32; past n, and all of b when it is null, read as code 0)
+// -> 64 bf16 words at dst: pair s of a then pair s of b, s < 16.
+inline void fp8_zip32_to_bf16(const std::uint8_t* a, const std::uint8_t* b, std::size_t n, std::uint16_t* dst) {
+  const __mmask32 m = n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1u);
+  const __m512i va = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(m, a));
+  const __m512i vb = b ? _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(m, b)) : _mm512_setzero_si512();
+  __m512i w0, w1;
+  fp8x32x2_zip_to_bf16(va, vb, &w0, &w1);
+  _mm512_storeu_si512(dst, w0);
+  _mm512_storeu_si512(dst + 32, w1);
 }
 
 // n codes (any n) -> n bf16 patterns.
