@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <new>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -105,6 +108,24 @@ std::vector<T> random_operand(std::size_t n, std::uint64_t seed) {
   }
   return v;
 }
+
+// A copy of `v` starting on a cache line (std::vector's storage is only 16-byte aligned).
+template <class T>
+class CacheLineBuffer {
+ public:
+  CacheLineBuffer() = default;
+  explicit CacheLineBuffer(const std::vector<T>& v)
+      : p_(static_cast<T*>(::operator new(v.size() * sizeof(T), std::align_val_t(64)))) {
+    std::copy(v.begin(), v.end(), p_.get());
+  }
+  const T* data() const { return p_.get(); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<T, Free> p_;
+};
 
 template <class TA, class TB>
 void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool native_bf16, std::size_t m,
@@ -236,6 +257,39 @@ void register_block_score(Isa level) {
         set_rate(st, "gflops", 2.0 * static_cast<double>(s.rows * s.n * s.dim), relevant_gflops(peak(), level, false) * 1e9);
       });
     }
+  }
+  // A decode worker's sweep: one token (8 index heads) against 16384 blocks of 128 keys (256 MiB of
+  // fp8, 512 MiB of bf16: far past the L3 and the TLB's reach) visited in a shuffled page order, each call told the next
+  // page so it can prefetch it; what the single-block shape above cannot show is the wait for DRAM.
+  for (bool f8 : {false, true}) {
+    constexpr std::size_t kRows = 8, kN = 128, kDim = 128, kPages = 16384;
+    const std::string name = std::string("block_score/") + (f8 ? "f8" : "bf16") + "_rows8_sweep16384_n128_d128/" + lv;
+    add(name, level, [k, f8, level](benchmark::State& st) {
+      const auto q = random_operand<std::uint16_t>(kRows * kDim, 1);
+      // Pages on cache-line boundaries, as a serving engine allocates its cache.
+      const auto kb = f8 ? CacheLineBuffer<std::uint16_t>() : CacheLineBuffer<std::uint16_t>(random_operand<std::uint16_t>(kPages * kN * kDim, 2));
+      const auto k8 = f8 ? CacheLineBuffer<std::uint8_t>(random_operand<std::uint8_t>(kPages * kN * kDim, 3)) : CacheLineBuffer<std::uint8_t>();
+      std::vector<std::size_t> order(kPages);
+      for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
+      std::mt19937_64 rng(4);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<unsigned char> qt(k->packed_q_bytes(kRows, kDim));
+      std::vector<float> out(k->lanes), best(kRows, 0.0f);
+      std::vector<unsigned char> scratch(k->scratch_bytes(kRows, kDim));
+      k->pack_q(q.data(), kRows, kDim, kDim, qt.data());
+      for (auto _ : st) {
+        for (std::size_t i = 0; i < kPages; ++i) {
+          const std::size_t at = order[i] * kN * kDim, next = i + 1 < kPages ? order[i + 1] * kN * kDim : 0;
+          const std::size_t next_n = i + 1 < kPages ? kN : 0;
+          if (f8) k->block_max_f8(kRows, kDim, qt.data(), k8.data() + at, kDim, kN, nullptr, 0.125f, out.data(), scratch.data(), next_n ? k8.data() + next : nullptr, next_n);
+          else k->block_max_bf16(kRows, kDim, qt.data(), kb.data() + at, kDim, kN, nullptr, 0.125f, out.data(), scratch.data(), next_n ? kb.data() + next : nullptr, next_n);
+          best[i % kRows] += out[i % kRows];
+        }
+        benchmark::DoNotOptimize(best.data());
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gflops", 2.0 * static_cast<double>(kRows * kPages * kN * kDim), relevant_gflops(peak(), level, false) * 1e9);
+    });
   }
 }
 
