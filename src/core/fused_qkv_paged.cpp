@@ -5,9 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/common/device_kernels.hpp"
 #include "core/common/device_mirror.hpp"
-#include "core/common/dispatch.hpp"
+#include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/fused_qkv_paged.hpp"
 #include "reference/fused_qkv_paged.hpp"
@@ -238,27 +237,10 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
                              {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::host_read},
                              {"output", &h.output, core::MirrorUse::written}});
   if (!s.ok()) return s;
-  MemorySpace space = MemorySpace::host;
-  s = core::validate_fused_qkv_paged(d, h, &space);
-  if (!s.ok()) return s;
-  s = mirror.finish(&space);
-  if (!s.ok()) return s;
-  core::Route r;
-  s = core::route(kOp, o, space, &r);
-  if (!s.ok()) return s;
-  if (r.backend == Backend::cuda) {
-    s = mirror.require_device();
-    if (!s.ok()) return s;
-    decltype(core::DeviceKernels::fused_qkv_paged) launch = nullptr;
-    s = core::device_launcher(kOp, &core::DeviceKernels::fused_qkv_paged, &launch);
-    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
-  }
-  if (r.backend == Backend::cpu) {
-    s = cpu::fused_qkv_paged(d, a);
-    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
-  }
-  reference::fused_qkv_paged(d, a);
-  return Status::success();
+  return core::run_validated(
+      kOp, o, mirror, [&](MemorySpace* space) { return core::validate_fused_qkv_paged(d, h, space); },
+      [&] { return core::launch_device(kOp, &core::DeviceKernels::fused_qkv_paged, d, a, h, o.cuda_stream); },
+      [&] { return cpu::fused_qkv_paged(d, a); }, [&] { reference::fused_qkv_paged(d, a); });
 }
 
 }  // namespace mlakit

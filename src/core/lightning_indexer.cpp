@@ -6,9 +6,8 @@
 #include <limits>
 #include <string>
 
-#include "core/common/device_kernels.hpp"
 #include "core/common/device_mirror.hpp"
-#include "core/common/dispatch.hpp"
+#include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/lightning_indexer.hpp"
 #include "reference/lightning_indexer.hpp"
@@ -189,27 +188,10 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
                              {"k_cache.cache_lengths", &h.k_cache.cache_lengths, core::MirrorUse::host_read},
                              {"output_indices", &h.output_indices, core::MirrorUse::written}});
   if (!s.ok()) return s;
-  MemorySpace space = MemorySpace::host;
-  s = core::validate_lightning_indexer(d, h, &space);
-  if (!s.ok()) return s;
-  s = mirror.finish(&space);
-  if (!s.ok()) return s;
-  core::Route r;
-  s = core::route(core::kOp, o, space, &r);
-  if (!s.ok()) return s;
-  if (r.backend == Backend::cuda) {
-    s = mirror.require_device();
-    if (!s.ok()) return s;
-    decltype(core::DeviceKernels::lightning_indexer) launch = nullptr;
-    s = core::device_launcher(core::kOp, &core::DeviceKernels::lightning_indexer, &launch);
-    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
-  }
-  if (r.backend == Backend::cpu) {
-    s = cpu::lightning_indexer(d, a);
-    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
-  }
-  reference::lightning_indexer(d, a);
-  return Status::success();
+  return core::run_validated(
+      core::kOp, o, mirror, [&](MemorySpace* space) { return core::validate_lightning_indexer(d, h, space); },
+      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::lightning_indexer, d, a, h, o.cuda_stream); },
+      [&] { return cpu::lightning_indexer(d, a); }, [&] { reference::lightning_indexer(d, a); });
 }
 
 Status remap_indices_to_rows(const RemapIndicesArgs& a, const RunOptions& o) {
@@ -221,24 +203,10 @@ Status remap_indices_to_rows(const RemapIndicesArgs& a, const RunOptions& o) {
                              {"lookup_table", &h.lookup_table, core::MirrorUse::host_read},
                              {"rows", &h.rows, core::MirrorUse::written}});
   if (!s.ok()) return s;
-  MemorySpace space = MemorySpace::host;
-  s = core::validate_remap_indices(h, &space);
-  if (!s.ok()) return s;
-  s = mirror.finish(&space);
-  if (!s.ok()) return s;
-  core::Route r;
-  s = core::route(core::kRemapOp, o, space, &r);
-  if (!s.ok()) return s;
-  if (r.backend == Backend::cuda) {
-    s = mirror.require_device();
-    if (!s.ok()) return s;
-    decltype(core::DeviceKernels::remap_indices_to_rows) launch = nullptr;
-    s = core::device_launcher(core::kRemapOp, &core::DeviceKernels::remap_indices_to_rows, &launch);
-    return s.ok() ? launch(a, o.cuda_stream) : s;
-  }
-  if (r.backend == Backend::cpu) return cpu::remap_indices_to_rows(a);
-  reference::remap_indices_to_rows(a);
-  return Status::success();
+  return core::run_validated(
+      core::kRemapOp, o, mirror, [&](MemorySpace* space) { return core::validate_remap_indices(h, space); },
+      [&] { return core::launch_device(core::kRemapOp, &core::DeviceKernels::remap_indices_to_rows, a, o.cuda_stream); },
+      [&] { return cpu::remap_indices_to_rows(a); }, [&] { reference::remap_indices_to_rows(a); });
 }
 
 }  // namespace mlakit

@@ -4,9 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "core/common/device_kernels.hpp"
 #include "core/common/device_mirror.hpp"
-#include "core/common/dispatch.hpp"
+#include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/mla_prefill_fp8.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
@@ -191,27 +190,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& a
                              {"kv_b_proj_scale", &h.kv_b_proj_scale, core::MirrorUse::device},
                              {"output", &h.output, core::MirrorUse::written}});
   if (!s.ok()) return s;
-  MemorySpace space = MemorySpace::host;
-  s = core::validate_mla_prefill_fp8(desc, h, &space);
-  if (!s.ok()) return s;
-  s = mirror.finish(&space);
-  if (!s.ok()) return s;
-  core::Route route;
-  s = core::route(core::kOp, options, space, &route);
-  if (!s.ok()) return s;
-  if (route.backend == Backend::cuda) {
-    s = mirror.require_device();
-    if (!s.ok()) return s;
-    decltype(core::DeviceKernels::mla_prefill_fp8) launch = nullptr;
-    s = core::device_launcher(core::kOp, &core::DeviceKernels::mla_prefill_fp8, &launch);
-    return s.ok() ? launch(desc, args, h, options.cuda_stream) : s;
-  }
-  if (route.backend == Backend::cpu) {
-    s = cpu::mla_prefill_fp8(desc, args);
-    if (!(s.code == StatusCode::unsupported && route.fall_back_to_reference)) return s;
-  }
-  reference::mla_prefill_fp8(desc, args);
-  return Status::success();
+  return core::run_validated(
+      core::kOp, options, mirror, [&](MemorySpace* space) { return core::validate_mla_prefill_fp8(desc, h, space); },
+      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::mla_prefill_fp8, desc, args, h, options.cuda_stream); },
+      [&] { return cpu::mla_prefill_fp8(desc, args); }, [&] { reference::mla_prefill_fp8(desc, args); });
 }
 
 }  // namespace mlakit

@@ -5,9 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include "core/common/device_kernels.hpp"
 #include "core/common/device_mirror.hpp"
-#include "core/common/dispatch.hpp"
+#include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/msa_block_indexer.hpp"
 #include "reference/msa_block_indexer.hpp"
@@ -112,27 +111,10 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
                              {"k_cache.cache_lengths", &h.k_cache.cache_lengths, core::MirrorUse::host_read},
                              {"out_idxs", &h.out_idxs, core::MirrorUse::written}});
   if (!s.ok()) return s;
-  MemorySpace space = MemorySpace::host;
-  s = core::validate_msa_block_indexer(d, h, &space);
-  if (!s.ok()) return s;
-  s = mirror.finish(&space);
-  if (!s.ok()) return s;
-  core::Route r;
-  s = core::route(core::kOp, o, space, &r);
-  if (!s.ok()) return s;
-  if (r.backend == Backend::cuda) {
-    s = mirror.require_device();
-    if (!s.ok()) return s;
-    decltype(core::DeviceKernels::msa_block_indexer) launch = nullptr;
-    s = core::device_launcher(core::kOp, &core::DeviceKernels::msa_block_indexer, &launch);
-    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
-  }
-  if (r.backend == Backend::cpu) {
-    s = cpu::msa_block_indexer(d, a);
-    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
-  }
-  reference::msa_block_indexer(d, a);
-  return Status::success();
+  return core::run_validated(
+      core::kOp, o, mirror, [&](MemorySpace* space) { return core::validate_msa_block_indexer(d, h, space); },
+      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::msa_block_indexer, d, a, h, o.cuda_stream); },
+      [&] { return cpu::msa_block_indexer(d, a); }, [&] { reference::msa_block_indexer(d, a); });
 }
 
 }  // namespace mlakit

@@ -5,9 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include "core/common/device_kernels.hpp"
 #include "core/common/device_mirror.hpp"
-#include "core/common/dispatch.hpp"
+#include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
 #include "cpu/sparse_mla_prefill.hpp"
 #include "reference/sparse_mla_prefill.hpp"
@@ -133,27 +132,10 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
                              {"output", &h.output, core::MirrorUse::written},
                              {"lse", &h.lse, core::MirrorUse::written}});
   if (!s.ok()) return s;
-  MemorySpace space = MemorySpace::host;
-  s = core::validate_sparse_mla_prefill(d, h, &space);
-  if (!s.ok()) return s;
-  s = mirror.finish(&space);
-  if (!s.ok()) return s;
-  core::Route r;
-  s = core::route(core::kOp, o, space, &r);
-  if (!s.ok()) return s;
-  if (r.backend == Backend::cuda) {
-    s = mirror.require_device();
-    if (!s.ok()) return s;
-    decltype(core::DeviceKernels::sparse_mla_prefill) launch = nullptr;
-    s = core::device_launcher(core::kOp, &core::DeviceKernels::sparse_mla_prefill, &launch);
-    return s.ok() ? launch(d, a, h, o.cuda_stream) : s;
-  }
-  if (r.backend == Backend::cpu) {
-    s = cpu::sparse_mla_prefill(d, a);
-    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
-  }
-  reference::sparse_mla_prefill(d, a);
-  return Status::success();
+  return core::run_validated(
+      core::kOp, o, mirror, [&](MemorySpace* space) { return core::validate_sparse_mla_prefill(d, h, space); },
+      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::sparse_mla_prefill, d, a, h, o.cuda_stream); },
+      [&] { return cpu::sparse_mla_prefill(d, a); }, [&] { reference::sparse_mla_prefill(d, a); });
 }
 
 }  // namespace mlakit
