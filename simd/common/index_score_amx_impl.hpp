@@ -76,7 +76,9 @@ void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_
   std::memset(packed, 0, packed_floats(H, D) * sizeof(float));
   constexpr std::size_t kChunk = 64;
   std::uint16_t row[kChunk];
-  auto* words = reinterpret_cast<std::uint16_t*>(packed);
+  // The bf16 halves go into the bytes of the float slots (a uint16_t store into a float object
+  // would break the aliasing rules); little-endian: element 2p is the low half.
+  auto* bytes = reinterpret_cast<unsigned char*>(packed);
   for (std::size_t h = 0; h < H; ++h) {
     const std::size_t t = h / kTileHeads, n = h % kTileHeads;
     for (std::size_t d0 = 0; d0 < D; d0 += kChunk) {
@@ -85,7 +87,7 @@ void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_
       for (std::size_t i = 0; i < nd; ++i) {
         const std::size_t d = d0 + i, p = d / 2;
         const std::size_t word = (t * S + p / kTileRows) * kBlockFloats + (p % kTileRows) * kTileHeads + n;
-        words[2 * word + d % 2] = row[i];
+        std::memcpy(bytes + 4 * word + 2 * (d % 2), &row[i], sizeof row[i]);
       }
     }
     packed[HT * S * kBlockFloats + h] = w[h];

@@ -73,8 +73,10 @@ void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_
         } else {  // the bf16 pattern is the high half of the exact f32 one
           std::uint32_t bitsv;
           std::memcpy(&bitsv, &row[i], sizeof bitsv);
-          auto* word = reinterpret_cast<std::uint16_t*>(dst + (d / 2) * R * kLanes) + d % 2;
-          *word = static_cast<std::uint16_t>(bitsv >> 16);
+          const auto half = static_cast<std::uint16_t>(bitsv >> 16);
+          // Into the bytes of the float slot (a uint16_t store into a float object would break
+          // the aliasing rules); little-endian: element 2p is the low half.
+          std::memcpy(reinterpret_cast<unsigned char*>(dst + (d / 2) * R * kLanes) + 2 * (d % 2), &half, sizeof half);
         }
       }
     }
