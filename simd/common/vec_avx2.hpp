@@ -7,6 +7,7 @@
 //   F+F F*F fmadd(a,b,c)=a*b+c  is_nan bits floats reduce_add reduce_add4
 //   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) movemask
+//   igather(table, idx) (levels with a gather instruction: avx2 and above)
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__) || !defined(__BMI2__)
@@ -77,6 +78,10 @@ inline void istore(std::int32_t* p, I a) { _mm256_storeu_si256(reinterpret_cast<
 inline void istore_n(std::int32_t* p, I a, std::size_t n) { _mm256_maskstore_epi32(p, detail::first_n_mask(n), a.v); }
 inline I iload_u8(const std::uint8_t* p) {
   return {_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))};
+}
+// Lane l: table[idx[l]] (vpgatherdd).
+inline I igather(const std::uint32_t* table, I idx) {
+  return {_mm256_i32gather_epi32(reinterpret_cast<const int*>(table), idx.v, 4)};
 }
 inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   std::uint8_t tmp[8] = {};

@@ -81,6 +81,8 @@ inline void istore_n(std::int32_t* p, I a, std::size_t n) { _mm512_mask_storeu_e
 inline I iload_u8(const std::uint8_t* p) {
   return {_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
 }
+// Lane l: table[idx[l]] (vpgatherdd).
+inline I igather(const std::uint32_t* table, I idx) { return {_mm512_i32gather_epi32(idx.v, table, 4)}; }
 inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   return {_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
 }
