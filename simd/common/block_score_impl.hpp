@@ -253,10 +253,11 @@ inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const QE* qt, 
 // tile t + 1 runs inside the dot loop of tile t (double-buffered), and so does the prefetch of the
 // caller's next page: as a separate pass the zip waited for each page's lines and its shuffles
 // could not overlap the dots (one thread sweeping shuffled fp8 pages: 186-190 -> 220 GFLOP/s;
-// bf16 152-155 -> 160-177). Not taken:
-// keys in lanes (a 16-key x 64-pair transpose to the dot layout, then query pairs broadcast: four
-// times the shuffles of the zip, and still one broadcast per dot) and dot products over d with a
-// horizontal sum (a different summation order from the prefill path, so not bitwise the same).
+// bf16 152-155 -> 160-177). Not taken: keys in lanes (a 16 x 16 dword transpose per 16-step
+// group to the dot layout, then query pairs broadcast: twice the shuffles of the zip, which compete
+// with the dots for the vector pipes; measured on Zen 5 with the fp8 decode fused into the
+// transpose, same bits: 245 against 328 GFLOP/s in L1) and dot products over d with a horizontal
+// sum (a different summation order from the prefill path, so not bitwise the same).
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 constexpr bool kHasPairPath = true;
 constexpr std::size_t kPairRows = kLanes / 2;  // rows of a call that takes the pair path, at most
