@@ -8,15 +8,21 @@
 // the tiling invariance the operator relies on: a row's maximum does not depend on the other
 // groups of the call, nor on splitting the keys between calls, nor (pair-dot levels) on whether
 // the call took the two-keys-per-vector path of a decode token or the full-lane path.
+// The amx level's kernel also runs every check over emulated tiles (amx_emulated), wherever the
+// avx512bf16 level runs. Its calls of many rows are held to a scalar model of TDPBF16PS as Intel's
+// Intrinsics Guide orders it (first product, then second, each addition rounded, DAZ/FTZ); its
+// calls of at most pair_rows rows are the avx512bf16 table's, bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "kernels/amx_emulation/emulated_tables.hpp"
 #include "kernels/kernel_list.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -50,7 +56,10 @@ struct Problem {
   float scale;
 };
 
-enum class Arith { f32_separate, f32_fused, bf16_pair_dot };
+// bf16_pair_dot: vdpbf16ps (second product of a pair, then the first); amx_tiles: TDPBF16PS as
+// the Intrinsics Guide orders it (first, then second), i.e. one fused multiply-add per element in
+// dim order, with the same flushes.
+enum class Arith { f32_separate, f32_fused, bf16_pair_dot, amx_tiles };
 
 // vdpbf16ps reads bf16 subnormals as zero and flushes subnormal results (DAZ/FTZ, RNE).
 float flush(float x) { return std::fabs(x) < 0x1p-126f ? 0.0f * x : x; }
@@ -73,6 +82,8 @@ std::vector<float> model(const Problem& p, const TK* k, Arith arith) {
           acc = flush(std::fma(flush(qv(d + 1)), flush(kv(d + 1)), acc));
           acc = flush(std::fma(flush(qv(d)), flush(kv(d)), acc));
         }
+      } else if (arith == Arith::amx_tiles) {
+        for (std::size_t d = 0; d < p.dim; ++d) acc = flush(std::fma(flush(qv(d)), flush(kv(d)), acc));
       } else {
         for (std::size_t d = 0; d < p.dim; ++d) {
           if (arith == Arith::f32_fused) {
@@ -124,18 +135,42 @@ bool pair_dot_level(Isa level) { return level == Isa::avx512bf16 || level == Isa
 
 bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-class BlockScore : public ::testing::TestWithParam<Isa> {
+// A table under test: a level of the kernel list, or the amx kernel over emulated tiles (AVX-512
+// code around scalar tiles: it runs where avx512bf16 does).
+struct Subject {
+  std::string name;
+  const simd::BlockScoreKernels* table;
+  Isa level;    // the level whose arithmetic and layout it has
+  Isa runs_on;  // the level the CPU must run
+};
+
+std::vector<Subject> subjects() {
+  std::vector<Subject> v;
+  for (Isa l : levels_of("block_score")) v.push_back({isa_name(l), cpu::block_score_kernels_at(l), l, l});
+  v.push_back({"amx_emulated", &simd::block_score_amx_emulated, Isa::amx, Isa::avx512bf16});
+  return v;
+}
+
+std::string subject_name(const ::testing::TestParamInfo<Subject>& info) { return info.param.name; }
+void PrintTo(const Subject& s, std::ostream* os) { *os << s.name; }
+
+class BlockScore : public ::testing::TestWithParam<Subject> {
  public:
-  const simd::BlockScoreKernels& table() { return *cpu::block_score_kernels_at(GetParam()); }
-  Arith arith() const {
-    if (pair_dot_level(GetParam())) return Arith::bf16_pair_dot;
-    return GetParam() == Isa::generic ? Arith::f32_separate : Arith::f32_fused;
+  const simd::BlockScoreKernels& table() { return *GetParam().table; }
+  Isa level() const { return GetParam().level; }
+  Isa runs_on() const { return GetParam().runs_on; }
+  // The amx level's tiles take calls of more than pair_rows rows; fewer go to avx512bf16.
+  bool tiles_for(std::size_t rows) { return level() == Isa::amx && rows > table().pair_rows; }
+  Arith arith(std::size_t rows) {
+    if (tiles_for(rows)) return Arith::amx_tiles;
+    if (pair_dot_level(level())) return Arith::bf16_pair_dot;
+    return level() == Isa::generic ? Arith::f32_separate : Arith::f32_fused;
   }
 
   template <class TK>
   void check(const Problem& p, const std::vector<TK>& keys, std::size_t key_off, const std::string& what) {
     const auto got = run<TK>(table(), p, keys, key_off);
-    const auto want = model<TK>(p, keys.data() + key_off, arith());
+    const auto want = model<TK>(p, keys.data() + key_off, arith(p.rows));
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t r = 0; r < got.size(); ++r) {
       ASSERT_TRUE(same(got[r], want[r])) << what << " rows=" << p.rows << " dim=" << p.dim << " n=" << p.n
@@ -221,19 +256,19 @@ void sweep_shapes(BlockScore& t, const char* name) {
 }
 
 TEST_P(BlockScore, Bf16MatchesModelAcrossShapes) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   sweep_shapes<std::uint16_t>(*this, "bf16");
 }
 
 TEST_P(BlockScore, F8MatchesModelAcrossShapes) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   sweep_shapes<std::uint8_t>(*this, "f8");
 }
 
 // Per-row limits: the causal staircase of a prefill tile (row r sees r/heads + offset keys),
 // negative and oversized limits, and rows that see nothing (-inf).
 TEST_P(BlockScore, LimitsCutPerRow) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(5);
   const std::size_t lanes = table().lanes;
   for (std::size_t n : {1u, 7u, 40u, 128u}) {
@@ -259,7 +294,7 @@ TEST_P(BlockScore, LimitsCutPerRow) {
 // A NaN key element makes the maximum of exactly the rows that see that key NaN, whatever the
 // other keys; a key past a row's limit does not.
 TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(8);
   const std::size_t lanes = table().lanes, rows = 4 * lanes, n = 50, dim = 24;
   for (std::size_t nan_at : {0u, 13u, 29u, 49u}) {
@@ -284,7 +319,7 @@ TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
 
 // inf * 0 is NaN; +inf keys win; -inf everywhere stays -inf (not "no key").
 TEST_P(BlockScore, Infinities) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const std::size_t lanes = table().lanes, dim = 4, n = 3;
   Problem p;
   p.rows = lanes;
@@ -309,7 +344,7 @@ TEST_P(BlockScore, Infinities) {
 // maximum of the single key reproduces each finite code exactly (subnormals included; -0 as a
 // zero), the NaN codes give NaN.
 TEST_P(BlockScore, F8EveryCodeExact) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const std::size_t lanes = table().lanes, dim = 19;
   for (unsigned code = 0; code < 256; ++code) {
     const std::size_t at = code % dim;
@@ -335,7 +370,7 @@ TEST_P(BlockScore, F8EveryCodeExact) {
 // The tiling the operator relies on: a row's maximum is the same whether its group is alone or
 // among many, and a block split into two calls combines to the same maximum.
 TEST_P(BlockScore, TilingInvariance) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(21);
   const auto& t = table();
   const std::size_t lanes = t.lanes, dim = 128, n = 128, rows = 11 * lanes;
@@ -366,17 +401,19 @@ TEST_P(BlockScore, TilingInvariance) {
 // or a bf16 pair on the pair-dot levels, odd dim padded with 0); on the pair-dot levels a call of
 // at most pair_rows rows holds row h in lanes 2h and 2h + 1.
 TEST_P(BlockScore, PackLayout) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
-  const bool pairs = pair_dot_level(GetParam());
+  const bool pairs = pair_dot_level(level());
   EXPECT_EQ(t.pair_rows, pairs ? t.lanes / 2 : 0u);
   const std::size_t lanes = t.lanes, dim = 5, ldq = 7, steps = pairs ? 3 : 5;
   for (std::size_t rows : {2 * lanes + 1, lanes / 2, lanes / 2 - 1}) {
     std::vector<std::uint16_t> q(rows * ldq);
     for (std::size_t i = 0; i < q.size(); ++i) q[i] = f32_to_bf16(static_cast<float>(i) + 0.5f);
     const std::size_t groups = (rows + lanes - 1) / lanes;
+    // The amx tiles read a group's steps 16 at a time: pack_q pads each group to whole tiles.
+    const std::size_t gsteps = tiles_for(rows) ? (steps + 15) / 16 * 16 : steps;
     const std::size_t bytes = t.packed_q_bytes(rows, dim);
-    ASSERT_EQ(bytes, groups * steps * lanes * 4) << rows << " rows";
+    ASSERT_EQ(bytes, groups * gsteps * lanes * 4) << rows << " rows";
     std::vector<unsigned char> qt(bytes + 1, 0xEE);
     t.pack_q(q.data(), rows, dim, ldq, qt.data());
     EXPECT_EQ(qt.back(), 0xEE) << "wrote past the packed groups";
@@ -388,7 +425,7 @@ TEST_P(BlockScore, PackLayout) {
           const std::uint16_t src = r < rows && d < dim ? q[r * ldq + d] : 0;
           if (pairs) {
             std::uint16_t got;
-            std::memcpy(&got, qt.data() + (((g * steps + d / 2) * lanes + l) * 2 + d % 2) * 2, 2);
+            std::memcpy(&got, qt.data() + (((g * gsteps + d / 2) * lanes + l) * 2 + d % 2) * 2, 2);
             EXPECT_EQ(got, src) << rows << " rows: " << g << "," << d << "," << l;
           } else {
             float got;
@@ -401,9 +438,12 @@ TEST_P(BlockScore, PackLayout) {
 
 // Pair-dot levels: a call of at most pair_rows rows (a decode token) scores two keys per vector;
 // its rows must get bitwise the maxima the full-lane path (a prefill tile) gives them, for both
-// key types, odd key counts, odd dims, per-row limits and several seeds.
+// key types, odd key counts, odd dims, per-row limits and several seeds. The amx level adds its
+// products in another order on its tiles (the full-lane call) than avx512bf16 does on the few-rows
+// call it hands over, so there the two may differ in the last bits: the few-rows call must give
+// the avx512bf16 table's bits instead, and the full-lane call its own model's.
 TEST_P(BlockScore, PairPathMatchesFullLanes) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
   if (t.pair_rows == 0) GTEST_SKIP() << "level " << t.level << " has no two-keys-per-vector path";
   const std::size_t lanes = t.lanes;
@@ -427,7 +467,19 @@ TEST_P(BlockScore, PairPathMatchesFullLanes) {
           const auto k8 = make_keys<std::uint8_t>(n * full.ldk + 1, rng);
           const auto fb = run<std::uint16_t>(t, full, kb, 1), pb = run<std::uint16_t>(t, part, kb, 1);
           const auto f8 = run<std::uint8_t>(t, full, k8, 1), p8 = run<std::uint8_t>(t, part, k8, 1);
-          for (std::size_t r = 0; r < few; ++r) {
+          if (level() == Isa::amx) {
+            const auto& a = simd::block_score_avx512bf16;
+            const auto ab = run<std::uint16_t>(a, part, kb, 1), a8 = run<std::uint8_t>(a, part, k8, 1);
+            for (std::size_t r = 0; r < few; ++r) {
+              ASSERT_EQ(bits_of(pb[r]), bits_of(ab[r])) << "bf16 vs avx512bf16, seed " << seed << " dim " << dim
+                                                        << " n " << n << " rows " << few << " row " << r;
+              ASSERT_EQ(bits_of(p8[r]), bits_of(a8[r])) << "f8 vs avx512bf16, seed " << seed << " dim " << dim
+                                                        << " n " << n << " rows " << few << " row " << r;
+            }
+            check<std::uint16_t>(full, kb, 1, "tiles bf16");
+            check<std::uint8_t>(full, k8, 1, "tiles f8");
+          }
+          for (std::size_t r = 0; r < few && level() != Isa::amx; ++r) {
             ASSERT_EQ(bits_of(pb[r]), bits_of(fb[r])) << "bf16 seed " << seed << " dim " << dim << " n " << n
                                                       << " rows " << few << " row " << r;
             ASSERT_EQ(bits_of(p8[r]), bits_of(f8[r])) << "f8 seed " << seed << " dim " << dim << " n " << n
@@ -447,7 +499,7 @@ TEST_P(BlockScore, PairPathMatchesFullLanes) {
 // (the header's warning). Half the rows see only keys 0..3, whose products are all near 2^-126,
 // so their maxima come from such sums; the other rows see every key.
 TEST_P(BlockScore, SubnormalsAsSpecified) {
-  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(31);
   const std::size_t lanes = table().lanes, dim = 16, n = 20;
   for (std::size_t rows : {lanes / 2, 2 * lanes}) {
@@ -462,13 +514,13 @@ TEST_P(BlockScore, SubnormalsAsSpecified) {
     p.limit.resize((rows + lanes - 1) / lanes * lanes);
     for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = r % 2 ? 4 : static_cast<std::int32_t>(n);
     const auto got = run<std::uint16_t>(table(), p, k, 0);
-    const auto want = model<std::uint16_t>(p, k.data(), arith());
+    const auto want = model<std::uint16_t>(p, k.data(), arith(rows));
     for (std::size_t r = 0; r < rows; ++r)
       EXPECT_TRUE(same(got[r], want[r])) << rows << " rows, row " << r << ": got " << got[r] << " model " << want[r];
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, BlockScore, ::testing::ValuesIn(levels_of("block_score")), level_param_name);
+INSTANTIATE_TEST_SUITE_P(Levels, BlockScore, ::testing::ValuesIn(subjects()), subject_name);
 
 }  // namespace
 }  // namespace mlakit::kernel_tests

@@ -148,12 +148,19 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
                                                  : is.bf16_dot ? "bf16 pair dot" : "f32 FMA") +
                                       ")");
   const simd::BlockScoreKernels& bs = block_score_kernels(want);
-  out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
-                                      std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile" +
-                                      (bs.pair_rows ? ", bf16 pair dot; calls of <= " + std::to_string(bs.pair_rows) +
-                                                          " rows: two keys per vector"
-                                                    : ", f32 FMA") +
-                                      ")");
+  if (std::strcmp(bs.level, "amx") == 0) {
+    out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.tile_groups * bs.lanes) +
+                                        " query rows x " + std::to_string(bs.tile_keys) +
+                                        " keys of AMX bf16 tiles (tdpbf16ps); calls of <= " +
+                                        std::to_string(bs.pair_rows) + " rows: avx512bf16, two keys per vector)");
+  } else {
+    out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
+                                        std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile" +
+                                        (bs.pair_rows ? ", bf16 pair dot; calls of <= " + std::to_string(bs.pair_rows) +
+                                                            " rows: two keys per vector"
+                                                      : ", f32 FMA") +
+                                        ")");
+  }
   return out;
 }
 

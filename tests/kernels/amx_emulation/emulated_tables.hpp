@@ -2,6 +2,7 @@
 // the avx512bf16 level's flags, so callable only where that level runs. ISA-neutral declarations.
 #pragma once
 
+#include "simd/block_score.hpp"
 #include "simd/index_score.hpp"
 
 namespace mlakit::simd {
@@ -11,6 +12,11 @@ namespace mlakit::simd {
 extern const IndexScoreKernels index_score_amx_emulated;
 // ... and as the SDM orders them (used to tell which order a real AMX CPU follows).
 extern const IndexScoreKernels index_score_amx_emulated_split_order;
+
+// The same two for the amx block_score kernel (its calls of many rows; fewer rows go to the
+// avx512bf16 table, tiles or not).
+extern const BlockScoreKernels block_score_amx_emulated;
+extern const BlockScoreKernels block_score_amx_emulated_split_order;
 
 // Whether the calling thread holds an emulated tile configuration (a kernel must release it).
 bool amx_emulated_tiles_configured();

@@ -1,0 +1,333 @@
+// The block-max score kernels on AMX: the query-key dots as TDPBF16PS tile products, the scale and
+// the max fold in AVX-512 registers. Written once against a tile-operations policy
+// (simd/common/amx_tiles.hpp): simd/amx/block_score.cpp instantiates it over the real
+// instructions, the tests over an emulation of them. See simd/block_score.hpp for the contract.
+//
+// Tiles (every one 16 rows x 64 bytes), for a pass over 32 keys x 32 query rows:
+//   A (tmm4, tmm5)   16 keys x 32 dims, bf16: two key tiles. A tile row is a key row as it lies in
+//                    the page, so bf16 keys of a dim that is a multiple of 32 are loaded in place
+//                    (stride ldk); other bf16 keys, fp8 keys (byte-table decode, exact) and a last
+//                    tile of fewer than 16 keys go through an L1 buffer, zero-padded.
+//   B (tmm6, tmm7)   16 dim pairs x 16 query rows x 2 bf16: two groups of the packed query. A
+//                    group's packed steps (one pair per row, rows in lanes) are already the pair
+//                    layout TDPBF16PS reads, 64 bytes a step; pack_q pads each group to whole
+//                    tiles of 16 steps so that the last dim chunk reads zeros.
+//   C (tmm0..tmm3)   16 keys x 16 rows f32: C[kt][gt] += A[kt] . B[gt], over the dims 32 at a time.
+// Keys in the tile rows and query rows in the columns make a stored C tile row one vector of the
+// 16 rows of a group for one key: the per-row maximum over the keys is the vertical max of the
+// other levels, with the same order keys and the same per-row limit mask.
+//
+// Calls of at most kFewRows rows (a decode token) are passed to the avx512bf16 table, whose
+// two-keys-per-vector path beats a tile product that would leave most of its 16 columns empty;
+// pack_q, packed_q_bytes and scratch_bytes follow that table for them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "simd/block_score.hpp"
+#include "simd/common/amx_tiles.hpp"
+#include "simd/common/fp8_bf16_vbmi.hpp"
+#include "simd/common/fp8_decode_impl.hpp"
+#include "simd/kernels.hpp"
+
+#if !defined(MLAKIT_SIMD_HAS_BF16_DOT)
+#error "simd/common/block_score_amx_impl.hpp needs the avx512bf16 vector wrappers (levels avx512bf16 and amx)"
+#endif
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+namespace amx_block_score {
+
+static_assert(kLanes == 16, "a C tile row of 16 f32 is one vector of a group's rows");
+
+constexpr std::size_t kTileRows = 16;   // keys of an A or C tile, dim pairs of a B tile, rows of a group
+constexpr std::size_t kRowBytes = 64;   // every tile row
+constexpr std::size_t kChunkDims = 32;  // dims of an A tile row: 16 bf16 pairs
+constexpr std::size_t kKeyTiles = 2, kGroupTiles = 2;
+constexpr std::size_t kKeys = kKeyTiles * kTileRows;
+constexpr std::size_t kTileFloats = kTileRows * kTileRows;  // one C tile
+constexpr std::size_t kGroupStepBytes = kLanes * 4;         // one packed step of a group: 16 pairs
+// Calls of this many rows or fewer go to the avx512bf16 table (its pair_rows).
+constexpr std::size_t kFewRows = kLanes / 2;
+
+constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
+
+constexpr int c_tile(std::size_t kt, std::size_t gt) { return static_cast<int>(kt * kGroupTiles + gt); }
+constexpr int a_tile(std::size_t kt) { return static_cast<int>(4 + kt); }
+constexpr int b_tile(std::size_t gt) { return static_cast<int>(6 + gt); }
+
+// f(integral_constant<0>), ..., f(integral_constant<N-1>): tile numbers must be constants.
+template <std::size_t N, class Fn>
+inline void unroll(Fn&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
+      std::make_index_sequence<N>{});
+}
+
+inline const BlockScoreKernels& few_rows_table() { return block_score_avx512bf16; }
+inline bool few(std::size_t rows) { return rows <= kFewRows; }
+
+inline std::size_t groups_of(std::size_t rows) { return (rows + kLanes - 1) / kLanes; }
+inline std::size_t dim_chunks(std::size_t dim) { return (dim + kChunkDims - 1) / kChunkDims; }
+inline std::size_t group_bytes(std::size_t dim) { return dim_chunks(dim) * kTileRows * kGroupStepBytes; }
+inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+// ---- order keys: a signed integer whose order is the f32 order, NaN above everything (sticky under
+// max) and "no key" below everything, so that the fold is an integer max.
+constexpr std::int32_t kNoKey = static_cast<std::int32_t>(0x80000000u);
+constexpr std::int32_t kNanKey = 0x7FFFFFFF;
+constexpr std::int32_t kMinusInfKey = static_cast<std::int32_t>(0xFF800000u ^ 0x7FFFFFFFu);
+
+inline I to_order_key(F s) {
+  const I b = bits(s);
+  return select(is_nan(s), isplat(kNanKey), b ^ shr<1>(sar<31>(b)));
+}
+// The inverse; kNoKey becomes -inf, kNanKey a quiet NaN.
+inline F from_order_key(I k) {
+  k = select(cmpeq(k, isplat(kNoKey)), isplat(kMinusInfKey), k);
+  return floats(k ^ shr<1>(sar<31>(k)));
+}
+inline I imax(I a, I b) { return select(cmpgt(a, b), a, b); }
+
+// ---- packed queries and scratch --------------------------------------------------------------------
+std::size_t packed_q_bytes(std::size_t rows, std::size_t dim) {
+  if (few(rows)) return few_rows_table().packed_q_bytes(rows, dim);
+  return groups_of(rows) * group_bytes(dim);
+}
+
+// Group g at g * group_bytes(dim); in it, step s (the pair 2s, 2s+1) at s * 64 bytes, row g*16 + l
+// at 4l bytes, element 2s in the low half. Rows past `rows`, dims past `dim` and the steps that
+// pad the group to whole tiles are 0.
+void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size_t ldq, void* packed) {
+  if (few(rows)) {
+    few_rows_table().pack_q(q, rows, dim, ldq, packed);
+    return;
+  }
+  auto* bytes = static_cast<unsigned char*>(packed);
+  const std::size_t gb = group_bytes(dim);
+  std::memset(bytes, 0, groups_of(rows) * gb);
+  for (std::size_t r = 0; r < rows; ++r) {
+    unsigned char* g = bytes + (r / kLanes) * gb + (r % kLanes) * 4;
+    for (std::size_t d = 0; d < dim; ++d) std::memcpy(g + (d / 2) * kGroupStepBytes + 2 * (d % 2), &q[r * ldq + d], 2);
+  }
+}
+
+struct Layout {
+  std::size_t ld;  // bf16 elements per buffered key row: whole dim chunks
+  std::size_t best_at, limits_at, gmin_at, gmax_at, c_at, kb_at, total;  // byte offsets from the aligned base
+};
+
+inline Layout layout_of(std::size_t groups, std::size_t dim) {
+  Layout L{};
+  L.ld = dim_chunks(dim) * kChunkDims;
+  const std::size_t lanes_bytes = round_up(groups * kLanes * sizeof(std::int32_t), 64);
+  const std::size_t group_ints = round_up(groups * sizeof(std::int32_t), 64);
+  L.best_at = 0;
+  L.limits_at = L.best_at + lanes_bytes;
+  L.gmin_at = L.limits_at + lanes_bytes;
+  L.gmax_at = L.gmin_at + group_ints;
+  L.c_at = L.gmax_at + group_ints;
+  L.kb_at = L.c_at + kKeyTiles * kGroupTiles * kTileFloats * sizeof(float);
+  L.total = L.kb_at + kKeys * L.ld * sizeof(std::uint16_t);
+  return L;
+}
+
+std::size_t scratch_bytes(std::size_t rows, std::size_t dim) {
+  // Both layouts fit: callers may size the scratch for one row count and call with another.
+  const std::size_t own = layout_of(groups_of(rows), dim).total + 64;
+  const std::size_t other = few_rows_table().scratch_bytes(rows, dim);
+  return own > other ? own : other;
+}
+
+// ---- key rows in the A tile layout -------------------------------------------------------------------
+inline void to_bf16_row(const std::uint16_t* s, std::uint16_t* d, std::size_t dim) {
+  std::memcpy(d, s, dim * sizeof(std::uint16_t));
+}
+inline void to_bf16_row(const std::uint8_t* s, std::uint16_t* d, std::size_t dim) { fp8_to_bf16_vbmi(s, d, dim); }
+// Only the VBMI decode is used here; the scalar-table ones come with the shared decode header.
+[[maybe_unused]] constexpr auto kUnusedFp8ToBf16 = &fp8_to_bf16;
+[[maybe_unused]] constexpr auto kUnusedFp8ToF32 = &fp8_to_f32;
+
+// Where A tile kt of a key pass reads: a key row every `stride` bytes from `at`.
+struct KeyTile {
+  const std::uint16_t* at;
+  std::size_t stride;
+  std::size_t count;  // keys of the tile (its C rows that are folded)
+};
+
+struct Call {
+  std::size_t dim, chunks, gbytes;
+  const unsigned char* qt;
+  const std::int32_t* limits;
+  const std::int32_t* gmin;
+  const std::int32_t* gmax;
+  std::int32_t* best;
+  float* cb;
+  F scale;
+};
+
+// KT key tiles x GN groups (g, g + 1) over every dim chunk, then the fold of the C tiles into the
+// groups' running maxima. Key j0 + 16 kt + m is the C row m of key tile kt.
+template <std::size_t KT, std::size_t GN, class Tiles>
+void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::size_t j0, std::size_t g) {
+  unroll<KT>([&](auto kt) { unroll<GN>([&](auto gt) { tiles.template zero<c_tile(kt, gt)>(); }); });
+  const unsigned char* q0 = c.qt + g * c.gbytes;
+  for (std::size_t ch = 0; ch < c.chunks; ++ch) {
+    unroll<KT>([&](auto kt) { tiles.template load<a_tile(kt)>(kt_of[kt].at + ch * kChunkDims, kt_of[kt].stride); });
+    unroll<GN>([&](auto gt) {
+      tiles.template load<b_tile(gt)>(q0 + gt * c.gbytes + ch * kTileRows * kGroupStepBytes, kRowBytes);
+    });
+    unroll<KT>([&](auto kt) {
+      unroll<GN>([&](auto gt) { tiles.template dp_bf16<c_tile(kt, gt), a_tile(kt), b_tile(gt)>(); });
+    });
+  }
+  unroll<KT>([&](auto kt) {
+    unroll<GN>([&](auto gt) { tiles.template store<c_tile(kt, gt)>(c.cb + c_tile(kt, gt) * kTileFloats, kRowBytes); });
+  });
+  for (std::size_t gt = 0; gt < GN; ++gt) {
+    const std::size_t gg = g + gt;
+    const I lim = iload(c.limits + gg * kLanes);
+    I m = iload(c.best + gg * kLanes);
+    // Keys below every limit of the group take the unmasked fold.
+    const bool masked = static_cast<std::int64_t>(j0 + KT * kTileRows) > c.gmin[gg];
+    for (std::size_t kt = 0; kt < KT; ++kt) {
+      const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
+      for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
+        I key = to_order_key(fload(ct + r * kLanes) * c.scale);
+        if (masked) key = select(cmpgt(lim, isplat(static_cast<std::int32_t>(j0 + kt * kTileRows + r))), key, isplat(kNoKey));
+        m = imax(m, key);
+      }
+    }
+    istore(c.best + gg * kLanes, m);
+  }
+}
+
+template <std::size_t KT, class Tiles>
+void key_pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::size_t j0, std::size_t groups) {
+  for (std::size_t g = 0; g < groups; g += kGroupTiles) {
+    const std::size_t gn = groups - g < kGroupTiles ? groups - g : kGroupTiles;
+    std::int32_t hi = c.gmax[g];
+    if (gn == 2 && c.gmax[g + 1] > hi) hi = c.gmax[g + 1];
+    if (static_cast<std::int64_t>(j0) >= hi) continue;  // no row of these groups sees these keys
+    if (gn == 2 && static_cast<std::int64_t>(j0) < c.gmax[g] && static_cast<std::int64_t>(j0) < c.gmax[g + 1])
+      pass<KT, 2>(tiles, c, kt_of, j0, g);
+    else if (gn == 2 && static_cast<std::int64_t>(j0) >= c.gmax[g])
+      pass<KT, 1>(tiles, c, kt_of, j0, g + 1);
+    else
+      pass<KT, 1>(tiles, c, kt_of, j0, g);
+  }
+}
+
+// Keys [0, hi) of the call (hi > 0), 32 at a time.
+template <class Tiles, class TK>
+void sweep(const Call& c, std::size_t groups, const TK* k, std::size_t ldk, std::size_t hi, std::uint16_t* kb,
+           std::size_t ld, const TK* next_k, std::size_t next_n) {
+  const char* pf = nullptr;
+  const char* pf_end = nullptr;
+  std::size_t pf_per = 0;
+  const std::size_t passes = (hi + kKeys - 1) / kKeys;
+  if (next_k && next_n) {
+    pf = reinterpret_cast<const char*>(next_k);
+    pf_end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + c.dim);
+    pf_per = (static_cast<std::size_t>(pf_end - pf) / 64 + 1 + passes - 1) / passes;
+  }
+  Tiles tiles(&kTileConfig);
+  for (std::size_t j0 = 0; j0 < hi; j0 += kKeys) {
+    const std::size_t nk = hi - j0 < kKeys ? hi - j0 : kKeys;
+    KeyTile kt_of[kKeyTiles];
+    for (std::size_t kt = 0; kt < kKeyTiles; ++kt) {
+      const std::size_t first = kt * kTileRows;
+      const std::size_t count = nk > first ? (nk - first < kTileRows ? nk - first : kTileRows) : 0;
+      const TK* src = k + (j0 + first) * ldk;
+      if constexpr (sizeof(TK) == 2) {
+        // In place: every tile row is a whole key row of whole chunks, and 16 rows exist.
+        if (count == kTileRows && c.dim % kChunkDims == 0) {
+          kt_of[kt] = {reinterpret_cast<const std::uint16_t*>(src), ldk * sizeof(std::uint16_t), count};
+          continue;
+        }
+      }
+      std::uint16_t* dst = kb + first * ld;
+      if (count > 0) {
+        for (std::size_t r = 0; r < count; ++r) {
+          to_bf16_row(src + r * ldk, dst + r * ld, c.dim);
+          std::memset(dst + r * ld + c.dim, 0, (ld - c.dim) * sizeof(std::uint16_t));
+        }
+        // Rows past the last key: zeros, so that no stale NaN or inf reaches a C row (never folded).
+        std::memset(dst + count * ld, 0, (kTileRows - count) * ld * sizeof(std::uint16_t));
+      }
+      kt_of[kt] = {dst, ld * sizeof(std::uint16_t), count};
+    }
+    for (std::size_t u = 0; u < pf_per && pf < pf_end; ++u, pf += 64) __builtin_prefetch(pf, 0, 2);
+    if (nk > kTileRows) key_pass<2>(tiles, c, kt_of, j0, groups);
+    else key_pass<1>(tiles, c, kt_of, j0, groups);
+  }
+}
+
+template <class Tiles, class TK>
+void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* k, std::size_t ldk, std::size_t n,
+               const std::int32_t* limit, float scale, float* out, void* scratch, const TK* next_k,
+               std::size_t next_n) {
+  if (rows == 0) return;
+  if (few(rows)) {
+    if constexpr (sizeof(TK) == 2)
+      few_rows_table().block_max_bf16(rows, dim, packed, k, ldk, n, limit, scale, out, scratch, next_k, next_n);
+    else
+      few_rows_table().block_max_f8(rows, dim, packed, k, ldk, n, limit, scale, out, scratch, next_k, next_n);
+    return;
+  }
+  const std::size_t groups = groups_of(rows);
+  const Layout L = layout_of(groups, dim);
+  auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
+  auto* best = reinterpret_cast<std::int32_t*>(base + L.best_at);
+  auto* limits = reinterpret_cast<std::int32_t*>(base + L.limits_at);
+  auto* gmin = reinterpret_cast<std::int32_t*>(base + L.gmin_at);
+  auto* gmax = reinterpret_cast<std::int32_t*>(base + L.gmax_at);
+
+  // Limits clamped to [0, n]; per group the smallest and the largest.
+  const auto nn = static_cast<std::int32_t>(n);
+  std::int32_t all_hi = 0;
+  for (std::size_t g = 0; g < groups; ++g) {
+    std::int32_t lo = nn, hi = 0;
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      std::int32_t v = limit ? limit[g * kLanes + l] : nn;
+      v = v < 0 ? 0 : (v > nn ? nn : v);
+      limits[g * kLanes + l] = v;
+      best[g * kLanes + l] = kNoKey;
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+    gmin[g] = lo;
+    gmax[g] = hi;
+    all_hi = hi > all_hi ? hi : all_hi;
+  }
+  if (all_hi > 0) {  // else no key is converted and no tile state touched
+    const Call c{dim, dim_chunks(dim), group_bytes(dim), static_cast<const unsigned char*>(packed), limits, gmin, gmax,
+                 best, reinterpret_cast<float*>(base + L.c_at), fsplat(scale)};
+    sweep<Tiles, TK>(c, groups, k, ldk, static_cast<std::size_t>(all_hi),
+                     reinterpret_cast<std::uint16_t*>(base + L.kb_at), L.ld, next_k, next_n);
+  }
+  for (std::size_t g = 0; g < groups; ++g) fstore(out + g * kLanes, from_order_key(iload(best + g * kLanes)));
+}
+
+}  // namespace amx_block_score
+
+// `level` names the table: "amx" for the real tiles.
+template <class Tiles>
+constexpr BlockScoreKernels make_block_score_amx_kernels(const char* level) {
+  using namespace amx_block_score;
+  return BlockScoreKernels{level,
+                           static_cast<unsigned>(kLanes),
+                           &packed_q_bytes,
+                           &pack_q,
+                           &scratch_bytes,
+                           &block_max<Tiles, std::uint16_t>,
+                           &block_max<Tiles, std::uint8_t>,
+                           static_cast<unsigned>(kGroupTiles),
+                           static_cast<unsigned>(kKeys),
+                           static_cast<unsigned>(kFewRows)};
+}
+
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS
