@@ -92,6 +92,11 @@ PeakFigures measure(Isa level) {
   p.bf16_gflops_1t = loop_gflops(k.bf16_dot, k.bf16_flops_per_iter, 1);
   p.bf16_gflops_all = loop_gflops(k.bf16_dot, k.bf16_flops_per_iter, p.threads);
   p.bf16_kind = k.bf16_kind;
+  if (k.amx_bf16) {
+    p.amx = true;
+    p.amx_gflops_1t = loop_gflops(k.amx_bf16, k.amx_flops_per_iter, 1);
+    p.amx_gflops_all = loop_gflops(k.amx_bf16, k.amx_flops_per_iter, p.threads);
+  }
   p.dram_gbps_1t = dram_gbps(k.read_sum, 1);
   p.dram_gbps_all = dram_gbps(k.read_sum, p.threads);
   return p;
@@ -117,12 +122,14 @@ double relevant_gflops(const PeakFigures& p, Isa level, bool all_threads) {
 }
 
 std::string describe(const PeakFigures& p) {
-  char buf[512];
+  char amx[128] = "n/a";
+  if (p.amx) std::snprintf(amx, sizeof amx, "%.1f / %.1f GFLOP/s", p.amx_gflops_1t, p.amx_gflops_all);
+  char buf[640];
   std::snprintf(buf, sizeof buf,
                 "peak[%s]: f32 FMA %.1f GFLOP/s (1 thread) %.1f GFLOP/s (%d threads); bf16 dot (%s) %.1f / %.1f "
-                "GFLOP/s; DRAM read %.1f GB/s (1 thread) %.1f GB/s (%d threads)",
+                "GFLOP/s; AMX bf16 tiles (tdpbf16ps) %s; DRAM read %.1f GB/s (1 thread) %.1f GB/s (%d threads)",
                 p.level.c_str(), p.f32_gflops_1t, p.f32_gflops_all, p.threads, p.bf16_kind.c_str(), p.bf16_gflops_1t,
-                p.bf16_gflops_all, p.dram_gbps_1t, p.dram_gbps_all, p.threads);
+                p.bf16_gflops_all, amx, p.dram_gbps_1t, p.dram_gbps_all, p.threads);
   return buf;
 }
 

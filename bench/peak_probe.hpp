@@ -3,6 +3,8 @@
 //   f32 FMA peak     — register-resident FMA chains (simd peak kernels), 1 thread and all threads
 //   bf16 dot peak    — vdpbf16ps where the level has it, else the widening path (bf16 from L1,
 //                      shift/mask to f32, FMA)
+//   AMX bf16 tiles   — independent tdpbf16ps chains on four accumulator tiles, where the level is
+//                      amx (else n/a); reported, not used for pct_peak
 //   DRAM read        — a streaming sum over 512 MiB, 1 thread and all threads
 // Rates are per thread CPU time, summed over threads, so that a loaded shared machine still
 // reports what its cores deliver while they run (an upper bound when threads did not overlap).
@@ -20,6 +22,8 @@ struct PeakFigures {
   double f32_gflops_1t = 0, f32_gflops_all = 0;
   double bf16_gflops_1t = 0, bf16_gflops_all = 0;
   std::string bf16_kind;
+  bool amx = false;  // the AMX tile figures below were measured
+  double amx_gflops_1t = 0, amx_gflops_all = 0;
   double dram_gbps_1t = 0, dram_gbps_all = 0;
 };
 

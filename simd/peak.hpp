@@ -21,6 +21,10 @@ struct PeakKernels {
   const char* bf16_kind;
   // Sum of n floats read once, front to back (streaming read bandwidth).
   float (*read_sum)(const float* p, std::size_t n);
+  // AMX bf16 tiles (amx level only, else nullptr / 0): `iters` trips of independent TDPBF16PS
+  // chains on accumulator tiles, 2 * 16 * 16 * 32 flops per instruction.
+  float (*amx_bf16)(std::size_t iters, float seed);
+  double amx_flops_per_iter;
 };
 
 }  // namespace mlakit::simd

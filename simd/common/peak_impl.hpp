@@ -100,9 +100,10 @@ float peak_read_sum(const float* p, std::size_t n) {
   return t;
 }
 
+// The amx level adds its tile probe (simd/common/peak_amx_impl.hpp) to this table.
 constexpr PeakKernels make_peak_kernels() {
   return PeakKernels{kLevelName, &peak_f32_fma, kF32FlopsPerIter, &peak_bf16_dot, kBf16FlopsPerIter, kBf16Kind,
-                     &peak_read_sum};
+                     &peak_read_sum, nullptr, 0.0};
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "simd/block_score.hpp"
 #include "simd/index_score.hpp"
+#include "simd/peak.hpp"
 
 namespace mlakit::simd {
 
@@ -17,6 +18,9 @@ extern const IndexScoreKernels index_score_amx_emulated_split_order;
 // avx512bf16 table, tiles or not).
 extern const BlockScoreKernels block_score_amx_emulated;
 extern const BlockScoreKernels block_score_amx_emulated_split_order;
+
+// The amx level's peak probes, the tile probe over emulated tiles.
+extern const PeakKernels peak_amx_emulated;
 
 // Whether the calling thread holds an emulated tile configuration (a kernel must release it).
 bool amx_emulated_tiles_configured();

@@ -1,0 +1,7 @@
+#include "simd/common/peak_impl.hpp"
+#include "simd/common/peak_amx_impl.hpp"
+
+namespace mlakit::simd {
+extern const PeakKernels peak_amx;
+constinit const PeakKernels peak_amx = amx::make_peak_amx_kernels<amx::HardwareTiles>();
+}  // namespace mlakit::simd
