@@ -13,10 +13,9 @@
 // (vdpbf16ps; dim odd: the last pair's second element is 0). On the pair-dot levels a call of at
 // most `pair_rows` rows (a decode token of Hi <= 8 index heads) packs each row twice (lanes 2h and
 // 2h+1 hold row h) and scores two keys per vector; block_max must get the `rows` pack_q got.
-// The amx level packs calls of more than `pair_rows` rows as the pair-dot levels do, each group
-// padded with zero steps to a whole number of 16 (its tiles read 16 steps at a time), and hands
-// calls of at most `pair_rows` rows to the avx512bf16 level: their layout, scratch and scores
-// are that level's.
+// The amx level packs every call as the pair-dot levels pack their many-row calls, each group
+// padded with zero steps to a whole number of 16 (its tiles read 16 steps at a time); it has no
+// two-keys-per-vector path (pair_rows 0): a decode token's rows run on the tiles too.
 // Keys are n rows of `dim` elements, `ldk` elements apart, bf16 bit patterns or f8e4m3 codes
 // (decoded exactly, as fp8_decode does). Key rows are converted to the step type once per call,
 // in chunks held in `scratch` (bf16 rows of even dim are read in place on the pair-dot levels),
@@ -33,11 +32,11 @@
 // score therefore depends only on the row, the key and the level, never on the lane, the group,
 // the number of rows, the two-keys layout, n, `limit` or the chunking: callers may cut the work
 // into any tiles and get bitwise the same maxima (and the same ones on a decode and a prefill
-// path; on the amx level, see below, only while the calls stay on one side of pair_rows). The
+// path). The
 // error of a score is at most (dim + 1) * 2^-24 * |scale| * sum_d |q_d k_d| (sequential
 // summation, at most dim roundings), inside the spec's bound.
 //
-// The amx level (calls of more than pair_rows rows) computes the dots as TDPBF16PS tile products,
+// The amx level computes the dots as TDPBF16PS tile products,
 // 16 keys x 16 rows x 32 dims each, into one f32 accumulator per (row, key) that is carried from
 // one 32-dim chunk to the next in dim order. Per Intel's Intrinsics Guide the instruction adds,
 // per pair in order, the exact product of the first elements, then that of the second, each
@@ -45,9 +44,8 @@
 // flushed (DAZ/FTZ, MXCSR ignored), as on vdpbf16ps below. So a score is one fused multiply-add
 // per element in dim order: the order differs from the pair-dot levels' (second element of a pair
 // first), and an amx score and an avx512bf16 score of the same row and key may differ in the last
-// bits -- on an AMX CPU a decode call (at most pair_rows rows, avx512bf16 arithmetic) and a
-// prefill call (tiles) may disagree there. Within the amx tiles a score still depends only on the
-// row and the key, not on the groups, n, limit or the tiling. The SDM describes another order
+// bits. Within the amx level a score depends only on the row and the key, not on the number of
+// rows (decode or prefill), the groups, n, limit or the tiling. The SDM describes another order
 // inside one instruction (the 16 first and the 16 second products of a chunk summed separately
 // from 0, the two sums added, then the accumulator); either order keeps the bound above (no product
 // passes through more than dim roundings). The tests hold the kernel to the Intrinsics Guide order

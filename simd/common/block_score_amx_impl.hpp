@@ -17,9 +17,10 @@
 // 16 rows of a group for one key: the per-row maximum over the keys is the vertical max of the
 // other levels, with the same order keys and the same per-row limit mask.
 //
-// Calls of at most kFewRows rows (a decode token) are passed to the avx512bf16 table, whose
-// two-keys-per-vector path beats a tile product that would leave most of its 16 columns empty;
-// pack_q, packed_q_bytes and scratch_bytes follow that table for them.
+// Every call runs on the tiles, a decode token's few rows too: one TDPBF16PS is 16 x 16 x 32
+// multiply-adds, so even a tile with half its columns empty out-runs the avx512bf16 level's
+// two-keys-per-vector path several times, and one arithmetic for every call keeps a row's
+// scores the same in a decode call and in a prefill call.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,6 @@
 #include "simd/common/amx_tiles.hpp"
 #include "simd/common/fp8_bf16_vbmi.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
-#include "simd/kernels.hpp"
 
 #if !defined(MLAKIT_SIMD_HAS_BF16_DOT)
 #error "simd/common/block_score_amx_impl.hpp needs the avx512bf16 vector wrappers (levels avx512bf16 and amx)"
@@ -50,8 +50,6 @@ constexpr std::size_t kKeyTiles = 2, kGroupTiles = 2;
 constexpr std::size_t kKeys = kKeyTiles * kTileRows;
 constexpr std::size_t kTileFloats = kTileRows * kTileRows;  // one C tile
 constexpr std::size_t kGroupStepBytes = kLanes * 4;         // one packed step of a group: 16 pairs
-// Calls of this many rows or fewer go to the avx512bf16 table (its pair_rows).
-constexpr std::size_t kFewRows = kLanes / 2;
 
 constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
 
@@ -66,8 +64,6 @@ inline void unroll(Fn&& f) {
       std::make_index_sequence<N>{});
 }
 
-inline const BlockScoreKernels& few_rows_table() { return block_score_avx512bf16; }
-inline bool few(std::size_t rows) { return rows <= kFewRows; }
 
 inline std::size_t groups_of(std::size_t rows) { return (rows + kLanes - 1) / kLanes; }
 inline std::size_t dim_chunks(std::size_t dim) { return (dim + kChunkDims - 1) / kChunkDims; }
@@ -93,7 +89,6 @@ inline I imax(I a, I b) { return select(cmpgt(a, b), a, b); }
 
 // ---- packed queries and scratch --------------------------------------------------------------------
 std::size_t packed_q_bytes(std::size_t rows, std::size_t dim) {
-  if (few(rows)) return few_rows_table().packed_q_bytes(rows, dim);
   return groups_of(rows) * group_bytes(dim);
 }
 
@@ -101,10 +96,6 @@ std::size_t packed_q_bytes(std::size_t rows, std::size_t dim) {
 // at 4l bytes, element 2s in the low half. Rows past `rows`, dims past `dim` and the steps that
 // pad the group to whole tiles are 0.
 void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size_t ldq, void* packed) {
-  if (few(rows)) {
-    few_rows_table().pack_q(q, rows, dim, ldq, packed);
-    return;
-  }
   auto* bytes = static_cast<unsigned char*>(packed);
   const std::size_t gb = group_bytes(dim);
   std::memset(bytes, 0, groups_of(rows) * gb);
@@ -135,10 +126,7 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
 }
 
 std::size_t scratch_bytes(std::size_t rows, std::size_t dim) {
-  // Both layouts fit: callers may size the scratch for one row count and call with another.
-  const std::size_t own = layout_of(groups_of(rows), dim).total + 64;
-  const std::size_t other = few_rows_table().scratch_bytes(rows, dim);
-  return own > other ? own : other;
+  return layout_of(groups_of(rows), dim).total + 64;
 }
 
 // ---- key rows in the A tile layout -------------------------------------------------------------------
@@ -270,13 +258,6 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
                const std::int32_t* limit, float scale, float* out, void* scratch, const TK* next_k,
                std::size_t next_n) {
   if (rows == 0) return;
-  if (few(rows)) {
-    if constexpr (sizeof(TK) == 2)
-      few_rows_table().block_max_bf16(rows, dim, packed, k, ldk, n, limit, scale, out, scratch, next_k, next_n);
-    else
-      few_rows_table().block_max_f8(rows, dim, packed, k, ldk, n, limit, scale, out, scratch, next_k, next_n);
-    return;
-  }
   const std::size_t groups = groups_of(rows);
   const Layout L = layout_of(groups, dim);
   auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
@@ -326,7 +307,7 @@ constexpr BlockScoreKernels make_block_score_amx_kernels(const char* level) {
                            &block_max<Tiles, std::uint8_t>,
                            static_cast<unsigned>(kGroupTiles),
                            static_cast<unsigned>(kKeys),
-                           static_cast<unsigned>(kFewRows)};
+                           /*pair_rows=*/0u};
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The amx block_score kernel beyond the checks every level runs (block_score_test.cpp): the table's
-// hand-over of few-row calls to avx512bf16, the kernel leaving no tile state behind, and -- on a
-// CPU with AMX -- the real tiles giving the emulation's bits.
+// The amx block_score kernel beyond the checks every level runs (block_score_test.cpp): the table,
+// the kernel leaving no tile state behind, and -- on a CPU with AMX -- the real tiles giving the
+// emulation's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,27 +19,11 @@ namespace {
 TEST(BlockScoreAmx, TableDescribesTheTileKernel) {
   const simd::BlockScoreKernels* t = cpu::block_score_kernels_at(Isa::amx);
   ASSERT_NE(t, nullptr);
-  const simd::BlockScoreKernels& few = simd::block_score_avx512bf16;
   EXPECT_STREQ(t->level, "amx");
   EXPECT_EQ(t->lanes, 16u);  // a C tile row: 16 query rows of one key
   EXPECT_EQ(t->tile_groups, 2u);
   EXPECT_EQ(t->tile_keys, 32u);
-  EXPECT_EQ(t->pair_rows, few.pair_rows);  // the calls it hands to avx512bf16
-  EXPECT_EQ(t->lanes, few.lanes);
-}
-
-// Calls of at most pair_rows rows use the avx512bf16 layout; the scratch fits either path.
-TEST(BlockScoreAmx, FewRowsFollowTheAvx512bf16Table) {
-  const simd::BlockScoreKernels& t = simd::block_score_amx_emulated;
-  const simd::BlockScoreKernels& few = simd::block_score_avx512bf16;
-  for (std::size_t dim : {1u, 17u, 64u, 128u, 130u}) {
-    for (std::size_t rows = 1; rows <= 300; rows += rows < 40 ? 1 : 37) {
-      if (rows <= t.pair_rows) {
-        EXPECT_EQ(t.packed_q_bytes(rows, dim), few.packed_q_bytes(rows, dim)) << rows;
-      }
-      EXPECT_GE(t.scratch_bytes(rows, dim), few.scratch_bytes(rows, dim)) << rows << " rows, dim " << dim;
-    }
-  }
+  EXPECT_EQ(t->pair_rows, 0u);  // every call on the tiles, a decode token's too
 }
 
 // Every call loads the tile configuration and releases it: none is left on the thread, after a

@@ -9,9 +9,9 @@
 // groups of the call, nor on splitting the keys between calls, nor (pair-dot levels) on whether
 // the call took the two-keys-per-vector path of a decode token or the full-lane path.
 // The amx level's kernel also runs every check over emulated tiles (amx_emulated), wherever the
-// avx512bf16 level runs. Its calls of many rows are held to a scalar model of TDPBF16PS as Intel's
-// Intrinsics Guide orders it (first product, then second, each addition rounded, DAZ/FTZ); its
-// calls of at most pair_rows rows are the avx512bf16 table's, bitwise.
+// avx512bf16 level runs. Its calls, of any number of rows, are held to a scalar model of TDPBF16PS
+// as Intel's Intrinsics Guide orders it (first product, then second, each addition rounded,
+// DAZ/FTZ).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,8 +159,8 @@ class BlockScore : public ::testing::TestWithParam<Subject> {
   const simd::BlockScoreKernels& table() { return *GetParam().table; }
   Isa level() const { return GetParam().level; }
   Isa runs_on() const { return GetParam().runs_on; }
-  // The amx level's tiles take calls of more than pair_rows rows; fewer go to avx512bf16.
-  bool tiles_for(std::size_t rows) { return level() == Isa::amx && rows > table().pair_rows; }
+  // The amx level's tiles take every call.
+  bool tiles_for(std::size_t) { return level() == Isa::amx; }
   Arith arith(std::size_t rows) {
     if (tiles_for(rows)) return Arith::amx_tiles;
     if (pair_dot_level(level())) return Arith::bf16_pair_dot;
@@ -404,7 +404,7 @@ TEST_P(BlockScore, PackLayout) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
   const bool pairs = pair_dot_level(level());
-  EXPECT_EQ(t.pair_rows, pairs ? t.lanes / 2 : 0u);
+  EXPECT_EQ(t.pair_rows, level() == Isa::avx512bf16 ? t.lanes / 2 : 0u);  // amx: tiles for every call
   const std::size_t lanes = t.lanes, dim = 5, ldq = 7, steps = pairs ? 3 : 5;
   for (std::size_t rows : {2 * lanes + 1, lanes / 2, lanes / 2 - 1}) {
     std::vector<std::uint16_t> q(rows * ldq);
@@ -436,22 +436,19 @@ TEST_P(BlockScore, PackLayout) {
   }
 }
 
-// Pair-dot levels: a call of at most pair_rows rows (a decode token) scores two keys per vector;
-// its rows must get bitwise the maxima the full-lane path (a prefill tile) gives them, for both
-// key types, odd key counts, odd dims, per-row limits and several seeds. The amx level adds its
-// products in another order on its tiles (the full-lane call) than avx512bf16 does on the few-rows
-// call it hands over, so there the two may differ in the last bits: the few-rows call must give
-// the avx512bf16 table's bits instead, and the full-lane call its own model's.
-TEST_P(BlockScore, PairPathMatchesFullLanes) {
+// A call of few rows (a decode token) must give its rows bitwise the maxima a many-row call (a
+// prefill tile) gives them, for both key types, odd key counts, odd dims, per-row limits and
+// several seeds: on avx512bf16 through its two-keys-per-vector path (calls of at most pair_rows
+// rows), on the other levels through the same sweep or tiles as any call.
+TEST_P(BlockScore, FewRowsMatchManyRows) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
-  if (t.pair_rows == 0) GTEST_SKIP() << "level " << t.level << " has no two-keys-per-vector path";
-  const std::size_t lanes = t.lanes;
+  const std::size_t lanes = t.lanes, most = t.pair_rows ? t.pair_rows : lanes / 2;
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     Rng rng(seed);
     for (std::size_t dim : {128u, 130u, 127u, 9u}) {
       for (std::size_t n : {128u, 97u, 33u, 1u}) {
-        for (std::size_t few : {std::size_t{t.pair_rows}, std::size_t{t.pair_rows / 2}, std::size_t{1}}) {
+        for (std::size_t few : {most, most / 2, std::size_t{1}}) {
           Problem full = make_problem(lanes + 3, dim, n, dim + (seed % 2), rng);  // full-lane path
           Problem part = full;
           part.rows = few;
@@ -467,26 +464,16 @@ TEST_P(BlockScore, PairPathMatchesFullLanes) {
           const auto k8 = make_keys<std::uint8_t>(n * full.ldk + 1, rng);
           const auto fb = run<std::uint16_t>(t, full, kb, 1), pb = run<std::uint16_t>(t, part, kb, 1);
           const auto f8 = run<std::uint8_t>(t, full, k8, 1), p8 = run<std::uint8_t>(t, part, k8, 1);
-          if (level() == Isa::amx) {
-            const auto& a = simd::block_score_avx512bf16;
-            const auto ab = run<std::uint16_t>(a, part, kb, 1), a8 = run<std::uint8_t>(a, part, k8, 1);
-            for (std::size_t r = 0; r < few; ++r) {
-              ASSERT_EQ(bits_of(pb[r]), bits_of(ab[r])) << "bf16 vs avx512bf16, seed " << seed << " dim " << dim
-                                                        << " n " << n << " rows " << few << " row " << r;
-              ASSERT_EQ(bits_of(p8[r]), bits_of(a8[r])) << "f8 vs avx512bf16, seed " << seed << " dim " << dim
-                                                        << " n " << n << " rows " << few << " row " << r;
-            }
-            check<std::uint16_t>(full, kb, 1, "tiles bf16");
-            check<std::uint8_t>(full, k8, 1, "tiles f8");
-          }
-          for (std::size_t r = 0; r < few && level() != Isa::amx; ++r) {
+          for (std::size_t r = 0; r < few; ++r) {
             ASSERT_EQ(bits_of(pb[r]), bits_of(fb[r])) << "bf16 seed " << seed << " dim " << dim << " n " << n
                                                       << " rows " << few << " row " << r;
             ASSERT_EQ(bits_of(p8[r]), bits_of(f8[r])) << "f8 seed " << seed << " dim " << dim << " n " << n
                                                       << " rows " << few << " row " << r;
           }
-          check<std::uint16_t>(part, kb, 1, "pairs bf16");
-          check<std::uint8_t>(part, k8, 1, "pairs f8");
+          check<std::uint16_t>(full, kb, 1, "many rows bf16");
+          check<std::uint8_t>(full, k8, 1, "many rows f8");
+          check<std::uint16_t>(part, kb, 1, "few rows bf16");
+          check<std::uint8_t>(part, k8, 1, "few rows f8");
           if (::testing::Test::HasFatalFailure()) return;
         }
       }

@@ -70,7 +70,7 @@ struct LevelCase {
 
 std::vector<LevelCase> level_cases() {
   std::vector<LevelCase> v;
-  for (Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     for (const auto& c : big_cases()) v.push_back({level, c});
   return v;
 }

@@ -151,8 +151,7 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   if (std::strcmp(bs.level, "amx") == 0) {
     out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.tile_groups * bs.lanes) +
                                         " query rows x " + std::to_string(bs.tile_keys) +
-                                        " keys of AMX bf16 tiles (tdpbf16ps); calls of <= " +
-                                        std::to_string(bs.pair_rows) + " rows: avx512bf16, two keys per vector)");
+                                        " keys of AMX bf16 tiles (tdpbf16ps), every call)");
   } else {
     out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
                                         std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile" +
