@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "simd/common/level.hpp"
 
@@ -35,6 +36,21 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16];
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
+// The register plan of every amx kernel: two A tiles (tmm4, tmm5), two B tiles (tmm6, tmm7) and
+// their four products C[a][b] (tmm0..tmm3), as HardwareTiles::dp_bf16 checks.
+constexpr std::size_t kATiles = 2, kBTiles = 2;
+constexpr int c_tile(std::size_t a, std::size_t b) { return static_cast<int>(a * kBTiles + b); }
+constexpr int a_tile(std::size_t a) { return static_cast<int>(4 + a); }
+constexpr int b_tile(std::size_t b) { return static_cast<int>(6 + b); }
+
+// f(integral_constant<0>), ..., f(integral_constant<N-1>): the kernels' loops over tiles, whose
+// numbers must be constants.
+template <std::size_t N, class Fn>
+inline void unroll(Fn&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
+      std::make_index_sequence<N>{});
+}
 
 // Every one of the first `count` tiles as rows x colsb.
 constexpr TileConfig uniform_tile_config(unsigned count, std::uint8_t rows, std::uint16_t colsb) {

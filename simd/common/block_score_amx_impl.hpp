@@ -30,6 +30,7 @@
 
 #include "simd/block_score.hpp"
 #include "simd/common/amx_tiles.hpp"
+#include "simd/common/block_max_keys.hpp"
 #include "simd/common/fp8_bf16_vbmi.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
 
@@ -46,46 +47,16 @@ static_assert(kLanes == 16, "a C tile row of 16 f32 is one vector of a group's r
 constexpr std::size_t kTileRows = 16;   // keys of an A or C tile, dim pairs of a B tile, rows of a group
 constexpr std::size_t kRowBytes = 64;   // every tile row
 constexpr std::size_t kChunkDims = 32;  // dims of an A tile row: 16 bf16 pairs
-constexpr std::size_t kKeyTiles = 2, kGroupTiles = 2;
+constexpr std::size_t kKeyTiles = kATiles, kGroupTiles = kBTiles;
 constexpr std::size_t kKeys = kKeyTiles * kTileRows;
 constexpr std::size_t kTileFloats = kTileRows * kTileRows;  // one C tile
 constexpr std::size_t kGroupStepBytes = kLanes * 4;         // one packed step of a group: 16 pairs
 
 constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
 
-constexpr int c_tile(std::size_t kt, std::size_t gt) { return static_cast<int>(kt * kGroupTiles + gt); }
-constexpr int a_tile(std::size_t kt) { return static_cast<int>(4 + kt); }
-constexpr int b_tile(std::size_t gt) { return static_cast<int>(6 + gt); }
-
-// f(integral_constant<0>), ..., f(integral_constant<N-1>): tile numbers must be constants.
-template <std::size_t N, class Fn>
-inline void unroll(Fn&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
-      std::make_index_sequence<N>{});
-}
-
-
 inline std::size_t groups_of(std::size_t rows) { return (rows + kLanes - 1) / kLanes; }
 inline std::size_t dim_chunks(std::size_t dim) { return (dim + kChunkDims - 1) / kChunkDims; }
 inline std::size_t group_bytes(std::size_t dim) { return dim_chunks(dim) * kTileRows * kGroupStepBytes; }
-inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
-
-// ---- order keys: a signed integer whose order is the f32 order, NaN above everything (sticky under
-// max) and "no key" below everything, so that the fold is an integer max.
-constexpr std::int32_t kNoKey = static_cast<std::int32_t>(0x80000000u);
-constexpr std::int32_t kNanKey = 0x7FFFFFFF;
-constexpr std::int32_t kMinusInfKey = static_cast<std::int32_t>(0xFF800000u ^ 0x7FFFFFFFu);
-
-inline I to_order_key(F s) {
-  const I b = bits(s);
-  return select(is_nan(s), isplat(kNanKey), b ^ shr<1>(sar<31>(b)));
-}
-// The inverse; kNoKey becomes -inf, kNanKey a quiet NaN.
-inline F from_order_key(I k) {
-  k = select(cmpeq(k, isplat(kNoKey)), isplat(kMinusInfKey), k);
-  return floats(k ^ shr<1>(sar<31>(k)));
-}
-inline I imax(I a, I b) { return select(cmpgt(a, b), a, b); }
 
 // ---- packed queries and scratch --------------------------------------------------------------------
 std::size_t packed_q_bytes(std::size_t rows, std::size_t dim) {
@@ -113,13 +84,12 @@ struct Layout {
 inline Layout layout_of(std::size_t groups, std::size_t dim) {
   Layout L{};
   L.ld = dim_chunks(dim) * kChunkDims;
-  const std::size_t lanes_bytes = round_up(groups * kLanes * sizeof(std::int32_t), 64);
-  const std::size_t group_ints = round_up(groups * sizeof(std::int32_t), 64);
-  L.best_at = 0;
-  L.limits_at = L.best_at + lanes_bytes;
-  L.gmin_at = L.limits_at + lanes_bytes;
-  L.gmax_at = L.gmin_at + group_ints;
-  L.c_at = L.gmax_at + group_ints;
+  const LimitArrays a = limit_arrays(groups);
+  L.best_at = a.best_at;
+  L.limits_at = a.limits_at;
+  L.gmin_at = a.gmin_at;
+  L.gmax_at = a.gmax_at;
+  L.c_at = a.end;
   L.kb_at = L.c_at + kKeyTiles * kGroupTiles * kTileFloats * sizeof(float);
   L.total = L.kb_at + kKeys * L.ld * sizeof(std::uint16_t);
   return L;
@@ -183,7 +153,7 @@ void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::s
     for (std::size_t kt = 0; kt < KT; ++kt) {
       const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
       for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
-        I key = to_order_key(fload(ct + r * kLanes) * c.scale);
+        I key = order_key(fload(ct + r * kLanes) * c.scale);
         if (masked) key = select(cmpgt(lim, isplat(static_cast<std::int32_t>(j0 + kt * kTileRows + r))), key, isplat(kNoKey));
         m = imax(m, key);
       }
@@ -266,30 +236,14 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   auto* gmin = reinterpret_cast<std::int32_t*>(base + L.gmin_at);
   auto* gmax = reinterpret_cast<std::int32_t*>(base + L.gmax_at);
 
-  // Limits clamped to [0, n]; per group the smallest and the largest.
-  const auto nn = static_cast<std::int32_t>(n);
-  std::int32_t all_hi = 0;
-  for (std::size_t g = 0; g < groups; ++g) {
-    std::int32_t lo = nn, hi = 0;
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      std::int32_t v = limit ? limit[g * kLanes + l] : nn;
-      v = v < 0 ? 0 : (v > nn ? nn : v);
-      limits[g * kLanes + l] = v;
-      best[g * kLanes + l] = kNoKey;
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
-    }
-    gmin[g] = lo;
-    gmax[g] = hi;
-    all_hi = hi > all_hi ? hi : all_hi;
-  }
+  const std::int32_t all_hi = clamp_limits(limit, n, groups, limits, best, gmin, gmax);
   if (all_hi > 0) {  // else no key is converted and no tile state touched
     const Call c{dim, dim_chunks(dim), group_bytes(dim), static_cast<const unsigned char*>(packed), limits, gmin, gmax,
                  best, reinterpret_cast<float*>(base + L.c_at), fsplat(scale)};
     sweep<Tiles, TK>(c, groups, k, ldk, static_cast<std::size_t>(all_hi),
                      reinterpret_cast<std::uint16_t*>(base + L.kb_at), L.ld, next_k, next_n);
   }
-  for (std::size_t g = 0; g < groups; ++g) fstore(out + g * kLanes, from_order_key(iload(best + g * kLanes)));
+  for (std::size_t g = 0; g < groups; ++g) fstore(out + g * kLanes, key_value(iload(best + g * kLanes)));
 }
 
 }  // namespace amx_block_score

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "simd/block_score.hpp"
+#include "simd/common/block_max_keys.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 #include "simd/common/fp8_bf16_vbmi.hpp"
@@ -77,22 +78,6 @@ constexpr std::size_t kKeysOf = kAcc / T;
 constexpr std::size_t kChunkBytes = 12 * 1024;
 constexpr std::size_t kChunkMultiple = kAcc;  // a multiple of every kKeysOf<T>, T = 1 .. kT
 
-// Block maxima run on order keys: a signed integer whose order is the f32 order, with NaN above
-// everything (so a NaN is sticky under max) and "no key" below everything.
-constexpr std::int32_t kNoKey = static_cast<std::int32_t>(0x80000000u);
-constexpr std::int32_t kNanKey = 0x7FFFFFFF;
-constexpr std::int32_t kMinusInfKey = static_cast<std::int32_t>(0xFF800000u ^ 0x7FFFFFFFu);
-
-inline I order_key(F s) {
-  const I b = bits(s);
-  return select(is_nan(s), isplat(kNanKey), b ^ shr<1>(sar<31>(b)));
-}
-// The inverse; kNoKey becomes -inf, kNanKey the quiet NaN 0x7FFFFFFF.
-inline F key_value(I k) {
-  k = select(cmpeq(k, isplat(kNoKey)), isplat(kMinusInfKey), k);
-  return floats(k ^ shr<1>(sar<31>(k)));
-}
-inline I imax(I a, I b) { return select(cmpgt(a, b), a, b); }
 
 // The shared decode header also defines variants these kernels do not need on every level.
 [[maybe_unused]] constexpr auto kUnusedFp8ToBf16 = &fp8_to_bf16;
@@ -393,13 +378,12 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
   zip_bytes = 2 * zip_tile_words(dim) * sizeof(KE);  // two tiles: one read, one written
 #endif
-  const std::size_t lanes_bytes = round_up(groups * kLanes * sizeof(std::int32_t), 64);
-  const std::size_t group_bytes = round_up(groups * sizeof(std::int32_t), 64);
-  L.keys_at = 0;
-  L.limits_at = L.keys_at + lanes_bytes;
-  L.gmin_at = L.limits_at + lanes_bytes;
-  L.gmax_at = L.gmin_at + group_bytes;
-  L.kf_at = L.gmax_at + group_bytes;
+  const LimitArrays a = limit_arrays(groups);
+  L.keys_at = a.best_at;
+  L.limits_at = a.limits_at;
+  L.gmin_at = a.gmin_at;
+  L.gmax_at = a.gmax_at;
+  L.kf_at = a.end;
   L.kz_at = L.kf_at + rows_bytes;
   L.total = L.kz_at + zip_bytes;
   return L;
@@ -508,23 +492,7 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   auto* gmax = reinterpret_cast<std::int32_t*>(base + L.gmax_at);
   auto* kf = reinterpret_cast<KE*>(base + L.kf_at);
 
-  // Limits clamped to [0, n]; per group the smallest and largest.
-  const auto nn = static_cast<std::int32_t>(n);
-  std::int32_t all_hi = 0;
-  for (std::size_t g = 0; g < groups; ++g) {
-    std::int32_t lo = nn, hi = 0;
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      std::int32_t v = limit ? limit[g * kLanes + l] : nn;
-      v = v < 0 ? 0 : (v > nn ? nn : v);
-      limits[g * kLanes + l] = v;
-      keys[g * kLanes + l] = kNoKey;
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
-    }
-    gmin[g] = lo;
-    gmax[g] = hi;
-    all_hi = hi > all_hi ? hi : all_hi;
-  }
+  const std::int32_t all_hi = clamp_limits(limit, n, groups, limits, keys, gmin, gmax);
 
   Sweep s{steps_of(dim), kf, L.ld, 0, 0, fsplat(scale)};
   const std::size_t hi = static_cast<std::size_t>(all_hi);

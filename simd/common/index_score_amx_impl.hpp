@@ -39,25 +39,13 @@ constexpr std::size_t kTileRows = 16;   // keys of an A or C tile, dim pairs of 
 constexpr std::size_t kTileHeads = 16;  // heads of a B or C tile
 constexpr std::size_t kRowBytes = 64;   // every tile row
 constexpr std::size_t kChunkDims = 32;  // dims of an A tile row: 16 bf16 pairs
-constexpr std::size_t kKeyTiles = 2, kHeadTiles = 2;
+constexpr std::size_t kKeyTiles = kATiles, kHeadTiles = kBTiles;
 constexpr std::size_t kKeys = kKeyTiles * kTileRows;
 // Key rows are converted to bf16 kSlabDims dims at a time: 32 keys x 256 dims = 16 KiB of L1.
 constexpr std::size_t kSlabDims = 256;
 constexpr std::size_t kBlockFloats = kTileRows * kTileHeads;  // one B tile (or C tile) in floats
 
 constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
-
-// Tile registers of the plan above.
-constexpr int c_tile(std::size_t kt, std::size_t ht) { return static_cast<int>(kt * kHeadTiles + ht); }
-constexpr int a_tile(std::size_t kt) { return static_cast<int>(4 + kt); }
-constexpr int b_tile(std::size_t ht) { return static_cast<int>(6 + ht); }
-
-// f(integral_constant<0>), ..., f(integral_constant<N-1>): tile numbers must be constants.
-template <std::size_t N, class Fn>
-inline void unroll(Fn&& f) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(
-      std::make_index_sequence<N>{});
-}
 
 inline std::size_t head_tiles(std::size_t H) { return (H + kTileHeads - 1) / kTileHeads; }
 inline std::size_t dim_chunks(std::size_t D) { return (D + kChunkDims - 1) / kChunkDims; }
