@@ -81,7 +81,7 @@ TEST(AmxEmulatedTiles, LoadsAndStoresHonourRowsAndColsb) {
   Config cfg;
   cfg.tile(1, 3, 8);
   EmulatedTiles<> tiles(cfg.raw);
-  EXPECT_TRUE(amx_emulation::tiles_configured());
+  EXPECT_TRUE(simd::amx_emulated_tiles_configured());
   std::vector<std::uint8_t> src(16 * 40);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i);
   tiles.load<1>(src.data(), 40);
@@ -100,9 +100,9 @@ TEST(AmxEmulatedTiles, ReleaseClearsTheConfiguration) {
     Config cfg;
     cfg.tile(0, 16, 64);
     EmulatedTiles<> tiles(cfg.raw);
-    EXPECT_TRUE(amx_emulation::tiles_configured());
+    EXPECT_TRUE(simd::amx_emulated_tiles_configured());
   }
-  EXPECT_FALSE(amx_emulation::tiles_configured());
+  EXPECT_FALSE(simd::amx_emulated_tiles_configured());
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------

@@ -14,8 +14,7 @@ extern const IndexScoreKernels index_score_amx_emulated;
 // ... and as the SDM orders them (used to tell which order a real AMX CPU follows).
 extern const IndexScoreKernels index_score_amx_emulated_split_order;
 
-// The same two for the amx block_score kernel (its calls of many rows; fewer rows go to the
-// avx512bf16 table, tiles or not).
+// The same two for the amx block_score kernel.
 extern const BlockScoreKernels block_score_amx_emulated;
 extern const BlockScoreKernels block_score_amx_emulated_split_order;
 

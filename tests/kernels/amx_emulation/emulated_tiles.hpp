@@ -16,9 +16,11 @@
 // two sums added, and the result added to the accumulator. The emulated amx tables use in_order;
 // the hardware test says which one (if either) a real CPU matches.
 //
-// Scalar code only, every name with internal linkage, and compiler builtins rather than inline
+// Scalar code only, every function with internal linkage, and compiler builtins rather than inline
 // library functions: the header may be compiled with any level's flags in any number of
 // translation units without an AVX-512 copy of a shared inline function reaching generic code.
+// The one exception is the tile state: plain data, defined once (tile_file.cpp), so that every
+// emulated kernel and the tests' "nothing left configured" checks see the same per-thread tiles.
 #pragma once
 
 #include <cstddef>
@@ -28,12 +30,9 @@
 #include <cstring>
 
 namespace mlakit::amx_emulation {
-namespace {
 
-enum class DpOrder { in_order, split_even_odd };
-
-constexpr int kTiles = 8;
-constexpr std::size_t kMaxRows = 16, kMaxColsb = 64;
+inline constexpr int kTiles = 8;
+inline constexpr std::size_t kMaxRows = 16, kMaxColsb = 64;
 
 // The thread's tile state, as the hardware keeps it per thread.
 struct TileFile {
@@ -42,7 +41,12 @@ struct TileFile {
   std::uint16_t colsb[kTiles];
   alignas(64) std::uint8_t data[kTiles][kMaxRows][kMaxColsb];
 };
-thread_local TileFile tile_file{};
+// The calling thread's tiles: one object for every translation unit (tile_file.cpp).
+TileFile& thread_tile_file();
+
+namespace {
+
+enum class DpOrder { in_order, split_even_odd };
 
 [[noreturn]] inline void fault(const char* what) {
   std::fprintf(stderr, "emulated AMX: %s (a #UD on hardware)\n", what);
@@ -69,7 +73,7 @@ template <DpOrder Order = DpOrder::in_order>
 class EmulatedTiles {
  public:
   // ldtilecfg
-  explicit EmulatedTiles(const void* config) {
+  explicit EmulatedTiles(const void* config) : tile_file(thread_tile_file()) {
     std::uint8_t raw[64];
     std::memcpy(raw, config, sizeof raw);
     if (raw[0] != 1) fault("ldtilecfg: palette other than 1");
@@ -147,19 +151,19 @@ class EmulatedTiles {
   }
 
  private:
-  template <int T> static void check() {
+  TileFile& tile_file;
+
+  template <int T> void check() const {
     static_assert(T >= 0 && T < kTiles, "tile registers are tmm0..tmm7");
     if (!tile_file.configured) fault("tile instruction without a tile configuration");
     if (tile_file.rows[T] == 0) fault("tile instruction on a tile the configuration leaves unused");
   }
-  static std::uint16_t bf16(int t, std::size_t row, std::size_t i) {
+  std::uint16_t bf16(int t, std::size_t row, std::size_t i) const {
     std::uint16_t v;
     std::memcpy(&v, tile_file.data[t][row] + 2 * i, sizeof v);
     return v;
   }
 };
-
-inline bool tiles_configured() { return tile_file.configured; }
 
 }  // namespace
 }  // namespace mlakit::amx_emulation

@@ -14,6 +14,4 @@ constinit const IndexScoreKernels index_score_amx_emulated_split_order =
     MLAKIT_SIMD_NS::make_index_score_amx_kernels<amx_emulation::EmulatedTiles<amx_emulation::DpOrder::split_even_odd>>(
         "amx (emulated tiles, SDM order)");
 
-bool amx_emulated_tiles_configured() { return amx_emulation::tiles_configured(); }
-
 }  // namespace mlakit::simd
