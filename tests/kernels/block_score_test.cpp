@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -135,26 +134,9 @@ bool pair_dot_level(Isa level) { return level == Isa::avx512bf16 || level == Isa
 
 bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// A table under test: a level of the kernel list, or the amx kernel over emulated tiles (AVX-512
-// code around scalar tiles: it runs where avx512bf16 does).
-struct Subject {
-  std::string name;
-  const simd::BlockScoreKernels* table;
-  Isa level;    // the level whose arithmetic and layout it has
-  Isa runs_on;  // the level the CPU must run
-};
+using BlockScoreSubject = Subject<simd::BlockScoreKernels>;
 
-std::vector<Subject> subjects() {
-  std::vector<Subject> v;
-  for (Isa l : levels_of("block_score")) v.push_back({isa_name(l), cpu::block_score_kernels_at(l), l, l});
-  v.push_back({"amx_emulated", &simd::block_score_amx_emulated, Isa::amx, Isa::avx512bf16});
-  return v;
-}
-
-std::string subject_name(const ::testing::TestParamInfo<Subject>& info) { return info.param.name; }
-void PrintTo(const Subject& s, std::ostream* os) { *os << s.name; }
-
-class BlockScore : public ::testing::TestWithParam<Subject> {
+class BlockScore : public ::testing::TestWithParam<BlockScoreSubject> {
  public:
   const simd::BlockScoreKernels& table() { return *GetParam().table; }
   Isa level() const { return GetParam().level; }
@@ -507,7 +489,10 @@ TEST_P(BlockScore, SubnormalsAsSpecified) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, BlockScore, ::testing::ValuesIn(subjects()), subject_name);
+INSTANTIATE_TEST_SUITE_P(Levels, BlockScore,
+                         ::testing::ValuesIn(subjects_with_emulated_amx("block_score", &cpu::block_score_kernels_at,
+                                                                        simd::block_score_amx_emulated)),
+                         subject_name<simd::BlockScoreKernels>);
 
 }  // namespace
 }  // namespace mlakit::kernel_tests

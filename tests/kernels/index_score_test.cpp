@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <ostream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -75,25 +74,7 @@ void exact_score(const Query& q, const Keys& k, std::size_t j, double* score, do
   *mag = std::fabs(double(k.ks[j])) * abs_sum;
 }
 
-// A table under test: a level of the kernel list, or the amx kernel over emulated tiles (AVX-512
-// code around scalar tiles: it runs where avx512bf16 does).
-struct Subject {
-  std::string name;
-  const simd::IndexScoreKernels* table;
-  Isa runs_on;
-};
-
-std::vector<Subject> subjects() {
-  std::vector<Subject> v;
-  for (Isa l : levels_of("index_score")) v.push_back({isa_name(l), cpu::index_score_kernels_at(l), l});
-  v.push_back({"amx_emulated", &simd::index_score_amx_emulated, Isa::avx512bf16});
-  return v;
-}
-
-std::string subject_name(const ::testing::TestParamInfo<Subject>& info) { return info.param.name; }
-void PrintTo(const Subject& s, std::ostream* os) { *os << s.name; }
-
-class IndexScore : public ::testing::TestWithParam<Subject> {
+class IndexScore : public ::testing::TestWithParam<Subject<simd::IndexScoreKernels>> {
  protected:
   const simd::IndexScoreKernels& table() { return *GetParam().table; }
 
@@ -328,7 +309,10 @@ TEST_P(IndexScore, AgreesWithGeneric) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, IndexScore, ::testing::ValuesIn(subjects()), subject_name);
+INSTANTIATE_TEST_SUITE_P(Levels, IndexScore,
+                         ::testing::ValuesIn(subjects_with_emulated_amx("index_score", &cpu::index_score_kernels_at,
+                                                                        simd::index_score_amx_emulated)),
+                         subject_name<simd::IndexScoreKernels>);
 
 }  // namespace
 }  // namespace mlakit::kernel_tests

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,33 @@ inline std::string cpu_skip_reason(Isa level) {
 }
 
 inline std::string level_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
+
+// A kernel table under test: a family's table at one level of the kernel list, or another table
+// with that level's arithmetic and layout (the amx kernels over emulated tiles) that runs where
+// the CPU runs `runs_on`.
+template <class Table>
+struct Subject {
+  std::string name;
+  const Table* table;
+  Isa level;
+  Isa runs_on;
+};
+
+// Every level of `family` (its table from `at`), then the amx table over emulated tiles, which
+// is AVX-512 code around scalar tiles and so runs wherever avx512bf16 does.
+template <class Table>
+std::vector<Subject<Table>> subjects_with_emulated_amx(const std::string& family, const Table* (*at)(Isa),
+                                                       const Table& emulated) {
+  std::vector<Subject<Table>> v;
+  for (Isa l : levels_of(family)) v.push_back({isa_name(l), at(l), l, l});
+  v.push_back({"amx_emulated", &emulated, Isa::amx, Isa::avx512bf16});
+  return v;
+}
+
+template <class Table>
+std::string subject_name(const ::testing::TestParamInfo<Subject<Table>>& info) { return info.param.name; }
+template <class Table>
+void PrintTo(const Subject<Table>& s, std::ostream* os) { *os << s.name; }
 
 #define MLAKIT_SKIP_UNLESS_CPU_RUNS(level)                                   \
   do {                                                                       \
