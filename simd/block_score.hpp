@@ -32,12 +32,11 @@
 // score therefore depends only on the row, the key and the level, never on the lane, the group,
 // the number of rows, the two-keys layout, n, `limit` or the chunking: callers may cut the work
 // into any tiles and get bitwise the same maxima (and the same ones on a decode and a prefill
-// path). The
-// error of a score is at most (dim + 1) * 2^-24 * |scale| * sum_d |q_d k_d| (sequential
-// summation, at most dim roundings), inside the spec's bound.
+// path). The error of a score is at most (dim + 1) * 2^-24 * |scale| * sum_d |q_d k_d|
+// (sequential summation, at most dim roundings), inside the spec's bound.
 //
-// The amx level computes the dots as TDPBF16PS tile products,
-// 16 keys x 16 rows x 32 dims each, into one f32 accumulator per (row, key) that is carried from
+// The amx level computes the dots as TDPBF16PS tile products, 16 keys x 16 rows x 32 dims each,
+// into one f32 accumulator per (row, key) that is carried from
 // one 32-dim chunk to the next in dim order. Per Intel's Intrinsics Guide the instruction adds,
 // per pair in order, the exact product of the first elements, then that of the second, each
 // addition rounded to nearest even; bf16 subnormal inputs read as zero and subnormal results are

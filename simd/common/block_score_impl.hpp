@@ -458,7 +458,8 @@ void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
   ZipJob<TK>{k, ldk, dim, tile_keys(0), kz[0]}.zip_all();
   for (std::size_t t = 0, j0 = 0; j0 < keys; ++t, j0 += kPairChunk) {
     const std::size_t np = (tile_keys(j0) + 1) / 2;
-    const ZipJob<TK> next{k + (j0 + kPairChunk) * ldk, ldk, dim, tile_keys(j0 + kPairChunk), kz[(t + 1) % 2]};
+    const std::size_t next_keys = tile_keys(j0 + kPairChunk);  // 0: no next tile (and no pointer past the keys)
+    const ZipJob<TK> next{next_keys ? k + (j0 + kPairChunk) * ldk : k, ldk, dim, next_keys, kz[(t + 1) % 2]};
     if (np == kPairTile) run_pairs<kPairTile>(steps, qd, kz[t % 2], fscale, lim, lo, j0, m, pf, next);
     else run_pairs_tail<kPairTile - 1>(np, steps, qd, kz[t % 2], fscale, lim, lo, j0, m, pf, next);
   }
