@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
+#include "harness/common/cache_line_allocator.hpp"
 #include "mlakit/dtype.hpp"
 
 namespace mlakit::bench {
@@ -97,9 +97,9 @@ void register_fp8_decode(Isa level) {
 }
 
 // ---- dot-product tiles -------------------------------------------------------------------------------
-template <class T>
-std::vector<T> random_operand(std::size_t n, std::uint64_t seed) {
-  std::vector<T> v(n);
+template <class T, class Alloc = std::allocator<T>>
+std::vector<T, Alloc> random_operand(std::size_t n, std::uint64_t seed) {
+  std::vector<T, Alloc> v(n);
   for (auto& x : v) {
     const float f = uniform(seed);
     if constexpr (std::is_same_v<T, float>) x = f;
@@ -108,24 +108,6 @@ std::vector<T> random_operand(std::size_t n, std::uint64_t seed) {
   }
   return v;
 }
-
-// A copy of `v` starting on a cache line (std::vector's storage is only 16-byte aligned).
-template <class T>
-class CacheLineBuffer {
- public:
-  CacheLineBuffer() = default;
-  explicit CacheLineBuffer(const std::vector<T>& v)
-      : p_(static_cast<T*>(::operator new(v.size() * sizeof(T), std::align_val_t(64)))) {
-    std::copy(v.begin(), v.end(), p_.get());
-  }
-  const T* data() const { return p_.get(); }
-
- private:
-  struct Free {
-    void operator()(T* p) const { ::operator delete(p, std::align_val_t(64)); }
-  };
-  std::unique_ptr<T, Free> p_;
-};
 
 template <class TA, class TB>
 void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool native_bf16, std::size_t m,
@@ -258,17 +240,19 @@ void register_block_score(Isa level) {
       });
     }
   }
-  // A decode worker's sweep: one token (8 index heads) against 16384 blocks of 128 keys (256 MiB of
-  // fp8, 512 MiB of bf16: far past the L3 and the TLB's reach) visited in a shuffled page order, each call told the next
-  // page so it can prefetch it; what the single-block shape above cannot show is the wait for DRAM.
+  // A decode worker's sweep: one token (8 index heads) against 16384 blocks of 128 keys (256 MiB
+  // of fp8, 512 MiB of bf16: far past the L3 and the TLB's reach) visited in a shuffled page order,
+  // each call told the next page so it can prefetch it; what the single-block shape above cannot
+  // show is the wait for DRAM.
   for (bool f8 : {false, true}) {
     constexpr std::size_t kRows = 8, kN = 128, kDim = 128, kPages = 16384;
     const std::string name = std::string("block_score/") + (f8 ? "f8" : "bf16") + "_rows8_sweep16384_n128_d128/" + lv;
     add(name, level, [k, f8, level](benchmark::State& st) {
       const auto q = random_operand<std::uint16_t>(kRows * kDim, 1);
       // Pages on cache-line boundaries, as a serving engine allocates its cache.
-      const auto kb = f8 ? CacheLineBuffer<std::uint16_t>() : CacheLineBuffer<std::uint16_t>(random_operand<std::uint16_t>(kPages * kN * kDim, 2));
-      const auto k8 = f8 ? CacheLineBuffer<std::uint8_t>(random_operand<std::uint8_t>(kPages * kN * kDim, 3)) : CacheLineBuffer<std::uint8_t>();
+      using harness::CacheLineAllocator;
+      const auto kb = random_operand<std::uint16_t, CacheLineAllocator<std::uint16_t>>(f8 ? 0 : kPages * kN * kDim, 2);
+      const auto k8 = random_operand<std::uint8_t, CacheLineAllocator<std::uint8_t>>(f8 ? kPages * kN * kDim : 0, 3);
       std::vector<std::size_t> order(kPages);
       for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
       std::mt19937_64 rng(4);

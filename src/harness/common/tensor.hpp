@@ -2,14 +2,14 @@
 // outputs. Used by the tests, the benchmarks, the golden files and the mlakit command.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <map>
-#include <new>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "harness/common/cache_line_allocator.hpp"
 
 #include "mlakit/paged_kv_cache.hpp"
 #include "mlakit/tensor_view.hpp"
@@ -17,22 +17,6 @@
 namespace mlakit::harness {
 
 using json = nlohmann::json;
-
-// Storage on cache-line boundaries, as a serving engine's buffers are (its allocator, or the pages
-// of its KV cache): a cache row of 64 or 128 bytes then spans one or two lines, not two or three,
-// and the benchmarks time what a caller sees. Unaligned pointers are the kernel tests' business.
-template <class T>
-struct CacheLineAllocator {
-  using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
-  CacheLineAllocator() = default;
-  template <class U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, std::size_t) { ::operator delete(p, kAlign); }
-  template <class U>
-  bool operator==(const CacheLineAllocator<U>&) const { return true; }
-};
 
 class Tensor {
  public:
