@@ -11,6 +11,7 @@
 #include <string>
 
 #include "harness/common/driver.hpp"
+#include "support/lone_buffer.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 
 namespace mlakit {
@@ -520,6 +521,12 @@ TEST(FusedQkvPagedValidation, OneMemorySpace) {
 }
 
 TEST(FusedQkvPagedValidation, OutputMustNotOverlapInputs) {
+  // Each input is moved alone into a buffer with room for the whole output, so the output view
+  // overlaps that input and nothing else.
+  const auto point_output_into = [](Call& c, TensorView& input, std::int64_t offset) {
+    Tensor& room = c.extra.emplace_back();
+    c.a.output.data = test_support::move_alone(input, room, c.a.output.size_bytes() + offset) + offset;
+  };
   struct Case {
     const char* field;
     TensorView FusedQkvPagedArgs::*member;
@@ -529,19 +536,18 @@ TEST(FusedQkvPagedValidation, OutputMustNotOverlapInputs) {
                         Case{"weight", &FusedQkvPagedArgs::weight}}) {
     SCOPED_TRACE(k.field);
     auto c = make();
-    c->a.output.data = (c->a.*k.member).data;
+    point_output_into(*c, c->a.*k.member, 0);
     expect_rejected(*c, "output", std::string("overlaps ") + k.field);
   }
-  for (const char* field : {"qweight", "scales", "qzeros", "g_idx"}) {
-    SCOPED_TRACE(field);
+  for (const Case& k : {Case{"qweight", &FusedQkvPagedArgs::qweight}, Case{"scales", &FusedQkvPagedArgs::scales},
+                        Case{"qzeros", &FusedQkvPagedArgs::qzeros}, Case{"g_idx", &FusedQkvPagedArgs::g_idx}}) {
+    SCOPED_TRACE(k.field);
     auto c = make(kGptq);
-    const std::string f(field);
-    c->a.output.data = (f == "qweight" ? c->a.qweight : f == "scales" ? c->a.scales
-                                                      : f == "qzeros" ? c->a.qzeros : c->a.g_idx).data;
-    expect_rejected(*c, "output", "overlaps " + f);
+    point_output_into(*c, c->a.*k.member, 0);
+    expect_rejected(*c, "output", std::string("overlaps ") + k.field);
   }
   auto c = make(kFp8);
-  c->a.output.data = static_cast<char*>(c->a.weight_scale.data) + 4;
+  point_output_into(*c, c->a.weight_scale, 4);
   expect_rejected(*c, "output", "overlaps weight_scale");
 }
 

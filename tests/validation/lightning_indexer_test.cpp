@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/common/driver.hpp"
+#include "support/lone_buffer.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit {
@@ -348,14 +349,28 @@ TEST(LightningIndexerValidation, Output) {
 }
 
 TEST(LightningIndexerValidation, OutputMayNotOverlapAnyInput) {
-  const std::vector<std::string> inputs = {"q", "q_s", "input_row_offsets", "k_cache.blocks", "k_cache.scales",
-                                           "k_cache.lookup_table", "k_cache.cache_lengths"};
-  for (const std::string& name : inputs) {
+  const std::vector<std::pair<std::string, TensorView LightningIndexerArgs::*>> inputs = {
+      {"q", &LightningIndexerArgs::q}, {"q_s", &LightningIndexerArgs::q_s},
+      {"input_row_offsets", &LightningIndexerArgs::input_row_offsets}};
+  const std::vector<std::pair<std::string, TensorView PagedKVCacheView::*>> cache_parts = {
+      {"k_cache.blocks", &PagedKVCacheView::blocks}, {"k_cache.scales", &PagedKVCacheView::scales},
+      {"k_cache.lookup_table", &PagedKVCacheView::lookup_table},
+      {"k_cache.cache_lengths", &PagedKVCacheView::cache_lengths}};
+  // The output view starts inside the input, moved alone into a buffer with room for the whole
+  // output, so that it overlaps that input and nothing else.
+  const auto check = [](Call& c, TensorView& input, const std::string& name) {
     SCOPED_TRACE(name);
-    Call c;
-    // The output view starts inside the input's buffer.
-    c.a.output_indices.data = c.b.at(name).bytes() + 4;
+    Tensor room;
+    c.a.output_indices.data = test_support::move_alone(input, room, c.a.output_indices.size_bytes() + 4) + 4;
     expect_rejected(c, "output_indices", "overlaps " + name);
+  };
+  for (const auto& [name, member] : inputs) {
+    Call c;
+    check(c, c.a.*member, name);
+  }
+  for (const auto& [name, member] : cache_parts) {
+    Call c;
+    check(c, c.a.k_cache.*member, name);
   }
 }
 

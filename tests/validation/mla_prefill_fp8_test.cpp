@@ -7,6 +7,7 @@
 #include <string>
 
 #include "harness/common/driver.hpp"
+#include "support/lone_buffer.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 
 namespace mlakit {
@@ -302,8 +303,10 @@ TEST_F(MlaPrefillFp8Validation, CacheMustNotOverlapAnInput) {
   expect_rejected("kv_cache.blocks", "overlaps kv_b_proj");
 }
 TEST_F(MlaPrefillFp8Validation, OutputMustNotOverlapAnInput) {
-  a.output.data = a.kv_b_proj_scale.data;
-  expect_rejected("output", "overlaps");
+  // The scales, moved alone into a buffer with room for the whole output: the output overlaps
+  // them and nothing else.
+  a.output.data = test_support::move_alone(a.kv_b_proj_scale, extra_.emplace_back(), a.output.size_bytes());
+  expect_rejected("output", "overlaps kv_b_proj_scale");
 }
 
 // ---- calls without work ------------------------------------------------------------------------

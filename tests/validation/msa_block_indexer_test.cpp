@@ -11,6 +11,7 @@
 #include <string>
 
 #include "harness/common/driver.hpp"
+#include "support/lone_buffer.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 
 namespace mlakit {
@@ -88,7 +89,13 @@ class MsaValidation : public ::testing::Test {
   }
   std::int64_t num_blocks() const { return b.at("k_cache.blocks").shape()[0]; }
 
+  // `offset` bytes into `input`, moved alone into a buffer with room for the whole output.
+  std::uint8_t* inside(TensorView& input, std::int64_t offset) {
+    return test_support::move_alone(input, room, args.out_idxs.size_bytes() + offset) + offset;
+  }
+
   Bundle b;
+  Tensor room;
   MsaBlockIndexerDesc desc;
   MsaBlockIndexerArgs args;
 };
@@ -244,28 +251,30 @@ TEST_F(MsaValidation, OutMissing) { args.out_idxs.data = nullptr; expect_invalid
 TEST_F(MsaValidation, OutDtype) { args.out_idxs.dtype = DType::u32; expect_invalid("out_idxs.dtype", "=u32"); }
 TEST_F(MsaValidation, OutShape) { reshape(args.out_idxs, {5, 2, 3}); expect_invalid("out_idxs.shape", "=[5, 2, 3]"); }
 TEST_F(MsaValidation, OutRank) { reshape(args.out_idxs, {10, 3}); expect_invalid("out_idxs.rank", "=2"); }
+// The output starts inside the input, moved alone into a buffer with room for the whole output,
+// so that it overlaps that input and nothing else.
 TEST_F(MsaValidation, OutOverlapsQ) {
-  args.out_idxs.data = static_cast<std::uint8_t*>(args.q.data) + 2;
+  args.out_idxs.data = inside(args.q, 2);
   expect_invalid("out_idxs", "overlaps q");
 }
 TEST_F(MsaValidation, OutOverlapsOffsets) {
-  args.out_idxs.data = args.input_row_offsets.data;
+  args.out_idxs.data = inside(args.input_row_offsets, 0);
   expect_invalid("out_idxs", "overlaps input_row_offsets");
 }
 TEST_F(MsaValidation, OutOverlapsPrefixLens) {
-  args.out_idxs.data = args.prefix_lens.data;
+  args.out_idxs.data = inside(args.prefix_lens, 0);
   expect_invalid("out_idxs", "overlaps prefix_lens");
 }
 TEST_F(MsaValidation, OutOverlapsCache) {
-  args.out_idxs.data = static_cast<std::uint8_t*>(args.k_cache.blocks.data) + 64;
+  args.out_idxs.data = inside(args.k_cache.blocks, 64);
   expect_invalid("out_idxs", "overlaps k_cache.blocks");
 }
 TEST_F(MsaValidation, OutOverlapsLookupTable) {
-  args.out_idxs.data = args.k_cache.lookup_table.data;
+  args.out_idxs.data = inside(args.k_cache.lookup_table, 0);
   expect_invalid("out_idxs", "overlaps k_cache.lookup_table");
 }
 TEST_F(MsaValidation, OutOverlapsCacheLengths) {
-  args.out_idxs.data = args.k_cache.cache_lengths.data;
+  args.out_idxs.data = inside(args.k_cache.cache_lengths, 0);
   expect_invalid("out_idxs", "overlaps k_cache.cache_lengths");
 }
 

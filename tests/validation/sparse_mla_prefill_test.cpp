@@ -9,6 +9,7 @@
 #include <string>
 
 #include "harness/common/driver.hpp"
+#include "support/lone_buffer.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 
 namespace mlakit {
@@ -69,14 +70,9 @@ class SparseMlaPrefillValidation : public ::testing::Test {
     for (const auto& [name, t] : before) EXPECT_TRUE(b.at(name).same_bytes(t)) << name << " was modified";
   }
 
-  // Moves input `v` to the front of a large private buffer and returns it, so that a written view
-  // pointed into that buffer overlaps this input and nothing else, whatever the heap layout.
-  std::uint8_t* alone(TensorView& v) {
-    scratch = Tensor(DType::u8, {4096});
-    std::memcpy(scratch.bytes(), v.data, static_cast<std::size_t>(v.size_bytes()));
-    v.data = scratch.bytes();
-    return scratch.bytes();
-  }
+  // The start of a private buffer holding input `v` alone, with room for any written view after
+  // it, so that a view pointed into it overlaps this input and nothing else.
+  std::uint8_t* alone(TensorView& v) { return test_support::move_alone(v, scratch, 4096); }
 
   Bundle b;
   Tensor scratch;
