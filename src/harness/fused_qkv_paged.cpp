@@ -305,17 +305,19 @@ class FusedQkvPagedDriver final : public OpDriver {
     return b;
   }
 
-  Status run(Bundle& b, const RunOptions& options) const override {
+  void prepare_outputs(Bundle& b) const override {
     b.remove_outputs();
+    const Tensor& x = b.at("hidden_state");
+    b.add("out.output", x.dtype(), {x.shape()[0], b.params.at("q_dim").get<std::int64_t>()}).poison();
+    b.copy_to_output("kv_cache.blocks");
+  }
+
+  Status call(Bundle& b, const RunOptions& options) const override {
     FusedQkvPagedDesc d;
     d.q_dim = b.params.at("q_dim").get<std::int64_t>();
     d.weight_format = parse_format(b.params.at("weight_format").get<std::string>());
     d.group_size = b.params.at("group_size").get<std::int64_t>();
     d.has_zp = b.params.at("has_zp").get<bool>();
-    const Tensor& x = b.at("hidden_state");
-    b.add("out.output", x.dtype(), {x.shape()[0], d.q_dim}).poison();
-    b.copy_to_output("kv_cache.blocks");
-
     FusedQkvPagedArgs a;
     a.hidden_state = b.at("hidden_state").view();
     a.input_row_offsets = b.at("input_row_offsets").view();

@@ -426,16 +426,19 @@ class LightningIndexerDriver final : public OpDriver {
     return b;
   }
 
-  Status run(Bundle& b, const RunOptions& options) const override {
+  void prepare_outputs(Bundle& b) const override {
     b.remove_outputs();
+    b.add(kOut, DType::i32, {b.at("q").shape()[0], read_params(b).top_k}).poison();
+  }
+
+  Status call(Bundle& b, const RunOptions& options) const override {
     const Params p = read_params(b);
     LightningIndexerDesc d;
     d.num_heads = p.H;
     d.head_dim = p.D;
     d.top_k = p.top_k;
     d.mask = p.causal ? IndexerMask::causal : IndexerMask::none;
-    Tensor& out = b.add(kOut, DType::i32, {b.at("q").shape()[0], p.top_k});
-    out.poison();
+    const Tensor& out = b.at(kOut);
     LightningIndexerArgs a;
     a.q = b.at("q").view();
     a.q_s = b.at("q_s").view();

@@ -446,15 +446,17 @@ class MlaPrefillFp8Driver final : public OpDriver {
     return b;
   }
 
-  Status run(Bundle& b, const RunOptions& options) const override {
+  void prepare_outputs(Bundle& b) const override {
     b.remove_outputs();
     const MlaPrefillFp8Desc d = desc_from_params(b.params);
-    const int64_t T = b.at("q").shape()[0];
-    Tensor& out = b.add("out.output", DType::bf16, {T, d.num_heads, d.v});
-    out.poison();
+    b.add("out.output", DType::bf16, {b.at("q").shape()[0], d.num_heads, d.v}).poison();
     b.copy_to_output("q");
     b.copy_to_output("kv_cache.blocks");
-    const MlaPrefillFp8Args a = args_from_bundle(b, "out.q", "out.kv_cache.blocks", out);
+  }
+
+  Status call(Bundle& b, const RunOptions& options) const override {
+    const MlaPrefillFp8Desc d = desc_from_params(b.params);
+    const MlaPrefillFp8Args a = args_from_bundle(b, "out.q", "out.kv_cache.blocks", b.at("out.output"));
     return mla_prefill_fp8(d, a, options);
   }
 

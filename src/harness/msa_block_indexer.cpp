@@ -499,8 +499,13 @@ class MsaBlockIndexerDriver final : public OpDriver {
     return b;
   }
 
-  Status run(Bundle& b, const RunOptions& options) const override {
+  void prepare_outputs(Bundle& b) const override {
     b.remove_outputs();
+    const Params p = params_of(b);
+    b.add(kOut, DType::i32, {p.heads, b.at("q").shape()[0], p.topk}).poison();
+  }
+
+  Status call(Bundle& b, const RunOptions& options) const override {
     const Params p = params_of(b);
     MsaBlockIndexerDesc d;
     d.num_index_heads = p.heads;
@@ -510,8 +515,7 @@ class MsaBlockIndexerDriver final : public OpDriver {
     d.init_blocks = p.init;
     d.local_blocks = p.local;
     d.scale = p.scale;
-    Tensor& out = b.add(kOut, DType::i32, {p.heads, b.at("q").shape()[0], p.topk});
-    out.poison();
+    const Tensor& out = b.at(kOut);
     MsaBlockIndexerArgs a;
     a.q = b.at("q").view();
     a.input_row_offsets = b.at("input_row_offsets").view();

@@ -401,7 +401,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     return b;
   }
 
-  Status run(Bundle& b, const RunOptions& options) const override {
+  void prepare_outputs(Bundle& b) const override {
     const auto outputs = b.metadata.find(kOutputsKey);
     const bool want_lse = outputs == b.metadata.end() || outputs->second.find("out.lse") != std::string::npos;
     b.remove_outputs();
@@ -409,6 +409,10 @@ class SparseMlaPrefillDriver final : public OpDriver {
     const std::int64_t T = b.at("q").shape()[0];
     b.add("out.output", DType::bf16, {T, p.desc.num_q_heads, p.desc.v_depth}).poison();
     if (want_lse) b.add("out.lse", DType::f32, {T, p.desc.num_q_heads}).poison();
+  }
+
+  Status call(Bundle& b, const RunOptions& options) const override {
+    const Params p = params_of(b);
     SparseMlaPrefillArgs a;
     a.q = b.at("q").view();
     a.kv_cache = cache_view(b, "kv_cache", p.quant_granularity);
