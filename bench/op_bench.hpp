@@ -1,7 +1,8 @@
 // Operator benchmarks through the harness: one OpDriver bench case on one back-end, named
 // <op>/<case>/<backend>[/<isa>], with counters gflops and gbps (from the driver's work()) and
 // pct_peak (share of the all-threads peak of the arithmetic the level runs on: bf16 dot on levels
-// with vdpbf16ps, f32 FMA below) and pct_f32_peak (share of the f32 FMA peak).
+// with vdpbf16ps, f32 FMA below; on cuda, share of the GPU's bf16 matmul rate) and pct_f32_peak
+// (cpu rows: share of the f32 FMA peak).
 #pragma once
 
 #include <string>
@@ -26,7 +27,8 @@ std::vector<BackendChoice> bench_backends();
 // Empty when `be` can run here; otherwise why not (shown as the benchmark's error).
 std::string backend_skip_reason(const BackendChoice& be);
 
-// Generates the case (seed 1) once, then times driver.run() on it.
+// Generates the case (seed 1) and prepares its outputs once, then times driver.call() on it (on
+// cuda with every tensor staged in device memory once, before the timed calls).
 void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const harness::CaseSpec& spec,
                  const BackendChoice& be);
 

@@ -1,10 +1,12 @@
 // Operator benchmarks: every bench case of every operator driver linked in (harness::all_drivers),
 // on every back-end, named <op>/<case>/<backend>[/<isa>]. The peak probe runs first in the same
-// process; pct_peak is against its all-threads f32 FMA figure.
+// process; cpu rows' pct_peak is against its all-threads figure for their level's arithmetic, cuda
+// rows' against the GPU's bf16 matmul rate measured beside it (where a GPU is present).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 
+#include "bench/gpu_peak.hpp"
 #include "bench/op_bench.hpp"
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
@@ -23,6 +25,11 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("isa_level", isa_name(active_isa()));
   benchmark::AddCustomContext("threads", std::to_string(cpu::num_threads()));
   benchmark::AddCustomContext("peak", bench::describe(p));
+  if (backend_available(Backend::cuda)) {
+    const bench::GpuPeak& g = bench::gpu_peak();
+    std::fprintf(stderr, "%s\n", bench::describe(g).c_str());
+    benchmark::AddCustomContext("gpu_peak", bench::describe(g));
+  }
   for (const auto& [family, choice] : cpu::kernel_choices()) benchmark::AddCustomContext("kernels." + family, choice);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
