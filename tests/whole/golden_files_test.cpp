@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <fstream>
@@ -18,7 +19,10 @@ namespace {
 
 std::vector<std::string> golden_files() {
   std::vector<std::string> files;
-  const std::filesystem::path dir = std::filesystem::path(MLAKIT_SOURCE_DIR) / "data" / "golden";
+  // MLAKIT_SOURCE_DIR in the environment overrides the build's source tree: test programs copied
+  // to another machine (scripts/gpu-check.sh) read the files there.
+  const char* source = std::getenv("MLAKIT_SOURCE_DIR");
+  const std::filesystem::path dir = std::filesystem::path(source ? source : MLAKIT_SOURCE_DIR) / "data" / "golden";
   if (std::filesystem::exists(dir))
     for (const auto& e : std::filesystem::directory_iterator(dir))
       if (e.path().extension() == ".safetensors") files.push_back(e.path().string());

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# The checks that need an NVIDIA GPU, for a GPU host that may lack the build dependencies.
+#
+#   scripts/gpu-check.sh pack BUNDLE
+#       On the build machine, after a build with the CUDA back-end (scripts/setup.sh; sm_90a by
+#       default): writes BUNDLE (a .tar.xz) holding the test programs, the benchmarks, the mlakit
+#       command and the shared libraries they need beyond the C/C++ runtime and CUDA's own.
+#
+#   scripts/gpu-check.sh run OUT [BUNDLE] [PHASE...]
+#       On the GPU host, from the source root (data/golden and bench/ are read from there), with
+#       the programs of BUNDLE or, without one, of build/. PHASE is any of
+#         info       GPU, driver and CPU facts; `mlakit info`                       -> OUT/info.txt
+#         tests      every test program (the golden matrix then includes cuda)      -> OUT/tests.log
+#         sanitizer  compute-sanitizer memcheck on golden files of every operator   -> OUT/sanitizer.log
+#         bench      operator benchmarks: cuda rows, the GPU bf16 matmul peak, cpu  -> OUT/bench_ops.json
+#         scaling    ops 1 and 2 on the cpu back-end at 1, 2, 4, ... threads        -> OUT/scaling.json
+#         kernels    the score kernels, one thread, at the top two ISA levels      -> OUT/kernels.json
+#         torch      the same math in PyTorch on the GPU, and torch.matmul 8192^3   -> OUT/torch.json
+#       (default: all of them, in that order). OUT/summary.txt gets one line per phase (and
+#       the PyTorch table).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+# Shared libraries a program needs beyond the C/C++ runtime and the CUDA driver and toolkit
+# (those come from the GPU host, whose glibc and libstdc++ are at least as new).
+bundled_libs() {
+  ldd "$@" | awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*)\.so'
+}
+
+pack() {
+  local bundle=$1 stage
+  [ -x build/tests/test_cuda_emulated ] && [ -x build/bench/mlakit_bench_ops ] && [ -x build/mlakit ] ||
+    { echo "build/ lacks the tests or benchmarks: run scripts/setup.sh first" >&2; return 1; }
+  [ -d build/CMakeFiles/mlakit_cuda.dir ] || { echo "build/ has no CUDA back-end (was nvcc found?)" >&2; return 1; }
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib"
+  local programs=()
+  for p in build/tests/test_* build/bench/mlakit_bench_* build/mlakit; do
+    [ -f "$p" ] && [ -x "$p" ] && programs+=("$p")
+  done
+  cp "${programs[@]}" "$stage/bin/"
+  bundled_libs "${programs[@]}" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+  tar -C "$stage" -cJf "$bundle" bin lib
+  rm -rf "$stage"
+  echo "packed ${#programs[@]} programs and $(bundled_libs "${programs[@]}" | wc -l) libraries into $bundle ($(du -h "$bundle" | cut -f1))"
+}
+
+note() { echo "$*" | tee -a "$out/summary.txt"; }
+
+phase_info() {
+  {
+    nvidia-smi || true
+    nvcc --version 2>/dev/null | tail -2
+    lscpu
+    grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '
+    echo
+    "$bin/mlakit" info
+  } >"$out/info.txt" 2>&1
+  note "info: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(lscpu | sed -n 's/^Model name: *//p')"
+}
+
+phase_tests() {
+  local pids=() names=() failed=0 logs
+  logs=$(mktemp -d)
+  for t in "$bin"/test_*; do
+    [ -x "$t" ] || continue
+    names+=("$(basename "$t")")
+    "$t" --gtest_brief=1 >"$logs/$(basename "$t").log" 2>&1 &
+    pids+=($!)
+  done
+  : >"$out/tests.log"
+  for i in "${!pids[@]}"; do
+    local rc=0
+    wait "${pids[$i]}" || rc=$?
+    [ $rc -eq 0 ] || failed=$((failed + 1))
+    {
+      echo "== ${names[$i]} (exit $rc)"
+      cat "$logs/${names[$i]}.log"
+    } >>"$out/tests.log"
+    local log="$logs/${names[$i]}.log"
+    note "tests: ${names[$i]}: exit $rc; $(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0) passed," \
+      "$(grep -Eo '^\[  SKIPPED \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0) skipped," \
+      "$(grep -Eo '^\[  FAILED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0) failed"
+  done
+  rm -rf "$logs"
+  note "tests: $failed of ${#pids[@]} programs failed"
+}
+
+# One golden file per operator and per main path (weight formats, cache dtypes, prefill/decode).
+sanitizer_files=(
+  lightning_indexer.default lightning_indexer.decode lightning_indexer.page_size_3
+  msa_block_indexer.prefill_ragged_random msa_block_indexer.decode_fp8_random
+  mla_prefill_fp8.deepseek_dims mla_prefill_fp8.chunked
+  sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
+  fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
+)
+
+phase_sanitizer() {
+  local failed=0
+  : >"$out/sanitizer.log"
+  for name in "${sanitizer_files[@]}"; do
+    local f="$root/data/golden/$name.s1.safetensors" rc=0
+    echo "== $name" >>"$out/sanitizer.log"
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/mlakit" check "$f" --backend cuda \
+      >>"$out/sanitizer.log" 2>&1 || rc=$?
+    [ $rc -eq 0 ] || failed=$((failed + 1))
+    echo "exit $rc" >>"$out/sanitizer.log"
+  done
+  note "sanitizer: memcheck on ${#sanitizer_files[@]} golden files, $failed failed"
+}
+
+phase_bench() {
+  MLAKIT_NUM_THREADS=$(nproc) "$bin/mlakit_bench_ops" \
+    --benchmark_filter="${MLAKIT_GPU_BENCH_FILTER:-/cuda\$}" --benchmark_min_time=0.2 \
+    --benchmark_format=json --benchmark_out="$out/bench_ops.json" --benchmark_out_format=json >/dev/null 2>&1
+  note "bench: exit $?, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
+}
+
+phase_scaling() {
+  local threads=1 files=()
+  local filter="${MLAKIT_SCALING_FILTER:-^(lightning_indexer/(prefill_b1_s4096_c8192_h64|decode_b32_c32768_h64)|msa_block_indexer/(prefill_s4096_c28672_h8|decode_b32_c131072_h8_fp8))/cpu/}"
+  local level
+  level=$("$bin/mlakit" info 2>/dev/null | sed -n 's/^isa in use *: *//p')
+  while [ "$threads" -le "$(nproc)" ]; do
+    MLAKIT_NUM_THREADS=$threads "$bin/mlakit_bench_ops" --benchmark_filter="$filter${level:-}\$" \
+      --benchmark_format=json --benchmark_out="$out/scaling.$threads.json" --benchmark_out_format=json >/dev/null 2>&1
+    files+=("$out/scaling.$threads.json")
+    threads=$((threads * 2))
+  done
+  python3 - "$out/scaling.json" "${files[@]}" <<'PY'
+import json, sys
+merged = {"runs": []}
+for path in sys.argv[2:]:
+    with open(path) as f:
+        run = json.load(f)
+    merged["runs"].append({"context": run.get("context", {}), "benchmarks": run.get("benchmarks", [])})
+with open(sys.argv[1], "w") as f:
+    json.dump(merged, f, indent=1)
+PY
+  rm -f "${files[@]}"
+  note "scaling: ${#files[@]} thread counts"
+}
+
+# The host CPU's own kernels (amx where it has AMX, beside avx512bf16), single-threaded.
+phase_kernels() {
+  "$bin/mlakit_bench_kernels" --benchmark_filter="${MLAKIT_KERNELS_FILTER:-^(peak|index_score|block_score)/.*/(amx|avx512bf16)\$}" \
+    --benchmark_min_time=0.2 --benchmark_format=json --benchmark_out="$out/kernels.json" \
+    --benchmark_out_format=json >/dev/null 2>&1
+  note "kernels: exit $?, $(grep -c '"name"' "$out/kernels.json" 2>/dev/null) rows"
+}
+
+phase_torch() {
+  local rc=0
+  PYTHONUNBUFFERED=1 python3 bench/torch_baseline.py --device cuda --op all --json "$out/torch.json" \
+    >>"$out/summary.txt" 2>&1 || rc=$?
+  note "torch: exit $rc"
+}
+
+run() {
+  out=$1
+  shift
+  mkdir -p "$out"
+  bin="$root/build"
+  if [ $# -gt 0 ] && [ -f "$1" ]; then
+    local unpacked
+    unpacked=$(mktemp -d)
+    tar -C "$unpacked" -xJf "$1"
+    bin="$unpacked/bin"
+    export LD_LIBRARY_PATH="$unpacked/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    shift
+  else
+    # In a build tree the programs sit in tests/ and bench/.
+    local links
+    links=$(mktemp -d)
+    ln -s "$root"/build/tests/test_* "$root"/build/bench/mlakit_bench_* "$root/build/mlakit" "$links/"
+    bin=$links
+  fi
+  export MLAKIT_SOURCE_DIR="$root"
+  local phases=("$@")
+  [ ${#phases[@]} -gt 0 ] || phases=(info tests sanitizer bench scaling kernels torch)
+  for p in "${phases[@]}"; do
+    case $p in
+      info | tests | sanitizer | bench | scaling | kernels | torch) "phase_$p" ;;
+      *) echo "unknown phase: $p" >&2; return 2 ;;
+    esac
+  done
+}
+
+case "${1:-}" in
+  pack) shift; pack "$@" ;;
+  run) shift; run "$@" ;;
+  *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" >&2; exit 2 ;;
+esac
