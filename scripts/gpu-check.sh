@@ -169,6 +169,12 @@ run() {
     tar -C "$unpacked" -xJf "$1"
     bin="$unpacked/bin"
     export LD_LIBRARY_PATH="$unpacked/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    # cuBLAS (the benchmarks' GPU peak probe) may come with a Python wheel rather than the toolkit.
+    if ldd "$bin/mlakit_bench_ops" | grep -q 'libcublas.*not found'; then
+      local cublas
+      cublas=$(find / -xdev -name 'libcublas.so.13*' -path '*cublas*' 2>/dev/null | head -1)
+      [ -n "$cublas" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
+    fi
     shift
   else
     # In a build tree the programs sit in tests/ and bench/.
