@@ -26,13 +26,14 @@ Timing time_runs(const OpDriver& d, const Bundle& inputs, Backend be, int repeat
   std::vector<double> seconds;
   for (int r = 0; r < repeats; ++r) {
     Bundle b = inputs;
-    // cuda: the inputs are uploaded before the clock starts and the device is waited for before
-    // it stops; the outputs' upload (they are created by run()) is inside the timed region.
+    d.prepare_outputs(b);
+    // cuda: inputs and outputs are uploaded before the clock starts and the device is waited for
+    // before it stops.
     harness::DeviceStaging staging(b, be == Backend::cuda ? core::device_memory_ops() : nullptr);
     t.status = staging.upload_all();
     if (!t.status.ok()) return t;
     const auto start = std::chrono::steady_clock::now();
-    t.status = d.run(b, RunOptions{be});
+    t.status = d.call(b, RunOptions{be});
     if (t.status.ok()) t.status = staging.synchronize();
     const auto stop = std::chrono::steady_clock::now();
     const Status staged = staging.finish();
