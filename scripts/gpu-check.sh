@@ -151,8 +151,10 @@ phase_kernels() {
   note "kernels: exit $?, $(grep -c '"name"' "$out/kernels.json" 2>/dev/null) rows"
 }
 
+# The formulations are first checked against the golden files with this host's torch.
 phase_torch() {
   local rc=0
+  note "torch check: $(python3 bench/torch_baseline.py --check 2>&1 | tail -1)"
   PYTHONUNBUFFERED=1 python3 bench/torch_baseline.py --device cuda --op all --json "$out/torch.json" \
     >>"$out/summary.txt" 2>&1 || rc=$?
   note "torch: exit $rc"
