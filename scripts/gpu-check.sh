@@ -16,8 +16,9 @@
 #         scaling    ops 1 and 2 on the cpu back-end at 1, 2, 4, ... threads        -> OUT/scaling.json
 #         kernels    the score kernels, one thread, at the top two ISA levels      -> OUT/kernels.json
 #         torch      the same math in PyTorch on the GPU, and torch.matmul 8192^3   -> OUT/torch.json
-#       (default: all of them, in that order). OUT/summary.txt gets one line per phase (and
-#       the PyTorch table).
+#       (default: all of them, in that order). OUT/summary.txt gets one line per phase, the
+#       PyTorch table and, after bench and torch, the table of bench/gpu_table.py (mlakit against
+#       PyTorch and the matmul rate, with the targets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -158,6 +159,9 @@ phase_torch() {
   PYTHONUNBUFFERED=1 python3 bench/torch_baseline.py --device cuda --op all --json "$out/torch.json" \
     >>"$out/summary.txt" 2>&1 || rc=$?
   note "torch: exit $rc"
+  if [ -f "$out/bench_ops.json" ] && [ -f "$out/torch.json" ]; then
+    python3 bench/gpu_table.py "$out/bench_ops.json" "$out/torch.json" >>"$out/summary.txt" 2>&1
+  fi
 }
 
 run() {
