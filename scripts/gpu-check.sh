@@ -99,12 +99,18 @@ sanitizer_files=(
 )
 
 phase_sanitizer() {
-  local failed=0
+  local failed=0 sanitizer
+  sanitizer=$(command -v compute-sanitizer ||
+    find /usr/local/cuda* /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
+  if [ -z "$sanitizer" ]; then
+    note "sanitizer: compute-sanitizer not found"
+    return
+  fi
   : >"$out/sanitizer.log"
   for name in "${sanitizer_files[@]}"; do
     local f="$root/data/golden/$name.s1.safetensors" rc=0
     echo "== $name" >>"$out/sanitizer.log"
-    compute-sanitizer --tool memcheck --error-exitcode 99 "$bin/mlakit" check "$f" --backend cuda \
+    "$sanitizer" --tool memcheck --error-exitcode 99 "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?
     [ $rc -eq 0 ] || failed=$((failed + 1))
     echo "exit $rc" >>"$out/sanitizer.log"
