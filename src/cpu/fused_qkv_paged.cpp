@@ -1,10 +1,227 @@
+// cpu back-end of fused_qkv_paged (spec 05).
+//
+// Work. Y = X·Wᵀ over the T new rows of the whole batch (rows are independent: the ragged batch
+// only decides where each row lands), cut into work tiles of (kRowTile rows) x (kColTile weight
+// columns), each computed start to end by one thread. Within a tile the reduction runs over K in
+// chunks of kChunk (128: one fp8 scale block): per chunk a simd GEMM tile call (rows of X against
+// the chunk's weight rows, both row-major along K, so W is used as stored) accumulates into the
+// tile's f32 sums, which are rounded once to the dtype at the end and scattered to `output` or
+// to the cache rows of their positions.
+//
+// Weights.
+// * dense: read in place (bf16 x bf16 on the bf16 pair dot where the level has it, else widened
+//   to f32 by the kernel; f32 x f32 on FMA).
+// * fp8_block: the codes are read in place by the kernels that decode fp8 (exact); the chunk's
+//   partial sums are formed in a separate buffer and added times the block's scale, so every
+//   product is code·x exactly as the reference's and the scale multiplies a sum (one rounding).
+// * gptq: each chunk of the tile's columns is dequantized once into a thread scratch, exactly as
+//   the spec rounds it (bf16((q − z)·s), the product exact in f32), then used for every row of the
+//   tile (as bf16, or widened exactly to f32 for f32 activations).
+//
+// Accuracy. Sums are f32: each kernel call's error is within its documented (K/lanes + log2 lanes
+// + 1)·2^-24·Σ|x·w| and the per-chunk additions (and fp8 scalings) add one rounding each, i.e. at
+// most (K/lanes + (K/128)·(log2 lanes + 3))·2^-24·Σ|x·w|, inside the golden tolerance
+// 4·K·2^-24·Σ|x·w| for every level (lanes >= 4). NaN weights or activations propagate.
+//
+// Determinism. Tiles depend only on T and N, chunks only on K; each output element is computed by
+// one thread in one fixed order: outputs are bitwise identical for 1, 2 or N threads, and a row
+// gets the same bits in a decode call as in a prefill call.
 #include "cpu/fused_qkv_paged.hpp"
 
-namespace mlakit::cpu {
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
-Status fused_qkv_paged(const FusedQkvPagedDesc&, const FusedQkvPagedArgs&) {
-  return Status::error(StatusCode::unsupported, "fused_qkv_paged", "backend",
-                       "fused_qkv_paged: the cpu back-end has no kernel for this operator yet");
+#include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
+#include "mlakit/dtype.hpp"
+
+namespace mlakit::cpu {
+namespace {
+
+constexpr std::size_t kChunk = 128;    // K per kernel call: one fp8 scale block
+constexpr std::size_t kRowTile = 64;   // rows of X per work tile
+constexpr std::size_t kColTile = 128;  // weight columns per work tile: one fp8 scale block of N
+
+struct Plan {
+  const FusedQkvPagedDesc* d;
+  const FusedQkvPagedArgs* a;
+  const simd::GemmKernels* g;
+  bool f32;  // activations (and cache, output, dense weight) are f32
+  std::size_t T, K, N;
+  std::vector<std::int64_t> row_block, row_slot;  // cache block and page offset of each row
+};
+
+// Row t's destinations: column c < q_dim -> output; else the cache row of its position.
+void store_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1, const float* acc) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const PagedKVCacheView& kc = a.kv_cache;
+  const std::int64_t q_dim = p.d->q_dim, hd = kc.head_size(), hkv = kc.num_kv_heads();
+  const std::size_t cols = c1 - c0;
+  for (std::size_t t = r0; t < r1; ++t) {
+    const float* row = acc + (t - r0) * cols;
+    for (std::size_t c = c0; c < c1; ++c) {
+      const std::int64_t col = static_cast<std::int64_t>(c);
+      std::int64_t at;
+      void* base;
+      if (col < q_dim) {
+        at = static_cast<std::int64_t>(t) * q_dim + col;
+        base = a.output.data;
+      } else {
+        const std::int64_t j = col - q_dim;  // MLA: kv = 0, h = 0, e = j
+        const std::int64_t kv = j / (hkv * hd), h = (j / hd) % hkv, e = j % hd;
+        at = kc.row_offset(p.row_block[t], kv, a.layer_idx, p.row_slot[t], h) + e;
+        base = kc.blocks.data;
+      }
+      const float v = row[c - c0];
+      if (p.f32) static_cast<float*>(base)[at] = v;
+      else static_cast<std::uint16_t*>(base)[at] = f32_to_bf16(v);
+    }
+  }
+}
+
+std::uint32_t nibble(std::uint32_t word, std::size_t i) { return (word >> (4 * i)) & 0xFu; }
+
+// bf16((q − z)·s) for a column's zero point z and scale bits of one group: the spec's rounding.
+// (q − z) has 5 significant bits and s at most 11: the f32 product is exact.
+struct GptqColumn {
+  const FusedQkvPagedDesc& d;
+  const FusedQkvPagedArgs& a;
+  std::size_t N;
+
+  float scale(std::size_t g, std::size_t c) const {
+    const std::uint16_t bits = static_cast<const std::uint16_t*>(a.scales.data)[g * N + c];
+    return a.scales.dtype == DType::f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+  }
+  std::int32_t zero(std::size_t g, std::size_t c) const {
+    if (!d.has_zp) return 8;
+    return static_cast<std::int32_t>(nibble(static_cast<const std::uint32_t*>(a.qzeros.data)[g * (N / 8) + c / 8], c % 8));
+  }
+  std::uint16_t value(std::uint32_t q, std::size_t g, std::size_t c) const {
+    return f32_to_bf16(static_cast<float>(static_cast<std::int32_t>(q) - zero(g, c)) * scale(g, c));
+  }
+};
+
+// GPTQ: columns [c0, c1) of W for k in [k0, k0 + kn) (multiples of 8: a word of qweight), as bf16
+// rows (one per column) of `kn` elements. Without g_idx a group spans whole words (group_size is
+// a multiple of 8), so each (column, group) gets a 16-entry table of its values once and every
+// nibble is a lookup; with g_idx each element is formed on its own.
+void dequantize_gptq(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, std::size_t kn, std::uint16_t* w) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const auto* qw = static_cast<const std::uint32_t*>(a.qweight.data);
+  const auto* gi = static_cast<const std::int32_t*>(a.g_idx.data);
+  const std::size_t N = p.N, gs = static_cast<std::size_t>(p.d->group_size);
+  const GptqColumn col{*p.d, a, N};
+  if (gi == nullptr) {
+    std::uint16_t table[kColTile][16];
+    std::size_t table_group = ~std::size_t{0};
+    for (std::size_t r = k0 / 8; r < (k0 + kn) / 8; ++r) {
+      const std::size_t g = 8 * r / gs;
+      if (g != table_group) {
+        for (std::size_t c = c0; c < c1; ++c)
+          for (std::uint32_t q = 0; q < 16; ++q) table[c - c0][q] = col.value(q, g, c);
+        table_group = g;
+      }
+      const std::uint32_t* qrow = qw + r * N;
+      for (std::size_t c = c0; c < c1; ++c) {
+        const std::uint32_t word = qrow[c];
+        std::uint16_t* dst = w + (c - c0) * kn + (8 * r - k0);
+        for (std::size_t i = 0; i < 8; ++i) dst[i] = table[c - c0][nibble(word, i)];
+      }
+    }
+    return;
+  }
+  for (std::size_t k = k0; k < k0 + kn; ++k) {
+    const std::size_t g = static_cast<std::size_t>(gi[k]);
+    const std::uint32_t* qrow = qw + (k / 8) * N;
+    for (std::size_t c = c0; c < c1; ++c) w[(c - c0) * kn + (k - k0)] = col.value(nibble(qrow[c], k % 8), g, c);
+  }
+}
+
+void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const simd::GemmKernels& g = *p.g;
+  const std::size_t m = r1 - r0, n = c1 - c0, K = p.K;
+  const WeightFormat fmt = p.d->weight_format;
+  const std::size_t acc_floats = m * n;
+  const std::size_t part_floats = fmt == WeightFormat::fp8_block ? m * n : 0;
+  const std::size_t w_elems = fmt == WeightFormat::gptq ? n * kChunk : 0;
+  auto* acc = static_cast<float*>(thread_scratch((acc_floats + part_floats) * sizeof(float), 0));
+  float* part = acc + acc_floats;
+  // GPTQ chunk: bf16, and f32 beside it for f32 activations.
+  auto* wq = static_cast<std::uint16_t*>(thread_scratch(w_elems * (sizeof(std::uint16_t) + sizeof(float)), 1));
+  auto* wf = reinterpret_cast<float*>(wq + w_elems + (w_elems & 1));
+
+  const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
+  const auto* xf = static_cast<const float*>(a.hidden_state.data) + r0 * K;
+  const std::size_t kb_count = (K + kChunk - 1) / kChunk;
+  for (std::size_t kb = 0; kb < kb_count; ++kb) {
+    const std::size_t k0 = kb * kChunk, kn = std::min(kChunk, K - k0);
+    const bool first = kb == 0;
+    switch (fmt) {
+      case WeightFormat::dense:
+        if (p.f32)
+          g.f32_f32(m, n, kn, xf + k0, K, static_cast<const float*>(a.weight.data) + c0 * K + k0, K, acc, n, !first);
+        else
+          g.bf16_bf16(m, n, kn, xb + k0, K, static_cast<const std::uint16_t*>(a.weight.data) + c0 * K + k0, K, acc, n,
+                      !first);
+        break;
+      case WeightFormat::fp8_block: {
+        const auto* w = static_cast<const std::uint8_t*>(a.weight.data) + c0 * K + k0;
+        if (p.f32) g.f32_f8(m, n, kn, xf + k0, K, w, K, part, n, false);
+        else g.bf16_f8(m, n, kn, xb + k0, K, w, K, part, n, false);
+        const float s = static_cast<const float*>(a.weight_scale.data)[(c0 / kColTile) * kb_count + kb];
+        for (std::size_t i = 0; i < m * n; ++i) acc[i] = first ? part[i] * s : acc[i] + part[i] * s;
+        break;
+      }
+      case WeightFormat::gptq:
+        dequantize_gptq(p, c0, c1, k0, kn, wq);
+        if (p.f32) {
+          for (std::size_t i = 0; i < n * kn; ++i) wf[i] = bf16_to_f32(wq[i]);
+          g.f32_f32(m, n, kn, xf + k0, K, wf, kn, acc, n, !first);
+        } else {
+          g.bf16_bf16(m, n, kn, xb + k0, K, wq, kn, acc, n, !first);
+        }
+        break;
+    }
+  }
+  store_tile(p, r0, r1, c0, c1, acc);
+}
+
+}  // namespace
+
+Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+  const PagedKVCacheView& kc = a.kv_cache;
+  Plan p;
+  p.d = &d;
+  p.a = &a;
+  p.g = &gemm_kernels();
+  p.f32 = a.hidden_state.dtype == DType::f32;
+  p.T = static_cast<std::size_t>(a.hidden_state.shape[0]);
+  p.K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+  p.N = static_cast<std::size_t>(d.q_dim + kc.kv_dim() * kc.num_kv_heads() * kc.head_size());
+  if (p.T == 0) return Status::success();
+
+  // Each row's cache block and page offset (the validator checked every page exists).
+  const std::int64_t B = a.input_row_offsets.shape[0] - 1, ps = kc.page_size();
+  const std::int64_t max_pages = kc.lookup_table.shape[1];
+  const auto* iro = static_cast<const std::uint32_t*>(a.input_row_offsets.data);
+  const auto* lut = static_cast<const std::uint32_t*>(kc.lookup_table.data);
+  const auto* lens = static_cast<const std::uint32_t*>(kc.cache_lengths.data);
+  p.row_block.assign(p.T, 0);
+  p.row_slot.assign(p.T, 0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::uint32_t t = iro[b]; t < iro[b + 1]; ++t) {
+      const std::int64_t pos = std::int64_t(lens[b]) + (t - iro[b]);
+      p.row_block[t] = lut[b * max_pages + pos / ps];
+      p.row_slot[t] = pos % ps;
+    }
+
+  parallel_for_tiles_2d(p.T, kRowTile, p.N, kColTile,
+                        [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) { run_tile(p, r0, r1, c0, c1); });
+  return Status::success();
 }
 
 }  // namespace mlakit::cpu
