@@ -3,10 +3,10 @@
 // Work. Y = X·Wᵀ over the T new rows of the whole batch (rows are independent: the ragged batch
 // only decides where each row lands), cut into work tiles of (kRowTile rows) x (kColTile weight
 // columns), each computed start to end by one thread. Within a tile the reduction runs over K in
-// chunks of kChunk (128: one fp8 scale block): per chunk a simd GEMM tile call (rows of X against
-// the chunk's weight rows, both row-major along K, so W is used as stored) accumulates into the
-// tile's f32 sums, which are rounded once to the dtype at the end and scattered to `output` or
-// to the cache rows of their positions.
+// chunks (all of K for dense weights, 128 = one scale block for fp8, 512 for GPTQ): per chunk a
+// simd GEMM tile call (rows of X against the chunk's weight rows, both row-major along K, so W is
+// used as stored) accumulates into the tile's f32 sums, which are rounded once to the dtype at the
+// end and scattered to `output` or to the cache rows of their positions.
 //
 // Weights.
 // * dense: read in place (bf16 x bf16 on the bf16 pair dot where the level has it, else widened
@@ -20,7 +20,7 @@
 //
 // Accuracy. Sums are f32: each kernel call's error is within its documented (K/lanes + log2 lanes
 // + 1)·2^-24·Σ|x·w| and the per-chunk additions (and fp8 scalings) add one rounding each, i.e. at
-// most (K/lanes + (K/128)·(log2 lanes + 3))·2^-24·Σ|x·w|, inside the golden tolerance
+// most (K/lanes + (K/128)·(log2 lanes + 3))·2^-24·Σ|x·w| (fewer chunks: less), inside the golden tolerance
 // 4·K·2^-24·Σ|x·w| for every level (lanes >= 4). NaN weights or activations propagate.
 //
 // Determinism. Tiles depend only on T and N, chunks only on K; each output element is computed by
@@ -41,7 +41,15 @@
 namespace mlakit::cpu {
 namespace {
 
-constexpr std::size_t kChunk = 128;    // K per kernel call: one fp8 scale block
+// K per kernel call. Each call ends with a horizontal reduction of its register tile, so calls
+// should be long: fp8 needs one per scale block (128), GPTQ one per dequantized chunk (kept in
+// L2), dense weights need none (one call over K).
+constexpr std::size_t kFp8Chunk = 128;
+constexpr std::size_t kGptqChunk = 512;
+
+std::size_t chunk_of(WeightFormat f, std::size_t K) {
+  return f == WeightFormat::fp8_block ? kFp8Chunk : f == WeightFormat::gptq ? std::min(kGptqChunk, K) : K;
+}
 constexpr std::size_t kRowTile = 64;   // rows of X per work tile
 constexpr std::size_t kColTile = 128;  // weight columns per work tile: one fp8 scale block of N
 
@@ -147,7 +155,8 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   const WeightFormat fmt = p.d->weight_format;
   const std::size_t acc_floats = m * n;
   const std::size_t part_floats = fmt == WeightFormat::fp8_block ? m * n : 0;
-  const std::size_t w_elems = fmt == WeightFormat::gptq ? n * kChunk : 0;
+  const std::size_t chunk = chunk_of(fmt, K);
+  const std::size_t w_elems = fmt == WeightFormat::gptq ? n * chunk : 0;
   auto* acc = static_cast<float*>(thread_scratch((acc_floats + part_floats) * sizeof(float), 0));
   float* part = acc + acc_floats;
   // GPTQ chunk: bf16, and f32 beside it for f32 activations.
@@ -156,9 +165,9 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
 
   const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
   const auto* xf = static_cast<const float*>(a.hidden_state.data) + r0 * K;
-  const std::size_t kb_count = (K + kChunk - 1) / kChunk;
+  const std::size_t kb_count = (K + chunk - 1) / chunk;
   for (std::size_t kb = 0; kb < kb_count; ++kb) {
-    const std::size_t k0 = kb * kChunk, kn = std::min(kChunk, K - k0);
+    const std::size_t k0 = kb * chunk, kn = std::min(chunk, K - k0);
     const bool first = kb == 0;
     switch (fmt) {
       case WeightFormat::dense:
