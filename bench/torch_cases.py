@@ -63,6 +63,12 @@ def i64(values):
     return torch.tensor(values, dtype=torch.int64)
 
 
+def seq_lens(h):
+    """Rows per sequence, from the host copy of input_row_offsets."""
+    o = h["input_row_offsets"]
+    return [b - a for a, b in zip(o, o[1:])]
+
+
 def causal_pairs(seq_lens, cache_lens):
     return sum(s * c + s * (s + 1) / 2 for s, c in zip(seq_lens, cache_lens) if s)
 
@@ -106,8 +112,7 @@ def op1_build(k, gen):
 
 
 def op1_flops(t, h, p):
-    seq = [b - a for a, b in zip(h["input_row_offsets"], h["input_row_offsets"][1:])]
-    return 2.0 * p["num_heads"] * p["head_dim"] * causal_pairs(seq, h["cache_lengths"])
+    return 2.0 * p["num_heads"] * p["head_dim"] * causal_pairs(seq_lens(h), h["cache_lengths"])
 
 
 # ---- op 2 --------------------------------------------------------------------------------------
@@ -147,8 +152,7 @@ def op2_build(k, gen):
 
 
 def op2_flops(t, h, p):
-    seq = [b - a for a, b in zip(h["input_row_offsets"], h["input_row_offsets"][1:])]
-    return 2.0 * p["num_index_heads"] * p["idx_head_dim"] * causal_pairs(seq, h["prefix_lens"])
+    return 2.0 * p["num_index_heads"] * p["idx_head_dim"] * causal_pairs(seq_lens(h), h["prefix_lens"])
 
 
 # ---- op 3 --------------------------------------------------------------------------------------

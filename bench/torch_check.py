@@ -114,13 +114,19 @@ def selection_result(name, rows, tol):
     return report(name, True, f"{len(rows)} rows, {'exact' if exact else 'selection'}")
 
 
+def selection_constants(sel):
+    """The c and unit roundoff of a selection tolerance (the golden format's defaults if absent)."""
+    spec = sel.get("selection", {})
+    return spec.get("c", 4.0), spec.get("unit_roundoff", 2.0 ** -24)
+
+
 # ---- op 1 --------------------------------------------------------------------------------------
 
 def check_lightning_indexer(t, h, p, tol):
     mine = torch_ops.lightning_indexer(t, h, p, cdt=F64)
     exp = t["out.output_indices"]
     sel = tol["out.output_indices"]
-    c, u = sel.get("selection", {}).get("c", 4.0), sel.get("selection", {}).get("unit_roundoff", 2.0 ** -24)
+    c, u = selection_constants(sel)
     H, D, ps, layer = p["num_heads"], p["head_dim"], p["page_size"], p["layer_idx"]
     keys = torch_ops.cache_layer(t["k_cache.blocks"], layer)[:, :, 0]
     kscale = torch_ops.cache_layer(t["k_cache.scales"], layer)[:, :, 0, 0]
@@ -149,7 +155,7 @@ def check_msa_block_indexer(t, h, p, tol):
     mine = torch_ops.msa_block_indexer(t, h, p, cdt=F64)
     exp = t["out.out_idxs"]
     sel = tol["out.out_idxs"]
-    c, u = sel.get("selection", {}).get("c", 4.0), sel.get("selection", {}).get("unit_roundoff", 2.0 ** -24)
+    c, u = selection_constants(sel)
     Hi, Di, bs, ps = p["num_index_heads"], p["idx_head_dim"], p["block_size"], p["page_size"]
     keys = torch_ops.cache_layer(t["k_cache.blocks"], p["layer_idx"])[:, :, 0]
     rows = []

@@ -9,10 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/common/parallel.hpp"
 #include "harness/common/driver.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
-#include "support/matrix.hpp"
+#include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
 namespace {
@@ -23,15 +22,6 @@ using harness::Tensor;
 
 const harness::OpDriver& driver() { return *harness::find_driver("fused_qkv_paged"); }
 
-struct ThreadsGuard {
-  explicit ThreadsGuard(int n) { cpu::set_num_threads(n); }
-  ~ThreadsGuard() { cpu::set_num_threads(0); }
-};
-
-struct BigCase {
-  std::string name;
-  json knobs;
-};
 
 std::vector<BigCase> big_cases() {
   return {
@@ -58,55 +48,19 @@ std::vector<BigCase> big_cases() {
   };
 }
 
-struct LevelCase {
-  Isa level;
-  BigCase c;
-};
 
-std::vector<LevelCase> level_cases() {
-  std::vector<LevelCase> v;
-  for (Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
-    for (const auto& c : big_cases()) v.push_back({level, c});
-  return v;
-}
-
-void PrintTo(const LevelCase& p, std::ostream* os) { *os << isa_name(p.level) << " " << p.c.name; }
-
-Bundle run_cpu(const Bundle& in) {
-  Bundle b = in;
-  const Status s = driver().run(b, RunOptions{Backend::cpu});
-  EXPECT_TRUE(s.ok()) << s.message;
-  return b;
-}
+Bundle run_cpu(const Bundle& in) { return testing::run_cpu(driver(), in); }
 
 void expect_same_outputs(const Bundle& a, const Bundle& b, const std::string& what) {
   EXPECT_TRUE(a.at("out.output").same_bytes(b.at("out.output"))) << what << ": output";
   EXPECT_TRUE(a.at("out.kv_cache.blocks").same_bytes(b.at("out.kv_cache.blocks"))) << what << ": cache";
 }
 
-class FusedQkvCpu : public ::testing::TestWithParam<LevelCase> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam().level) > static_cast<int>(cpu_supported_isa()))
-      GTEST_SKIP() << "this CPU cannot run ISA level " << isa_name(GetParam().level);
-  }
-};
+using FusedQkvCpu = CpuLevelTest;
 
 TEST_P(FusedQkvCpu, MatchesReferenceAndIsThreadCountInvariant) {
   IsaCap cap(GetParam().level);
-  const Bundle in = driver().generate(GetParam().c.knobs, 7);
-  Bundle ref = in;
-  ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
-  Bundle one;
-  {
-    ThreadsGuard t(1);
-    one = run_cpu(in);
-  }
-  for (const auto& c : driver().compare(ref, one)) EXPECT_TRUE(c.pass) << harness::describe(c);
-  for (int n : {2, 4}) {
-    ThreadsGuard t(n);
-    expect_same_outputs(run_cpu(in), one, std::to_string(n) + " threads against 1");
-  }
+  expect_reference_match_and_thread_invariance(driver(), driver().generate(GetParam().c.knobs, 7), expect_same_outputs);
 }
 
 // Several user threads calling at once, each on its own inputs, each equal to its serial result.
@@ -158,10 +112,7 @@ TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
   expect_same_outputs(run_cpu(dec), prefill, "decode against prefill");
 }
 
-INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(level_cases()),
-                         [](const ::testing::TestParamInfo<LevelCase>& i) {
-                           return std::string(isa_name(i.param.level)) + "_" + i.param.c.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
 
 }  // namespace
 }  // namespace mlakit::testing

@@ -9,10 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/common/parallel.hpp"
 #include "harness/common/driver.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
-#include "support/matrix.hpp"
+#include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
 namespace {
@@ -23,18 +22,9 @@ using harness::Tensor;
 
 const harness::OpDriver& driver() { return *harness::find_driver("msa_block_indexer"); }
 
-struct ThreadsGuard {
-  explicit ThreadsGuard(int n) { cpu::set_num_threads(n); }
-  ~ThreadsGuard() { cpu::set_num_threads(0); }
-};
 struct BudgetGuard {
   explicit BudgetGuard(std::size_t bytes) { cpu::set_workspace_budget_bytes(bytes); }
   ~BudgetGuard() { cpu::set_workspace_budget_bytes(0); }
-};
-
-struct BigCase {
-  std::string name;
-  json knobs;
 };
 
 // Many query tiles (256 flattened rows each) and many key blocks; odd head counts so tiles and
@@ -63,53 +53,18 @@ std::vector<BigCase> big_cases() {
   };
 }
 
-struct LevelCase {
-  Isa level;
-  BigCase c;
-};
 
-std::vector<LevelCase> level_cases() {
-  std::vector<LevelCase> v;
-  for (Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
-    for (const auto& c : big_cases()) v.push_back({level, c});
-  return v;
-}
-
-void PrintTo(const LevelCase& p, std::ostream* os) { *os << isa_name(p.level) << " " << p.c.name; }
-
-Bundle run_cpu(const Bundle& in) {
-  Bundle b = in;
-  const Status s = driver().run(b, RunOptions{Backend::cpu});
-  EXPECT_TRUE(s.ok()) << s.message;
-  return b;
-}
+Bundle run_cpu(const Bundle& in) { return testing::run_cpu(driver(), in); }
 
 const Tensor& out(const Bundle& b) { return b.at("out.out_idxs"); }
 
-class MsaCpu : public ::testing::TestWithParam<LevelCase> {
- protected:
-  void SetUp() override {
-    if (static_cast<int>(GetParam().level) > static_cast<int>(cpu_supported_isa()))
-      GTEST_SKIP() << "this CPU cannot run ISA level " << isa_name(GetParam().level);
-  }
-};
+using MsaCpu = CpuLevelTest;
 
 TEST_P(MsaCpu, MatchesReferenceAndIsThreadCountInvariant) {
   IsaCap cap(GetParam().level);
-  const Bundle in = driver().generate(GetParam().c.knobs, 7);
-  Bundle ref = in;
-  ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
-  Bundle one;
-  {
-    ThreadsGuard t(1);
-    one = run_cpu(in);
-  }
-  for (const auto& c : driver().compare(ref, one)) EXPECT_TRUE(c.pass) << harness::describe(c);
-  for (int n : {2, 4}) {
-    ThreadsGuard t(n);
-    const Bundle many = run_cpu(in);
-    EXPECT_TRUE(out(many).same_bytes(out(one))) << n << " threads differ from 1";
-  }
+  expect_reference_match_and_thread_invariance(
+      driver(), driver().generate(GetParam().c.knobs, 7),
+      [](const Bundle& a, const Bundle& b, const std::string& what) { EXPECT_TRUE(out(a).same_bytes(out(b))) << what; });
 }
 
 TEST_P(MsaCpu, TinyWorkspaceBudgetChunksToTheSameResult) {
@@ -183,10 +138,7 @@ TEST_P(MsaCpu, DecodeEqualsPrefillRowByRow) {
   for (std::int64_t i = 0; i < out(decode).numel(); ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(msa_block_indexer, MsaCpu, ::testing::ValuesIn(level_cases()),
-                         [](const ::testing::TestParamInfo<LevelCase>& i) {
-                           return std::string(isa_name(i.param.level)) + "_" + i.param.c.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(msa_block_indexer, MsaCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
 
 }  // namespace
 }  // namespace mlakit::testing

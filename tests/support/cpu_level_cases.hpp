@@ -1,0 +1,83 @@
+// Shared pieces of the cpu back-end's operator tests: each case runs at every ISA level as its own
+// test instance (skipped where this CPU lacks the level), and the back-end's thread count is set
+// for one scope at a time.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cpu/common/parallel.hpp"
+#include "harness/common/driver.hpp"
+#include "support/matrix.hpp"
+
+namespace mlakit::testing {
+
+struct ThreadsGuard {
+  explicit ThreadsGuard(int n) { cpu::set_num_threads(n); }
+  ~ThreadsGuard() { cpu::set_num_threads(0); }
+};
+
+// Generator knobs of one case, named for the test.
+struct BigCase {
+  std::string name;
+  harness::json knobs;
+};
+
+struct LevelCase {
+  Isa level;
+  BigCase c;
+};
+
+inline std::vector<LevelCase> at_every_level(const std::vector<BigCase>& cases) {
+  std::vector<LevelCase> v;
+  for (Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
+    for (const auto& c : cases) v.push_back({level, c});
+  return v;
+}
+
+inline void PrintTo(const LevelCase& p, std::ostream* os) { *os << isa_name(p.level) << " " << p.c.name; }
+
+inline std::string level_case_name(const ::testing::TestParamInfo<LevelCase>& i) {
+  return std::string(isa_name(i.param.level)) + "_" + i.param.c.name;
+}
+
+// Skips the levels this CPU cannot run; tests cap the ISA at GetParam().level themselves (IsaCap).
+class CpuLevelTest : public ::testing::TestWithParam<LevelCase> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam().level) > static_cast<int>(cpu_supported_isa()))
+      GTEST_SKIP() << "this CPU cannot run ISA level " << isa_name(GetParam().level);
+  }
+};
+
+inline harness::Bundle run_cpu(const harness::OpDriver& driver, const harness::Bundle& in) {
+  harness::Bundle b = in;
+  const Status s = driver.run(b, RunOptions{Backend::cpu});
+  EXPECT_TRUE(s.ok()) << s.message;
+  return b;
+}
+
+// Runs `in` on the cpu back-end with one thread and compares it with the reference (the driver's
+// comparison), then expects 2 and 4 threads to give the same bits: same(a, b, what) checks the
+// operator's outputs.
+template <class Same>
+void expect_reference_match_and_thread_invariance(const harness::OpDriver& driver, const harness::Bundle& in,
+                                                  Same same) {
+  harness::Bundle ref = in;
+  ASSERT_TRUE(driver.run(ref, RunOptions{Backend::reference}).ok());
+  harness::Bundle one;
+  {
+    ThreadsGuard t(1);
+    one = run_cpu(driver, in);
+  }
+  for (const auto& c : driver.compare(ref, one)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (int n : {2, 4}) {
+    ThreadsGuard t(n);
+    same(run_cpu(driver, in), one, std::to_string(n) + " threads against 1");
+  }
+}
+
+}  // namespace mlakit::testing
