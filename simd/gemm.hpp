@@ -40,6 +40,11 @@ struct GemmKernels {
   GemmFn<std::uint8_t, std::uint8_t> f8_f8;
   GemmFn<float, std::uint8_t> f32_f8;
   GemmFn<std::uint16_t, std::uint8_t> bf16_f8;
+  // Int4 weights through a 16-entry table (GPTQ dequantization, one weight column at a time):
+  // dst[8r + i] = table[(words[r * stride] >> 4i) & 15] for r < nwords, i < 8. The table holds
+  // the column's 16 possible values (bf16 bits) for one quantization group. Any alignment.
+  void (*int4_expand)(const std::uint32_t* words, std::size_t stride, std::size_t nwords, const std::uint16_t* table,
+                      std::uint16_t* dst);
 };
 
 }  // namespace mlakit::simd

@@ -114,8 +114,8 @@ struct GptqColumn {
 
 // GPTQ: columns [c0, c1) of W for k in [k0, k0 + kn) (multiples of 8: a word of qweight), as bf16
 // rows (one per column) of `kn` elements. Without g_idx a group spans whole words (group_size is
-// a multiple of 8), so each (column, group) gets a 16-entry table of its values once and every
-// nibble is a lookup; with g_idx each element is formed on its own.
+// a multiple of 8): each (column, group) gets a 16-entry table of its values and the simd
+// int4_expand looks every nibble up; with g_idx each element is formed on its own.
 void dequantize_gptq(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, std::size_t kn, std::uint16_t* w) {
   const FusedQkvPagedArgs& a = *p.a;
   const auto* qw = static_cast<const std::uint32_t*>(a.qweight.data);
@@ -123,20 +123,24 @@ void dequantize_gptq(const Plan& p, std::size_t c0, std::size_t c1, std::size_t 
   const std::size_t N = p.N, gs = static_cast<std::size_t>(p.d->group_size);
   const GptqColumn col{*p.d, a, N};
   if (gi == nullptr) {
-    std::uint16_t table[kColTile][16];
-    std::size_t table_group = ~std::size_t{0};
-    for (std::size_t r = k0 / 8; r < (k0 + kn) / 8; ++r) {
-      const std::size_t g = 8 * r / gs;
-      if (g != table_group) {
-        for (std::size_t c = c0; c < c1; ++c)
-          for (std::uint32_t q = 0; q < 16; ++q) table[c - c0][q] = col.value(q, g, c);
-        table_group = g;
-      }
-      const std::uint32_t* qrow = qw + r * N;
-      for (std::size_t c = c0; c < c1; ++c) {
-        const std::uint32_t word = qrow[c];
-        std::uint16_t* dst = w + (c - c0) * kn + (8 * r - k0);
-        for (std::size_t i = 0; i < 8; ++i) dst[i] = table[c - c0][nibble(word, i)];
+    // The chunk's words, column-major first: a column's words lie N words apart in qweight, a
+    // multiple of 4 KiB for usual N, so read in place they would all fall in one L1 set.
+    const std::size_t rows = kn / 8;
+    auto* cw = static_cast<std::uint32_t*>(thread_scratch((c1 - c0) * rows * sizeof(std::uint32_t), 3));
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::uint32_t* src = qw + (k0 / 8 + r) * N + c0;
+      for (std::size_t c = 0; c < c1 - c0; ++c) cw[c * rows + r] = src[c];
+    }
+    std::uint16_t table[16];
+    for (std::size_t c = c0; c < c1; ++c) {
+      std::uint16_t* dst = w + (c - c0) * kn;
+      for (std::size_t k = k0; k < k0 + kn;) {
+        const std::size_t g = k / gs, end = std::min(k0 + kn, (g + 1) * gs);
+        const float s = col.scale(g, c);
+        const std::int32_t z = col.zero(g, c);
+        for (std::int32_t q = 0; q < 16; ++q) table[q] = f32_to_bf16(static_cast<float>(q - z) * s);
+        p.g->int4_expand(cw + (c - c0) * rows + (k - k0) / 8, 1, (end - k) / 8, table, dst + (k - k0));
+        k = end;
       }
     }
     return;

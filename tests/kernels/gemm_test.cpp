@@ -240,6 +240,31 @@ TEST_P(Gemm, Repeatable) {
   for (std::size_t i = 0; i < c1.size(); ++i) ASSERT_EQ(bits_of(c1[i]), bits_of(c2[i]));
 }
 
+// Int4 expansion: every nibble of every word (strided words, word counts on both sides of the
+// 4-word vector step, an unaligned destination) through a random table, nothing written past the
+// last element.
+TEST_P(Gemm, Int4ExpandLooksEveryNibbleUp) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(17);
+  std::uint16_t tbl[16];
+  for (auto& v : tbl) v = static_cast<std::uint16_t>(rng.below(65536));
+  for (std::size_t stride : {std::size_t{1}, std::size_t{7}}) {
+    for (std::size_t nwords : {0, 1, 3, 4, 5, 8, 13, 64}) {
+      SCOPED_TRACE(std::to_string(nwords) + " words, stride " + std::to_string(stride));
+      std::vector<std::uint32_t> words(nwords * stride + 1);
+      for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+      constexpr std::uint16_t kPoison = 0xA5A5;
+      std::vector<std::uint16_t> dst(8 * nwords + 9, kPoison);
+      table().int4_expand(words.data(), stride, nwords, tbl, dst.data() + 1);
+      EXPECT_EQ(dst[0], kPoison);
+      for (std::size_t r = 0; r < nwords; ++r)
+        for (std::size_t i = 0; i < 8; ++i)
+          ASSERT_EQ(dst[1 + 8 * r + i], tbl[(words[r * stride] >> (4 * i)) & 0xFu]) << "word " << r << " nibble " << i;
+      for (std::size_t j = 1 + 8 * nwords; j < dst.size(); ++j) EXPECT_EQ(dst[j], kPoison) << "written past the end at " << j;
+    }
+  }
+}
+
 TEST_P(Gemm, TableDescribesItself) {
   const simd::GemmKernels& t = table();
   EXPECT_STREQ(t.level, isa_name(GetParam()));
