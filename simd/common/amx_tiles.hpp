@@ -63,6 +63,15 @@ constexpr TileConfig uniform_tile_config(unsigned count, std::uint8_t rows, std:
   return c;
 }
 
+// The tile shape every amx kernel uses: all eight tiles 16 rows x 64 bytes, so an A tile row is
+// 32 bf16 (16 pairs of dims) of one key and a C tile is 16 x 16 f32; a kernel's step covers the
+// keys of its kATiles A tiles.
+constexpr std::size_t kTileRows = 16;
+constexpr std::size_t kRowBytes = 64;
+constexpr std::size_t kChunkDims = 32;
+constexpr std::size_t kKeys = kATiles * kTileRows;
+constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
+
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 // The intrinsics paste the tile number into the instruction text, so it has to be a literal
 // token: a template's tile number becomes one of eight literal calls.

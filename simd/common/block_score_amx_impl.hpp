@@ -31,6 +31,7 @@
 #include "simd/block_score.hpp"
 #include "simd/common/amx_tiles.hpp"
 #include "simd/common/block_max_keys.hpp"
+#include "simd/common/scratch.hpp"
 #include "simd/common/fp8_bf16_vbmi.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
 
@@ -44,15 +45,10 @@ namespace amx_block_score {
 
 static_assert(kLanes == 16, "a C tile row of 16 f32 is one vector of a group's rows");
 
-constexpr std::size_t kTileRows = 16;   // keys of an A or C tile, dim pairs of a B tile, rows of a group
-constexpr std::size_t kRowBytes = 64;   // every tile row
-constexpr std::size_t kChunkDims = 32;  // dims of an A tile row: 16 bf16 pairs
+// kTileRows (amx_tiles.hpp) is also the rows of a group: B tiles hold groups, A tiles keys.
 constexpr std::size_t kKeyTiles = kATiles, kGroupTiles = kBTiles;
-constexpr std::size_t kKeys = kKeyTiles * kTileRows;
 constexpr std::size_t kTileFloats = kTileRows * kTileRows;  // one C tile
 constexpr std::size_t kGroupStepBytes = kLanes * 4;         // one packed step of a group: 16 pairs
-
-constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
 
 inline std::size_t groups_of(std::size_t rows) { return (rows + kLanes - 1) / kLanes; }
 inline std::size_t dim_chunks(std::size_t dim) { return (dim + kChunkDims - 1) / kChunkDims; }
@@ -230,7 +226,7 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   if (rows == 0) return;
   const std::size_t groups = groups_of(rows);
   const Layout L = layout_of(groups, dim);
-  auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
+  auto* base = cache_line_start(scratch);
   auto* best = reinterpret_cast<std::int32_t*>(base + L.best_at);
   auto* limits = reinterpret_cast<std::int32_t*>(base + L.limits_at);
   auto* gmin = reinterpret_cast<std::int32_t*>(base + L.gmin_at);

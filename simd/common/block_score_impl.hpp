@@ -13,6 +13,7 @@
 
 #include "simd/block_score.hpp"
 #include "simd/common/block_max_keys.hpp"
+#include "simd/common/scratch.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 #include "simd/common/fp8_bf16_vbmi.hpp"
@@ -479,7 +480,7 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   if (rows == 0) return;
   const std::size_t groups = groups_of(rows);
   const Layout L = layout_of(groups, dim);
-  auto* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
+  auto* base = cache_line_start(scratch);
   const auto* qt = static_cast<const QE*>(packed);
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
   if (takes_pairs(rows)) {

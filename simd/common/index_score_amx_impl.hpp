@@ -35,17 +35,12 @@ namespace amx_index_score {
 
 static_assert(kLanes == 16, "a C tile row of 16 f32 is one head vector");
 
-constexpr std::size_t kTileRows = 16;   // keys of an A or C tile, dim pairs of a B tile
 constexpr std::size_t kTileHeads = 16;  // heads of a B or C tile
-constexpr std::size_t kRowBytes = 64;   // every tile row
-constexpr std::size_t kChunkDims = 32;  // dims of an A tile row: 16 bf16 pairs
 constexpr std::size_t kKeyTiles = kATiles, kHeadTiles = kBTiles;
-constexpr std::size_t kKeys = kKeyTiles * kTileRows;
 // Key rows are converted to bf16 kSlabDims dims at a time: 32 keys x 256 dims = 16 KiB of L1.
 constexpr std::size_t kSlabDims = 256;
 constexpr std::size_t kBlockFloats = kTileRows * kTileHeads;  // one B tile (or C tile) in floats
 
-constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
 
 inline std::size_t head_tiles(std::size_t H) { return (H + kTileHeads - 1) / kTileHeads; }
 inline std::size_t dim_chunks(std::size_t D) { return (D + kChunkDims - 1) / kChunkDims; }

@@ -18,8 +18,7 @@ namespace {
 namespace amx_peak {
 
 constexpr std::size_t kChains = 4;
-constexpr double kFlopsPerIter = 2.0 * 16 * 16 * 32 * kChains;
-constexpr TileConfig kTileConfig = uniform_tile_config(8, 16, 64);
+constexpr double kFlopsPerIter = 2.0 * kTileRows * kTileRows * kChunkDims * kChains;  // 16 x 16 C, 32 dims
 
 template <class Tiles>
 float run(std::size_t iters, float seed) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "simd/common/level.hpp"
+#include "simd/common/scratch.hpp"
 #include "simd/topk.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
@@ -161,7 +162,7 @@ constexpr std::size_t kSmallM = 512;
 std::size_t topk_select(const float* scores, std::size_t n, std::size_t k, TopkNan nan_policy, std::int32_t* out,
                         void* scratch) {
   if (n == 0 || k == 0) return 0;
-  auto* base = reinterpret_cast<Entry*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t(63));
+  auto* base = reinterpret_cast<Entry*>(cache_line_start(scratch));
   Entry* cand = base;      // n entries
   Entry* tmp = base + n;   // min(n, k) entries
   const std::int32_t lo_all = nan_policy == TopkNan::exclude ? kNanKey + 1 : kNanKey;

@@ -160,12 +160,17 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   const std::size_t acc_floats = m * n;
   const std::size_t part_floats = fmt == WeightFormat::fp8_block ? m * n : 0;
   const std::size_t chunk = chunk_of(fmt, K);
-  const std::size_t w_elems = fmt == WeightFormat::gptq ? n * chunk : 0;
   auto* acc = static_cast<float*>(thread_scratch((acc_floats + part_floats) * sizeof(float), 0));
   float* part = acc + acc_floats;
-  // GPTQ chunk: bf16, and f32 beside it for f32 activations.
-  auto* wq = static_cast<std::uint16_t*>(thread_scratch(w_elems * (sizeof(std::uint16_t) + sizeof(float)), 1));
-  auto* wf = reinterpret_cast<float*>(wq + w_elems + (w_elems & 1));
+  // GPTQ: the chunk's dequantized weights (bf16).
+  auto* wq = static_cast<std::uint16_t*>(
+      thread_scratch(fmt == WeightFormat::gptq ? n * chunk * sizeof(std::uint16_t) : 0, 1));
+  // The f32 operand of the f32 tile where the data is not f32: the chunk's activations (fp8
+  // weights with bf16 activations) or its dequantized weights (GPTQ with f32 activations).
+  const std::size_t widened_floats = fmt == WeightFormat::fp8_block && !p.f32 ? m * chunk
+                                     : fmt == WeightFormat::gptq && p.f32     ? n * chunk
+                                                                              : 0;
+  auto* widened = static_cast<float*>(thread_scratch(widened_floats * sizeof(float), 2));
 
   const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
   const auto* xf = static_cast<const float*>(a.hidden_state.data) + r0 * K;
@@ -189,10 +194,10 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
           // Widened here (exactly) for the f32 FMA tile: on the bf16-dot levels the bf16 x fp8 tile
           // re-pairs both operands per call, which 128-element calls do not amortize (measured
           // 1.3 against 0.73 ms for a DeepSeek decode row).
-          auto* x32 = static_cast<float*>(thread_scratch(m * kn * sizeof(float), 2));
+          // The widening is repeated per column tile: m·kn conversions against m·n·kn products.
           for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t k = 0; k < kn; ++k) x32[i * kn + k] = bf16_to_f32(xb[i * K + k0 + k]);
-          g.f32_f8(m, n, kn, x32, kn, w, K, part, n, false);
+            for (std::size_t k = 0; k < kn; ++k) widened[i * kn + k] = bf16_to_f32(xb[i * K + k0 + k]);
+          g.f32_f8(m, n, kn, widened, kn, w, K, part, n, false);
         }
         const float s = static_cast<const float*>(a.weight_scale.data)[(c0 / kColTile) * kb_count + kb];
         for (std::size_t i = 0; i < m * n; ++i) acc[i] = first ? part[i] * s : acc[i] + part[i] * s;
@@ -201,8 +206,8 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
       case WeightFormat::gptq:
         dequantize_gptq(p, c0, c1, k0, kn, wq);
         if (p.f32) {
-          for (std::size_t i = 0; i < n * kn; ++i) wf[i] = bf16_to_f32(wq[i]);
-          g.f32_f32(m, n, kn, xf + k0, K, wf, kn, acc, n, !first);
+          for (std::size_t i = 0; i < n * kn; ++i) widened[i] = bf16_to_f32(wq[i]);
+          g.f32_f32(m, n, kn, xf + k0, K, widened, kn, acc, n, !first);
         } else {
           g.bf16_bf16(m, n, kn, xb + k0, K, wq, kn, acc, n, !first);
         }
