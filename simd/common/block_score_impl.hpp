@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "simd/block_score.hpp"
 #include "simd/common/block_max_keys.hpp"
@@ -257,6 +258,17 @@ constexpr std::size_t kZipSteps = kLanes;      // steps of one zip group (32 ele
 constexpr std::size_t kGroupWords = 4 * kZipSteps;  // 16 steps x 2 keys x 2 elements
 inline std::size_t zip_groups(std::size_t dim) { return (dim + 2 * kZipSteps - 1) / (2 * kZipSteps); }
 inline std::size_t zip_tile_words(std::size_t dim) { return zip_groups(dim) * kPairTile * kGroupWords; }
+// The tile being written starts half a group past a multiple of 4 KiB from the one being read.
+// The zip of step s of group g stores into group g of one tile while the pair dots of the same
+// step load from group g of the other; at a distance that is a multiple of 4 KiB (as two tiles of
+// dim 128 back to back are) those loads share their low 12 address bits with the stores just
+// issued, and the loads wait on them (4K aliasing).
+constexpr std::size_t kGroupBytes = kPairTile * kGroupWords * sizeof(KE);  // 2 KiB
+inline std::size_t zip_second_tile_words(std::size_t dim) {
+  const std::size_t bytes = zip_tile_words(dim) * sizeof(KE);
+  const std::size_t at = (bytes + kGroupBytes + 4095) / 4096 * 4096 - kGroupBytes;
+  return (at >= bytes ? at : at + 4096) / sizeof(KE);
+}
 
 // One zip group: elements [0, cnt) (cnt <= 32) of keys a and b (b null: zeros) -> the 16 steps
 // at dst, each pair s of a then pair s of b, as bf16 (elements past cnt read as 0). fp8 keys are
@@ -333,26 +345,72 @@ inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, F (&acc)[C]
 // Lane 2h + e of a vector of key pairs holds key 2i + e: the key offsets of the lanes.
 alignas(64) constexpr std::int32_t kLaneParity[kLanes] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
 
-// Key pairs [0, C) of kz, whose first key is key j of the call.
-template <std::size_t C, class TK>
-inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, F scale, I lim, std::int32_t lo, std::size_t j,
-                      I& m, PairPrefetch& pf, const ZipJob<TK>& next) {
-  F acc[1][C];
-  dot_pairs<C>(steps, qd, kz, acc[0], pf, next);
-  const I lims[1] = {lim};
-  I ms[1] = {m};
-  const I jv = isplat(static_cast<std::int32_t>(j)) + iload(kLaneParity);
-  if (static_cast<std::int64_t>(j + 2 * C) <= lo) fold<1, C, 2, false>(acc, scale, lims, jv, ms);
-  else fold<1, C, 2, true>(acc, scale, lims, jv, ms);
-  m = ms[0];
+// How the pair path folds its scores into the block maxima. `keys`: the order key of every scaled
+// score, as the many-group sweep does (any scale). `max` / `min`, for a finite nonzero scale: the
+// largest (scale > 0) or smallest (scale < 0) unscaled dot, scaled once per call. Rounding is
+// monotone, so that is the maximum of the scaled scores bit for bit (which of +0 and -0 a block of
+// zeros gives is left open by the contract), at 2 vector ops per accumulator instead of 7 (the
+// keys fold took 16 % of a decode block's time on Zen 5). vmaxps drops NaN, so a running sum of
+// every dot watches for it: a NaN there (a NaN score, or infinite scores of both signs) makes the
+// call rerun on the keys fold, which gives the contract's NaN.
+enum class PairFold { keys, max, min };
+
+struct PairBest {
+  I key;   // keys: running maximum order key per lane
+  F best;  // max / min: running maximum (minimum) dot per lane
+  F sum;   // max / min: running sum of every dot, the NaN watch
+};
+
+template <PairFold Fold>
+inline F pair_fold_start() {
+  return fsplat(Fold == PairFold::min ? __builtin_inff() : -__builtin_inff());
 }
 
-template <std::size_t R, class TK>
+template <std::size_t C, PairFold Fold, bool kMasked>
+inline void fold_pairs(const F (&acc)[1][C], F scale, I lim, I jv, PairBest& b) {
+  if constexpr (Fold == PairFold::keys) {
+    const I lims[1] = {lim};
+    I ms[1] = {b.key};
+    fold<1, C, 2, kMasked>(acc, scale, lims, jv, ms);
+    b.key = ms[0];
+  } else {
+    // Pairwise trees: a chain of C dependent ops would hold the tile's end on their latency.
+    F v[C], a[C];
+#pragma GCC unroll 32
+    for (std::size_t c = 0; c < C; ++c) {
+      a[c] = acc[0][c];
+      v[c] = kMasked ? select(cmpgt(lim, jv + isplat(static_cast<std::int32_t>(2 * c))), a[c], pair_fold_start<Fold>())
+                     : a[c];
+    }
+#pragma GCC unroll 32
+    for (std::size_t w = 1; w < C; w *= 2)
+#pragma GCC unroll 32
+      for (std::size_t c = 0; c + w < C; c += 2 * w) {
+        v[c] = Fold == PairFold::max ? fmax(v[c], v[c + w]) : fmin(v[c], v[c + w]);
+        a[c] = a[c] + a[c + w];
+      }
+    b.best = Fold == PairFold::max ? fmax(b.best, v[0]) : fmin(b.best, v[0]);
+    b.sum = b.sum + a[0];
+  }
+}
+
+// Key pairs [0, C) of kz, whose first key is key j of the call.
+template <std::size_t C, PairFold Fold, class TK>
+inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, F scale, I lim, std::int32_t lo, std::size_t j,
+                      PairBest& b, PairPrefetch& pf, const ZipJob<TK>& next) {
+  F acc[1][C];
+  dot_pairs<C>(steps, qd, kz, acc[0], pf, next);
+  const I jv = isplat(static_cast<std::int32_t>(j)) + iload(kLaneParity);
+  if (static_cast<std::int64_t>(j + 2 * C) <= lo) fold_pairs<C, Fold, false>(acc, scale, lim, jv, b);
+  else fold_pairs<C, Fold, true>(acc, scale, lim, jv, b);
+}
+
+template <std::size_t R, PairFold Fold, class TK>
 inline void run_pairs_tail(std::size_t r, std::size_t steps, const QE* qd, const KE* kz, F scale, I lim,
-                           std::int32_t lo, std::size_t j, I& m, PairPrefetch& pf, const ZipJob<TK>& next) {
+                           std::int32_t lo, std::size_t j, PairBest& b, PairPrefetch& pf, const ZipJob<TK>& next) {
   if constexpr (R > 0) {
-    if (r == R) run_pairs<R>(steps, qd, kz, scale, lim, lo, j, m, pf, next);
-    else run_pairs_tail<R - 1>(r, steps, qd, kz, scale, lim, lo, j, m, pf, next);
+    if (r == R) run_pairs<R, Fold>(steps, qd, kz, scale, lim, lo, j, b, pf, next);
+    else run_pairs_tail<R - 1, Fold>(r, steps, qd, kz, scale, lim, lo, j, b, pf, next);
   }
 }
 #else
@@ -377,7 +435,7 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
   const std::size_t rows_bytes = round_up(chunk * L.ld * sizeof(KE), 64);
   std::size_t zip_bytes = 0;
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-  zip_bytes = 2 * zip_tile_words(dim) * sizeof(KE);  // two tiles: one read, one written
+  zip_bytes = (zip_second_tile_words(dim) + zip_tile_words(dim)) * sizeof(KE);  // one tile read, one written
 #endif
   const LimitArrays a = limit_arrays(groups);
   L.keys_at = a.best_at;
@@ -422,8 +480,9 @@ void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size
 }
 
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-template <class TK>
-void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* k, std::size_t ldk, std::size_t n,
+// False (out untouched) when a max / min fold saw a NaN in its watch: rerun with `keys`.
+template <class TK, PairFold Fold>
+bool block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* k, std::size_t ldk, std::size_t n,
                      const std::int32_t* limit, float scale, float* out, unsigned char* base, const Layout& L,
                      const TK* next_k, std::size_t next_n) {
   const std::size_t steps = steps_of(dim);
@@ -442,7 +501,7 @@ void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
     lanes[2 * h] = lanes[2 * h + 1] = v;
   }
   const I lim = iload(lanes);
-  I m = isplat(kNoKey);
+  PairBest b{isplat(kNoKey), pair_fold_start<Fold>(), fzero()};
   const F fscale = fsplat(scale);
   const std::size_t tiles = (static_cast<std::size_t>(hi) + kPairChunk - 1) / kPairChunk;
   PairPrefetch pf;
@@ -453,7 +512,7 @@ void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
     pf.per_step = (lines + tiles * steps - 1) / (tiles * steps);
   }
   // Tile t's keys are zipped into kz[t % 2] while tile t - 1 is multiplied.
-  KE* const kz[2] = {reinterpret_cast<KE*>(base + L.kz_at), reinterpret_cast<KE*>(base + L.kz_at) + zip_tile_words(dim)};
+  KE* const kz[2] = {reinterpret_cast<KE*>(base + L.kz_at), reinterpret_cast<KE*>(base + L.kz_at) + zip_second_tile_words(dim)};
   const std::size_t keys = static_cast<std::size_t>(hi);
   const auto tile_keys = [&](std::size_t j0) { return j0 >= keys ? 0 : (keys - j0 < kPairChunk ? keys - j0 : kPairChunk); };
   ZipJob<TK>{k, ldk, dim, tile_keys(0), kz[0]}.zip_all();
@@ -461,15 +520,20 @@ void block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
     const std::size_t np = (tile_keys(j0) + 1) / 2;
     const std::size_t next_keys = tile_keys(j0 + kPairChunk);  // 0: no next tile (and no pointer past the keys)
     const ZipJob<TK> next{next_keys ? k + (j0 + kPairChunk) * ldk : k, ldk, dim, next_keys, kz[(t + 1) % 2]};
-    if (np == kPairTile) run_pairs<kPairTile>(steps, qd, kz[t % 2], fscale, lim, lo, j0, m, pf, next);
-    else run_pairs_tail<kPairTile - 1>(np, steps, qd, kz[t % 2], fscale, lim, lo, j0, m, pf, next);
+    if (np == kPairTile) run_pairs<kPairTile, Fold>(steps, qd, kz[t % 2], fscale, lim, lo, j0, b, pf, next);
+    else run_pairs_tail<kPairTile - 1, Fold>(np, steps, qd, kz[t % 2], fscale, lim, lo, j0, b, pf, next);
+  }
+  if constexpr (Fold != PairFold::keys) {
+    if (any(is_nan(b.sum))) return false;
+    b.key = order_key(b.best * fscale);  // lanes that saw no key: -inf, as kNoKey reads
   }
   // Row h: the larger of lanes 2h and 2h + 1; rows past kPairRows see nothing.
   alignas(64) std::int32_t best[kLanes];
-  istore(lanes, m);
+  istore(lanes, b.key);
   for (std::size_t l = 0; l < kLanes; ++l) best[l] = kNoKey;
   for (std::size_t h = 0; h < kPairRows; ++h) best[h] = lanes[2 * h] > lanes[2 * h + 1] ? lanes[2 * h] : lanes[2 * h + 1];
   fstore(out, key_value(iload(best)));
+  return true;
 }
 #endif
 
@@ -484,7 +548,14 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   const auto* qt = static_cast<const QE*>(packed);
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
   if (takes_pairs(rows)) {
-    block_max_pairs<TK>(rows, dim, qt, k, ldk, n, limit, scale, out, base, L, next_k, next_n);
+    const auto pairs = [&](auto fold) {
+      return block_max_pairs<TK, decltype(fold)::value>(rows, dim, qt, k, ldk, n, limit, scale, out, base, L, next_k,
+                                                         next_n);
+    };
+    const bool plain = scale == scale && scale != 0.0f && scale - scale == 0.0f;  // finite, nonzero
+    const bool done = plain && (scale > 0.0f ? pairs(std::integral_constant<PairFold, PairFold::max>{})
+                                             : pairs(std::integral_constant<PairFold, PairFold::min>{}));
+    if (!done) pairs(std::integral_constant<PairFold, PairFold::keys>{});
     return;
   }
 #endif

@@ -4,9 +4,11 @@
 //   kLanes, kLevelName; F (kLanes f32), I (kLanes i32), M (lane mask)
 //   fzero fsplat fload fload_n fload_bf16 fload_bf16_n fstore fstore_n  (_n: first n < kLanes
 //     lanes, the rest zero on load / untouched on store)
-//   F+F F*F fmadd(a,b,c)=a*b+c  is_nan bits floats reduce_add reduce_add4
+//   F+F F*F fmadd(a,b,c)=a*b+c  fmax fmin (NaN: either operand may come out)  is_nan bits floats
+//     reduce_add reduce_add4
 //   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
-//   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) movemask
+//   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) (I or F)
+//     any(m) movemask
 //   igather(table, idx) (levels with a gather instruction: avx2 and above)
 #pragma once
 
@@ -56,6 +58,8 @@ inline void fstore_n(float* p, F a, std::size_t n) { _mm256_maskstore_ps(p, deta
 inline F operator+(F a, F b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline F fmax(F a, F b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline F fmin(F a, F b) { return {_mm256_min_ps(a.v, b.v)}; }
 inline M is_nan(F a) { return {_mm256_castps_si256(_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q))}; }
 inline I bits(F a) { return {_mm256_castps_si256(a.v)}; }
 inline F floats(I a) { return {_mm256_castsi256_ps(a.v)}; }
@@ -113,6 +117,8 @@ inline M cmpeq(I a, I b) { return {_mm256_cmpeq_epi32(a.v, b.v)}; }
 inline M cmpgt(I a, I b) { return {_mm256_cmpgt_epi32(a.v, b.v)}; }
 inline M operator|(M a, M b) { return {_mm256_or_si256(a.v, b.v)}; }
 inline I select(M m, I a, I b) { return {_mm256_blendv_epi8(b.v, a.v, m.v)}; }
+inline F select(M m, F a, F b) { return {_mm256_blendv_ps(b.v, a.v, _mm256_castsi256_ps(m.v))}; }
+inline bool any(M m) { return !_mm256_testz_si256(m.v, m.v); }
 inline std::uint32_t movemask(M m) {
   return static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m.v)));
 }

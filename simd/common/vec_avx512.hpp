@@ -52,6 +52,8 @@ inline void fstore_n(float* p, F a, std::size_t n) { _mm512_mask_storeu_ps(p, de
 inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline F fmax(F a, F b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline F fmin(F a, F b) { return {_mm512_min_ps(a.v, b.v)}; }
 inline M is_nan(F a) { return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)}; }
 inline I bits(F a) { return {_mm512_castps_si512(a.v)}; }
 inline F floats(I a) { return {_mm512_castsi512_ps(a.v)}; }
@@ -108,6 +110,8 @@ inline M cmpeq(I a, I b) { return {_mm512_cmpeq_epi32_mask(a.v, b.v)}; }
 inline M cmpgt(I a, I b) { return {_mm512_cmpgt_epi32_mask(a.v, b.v)}; }
 inline M operator|(M a, M b) { return {static_cast<__mmask16>(a.v | b.v)}; }
 inline I select(M m, I a, I b) { return {_mm512_mask_blend_epi32(m.v, b.v, a.v)}; }
+inline F select(M m, F a, F b) { return {_mm512_mask_blend_ps(m.v, b.v, a.v)}; }
+inline bool any(M m) { return m.v != 0; }
 inline std::uint32_t movemask(M m) { return static_cast<std::uint32_t>(m.v); }
 
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

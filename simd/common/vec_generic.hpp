@@ -51,6 +51,8 @@ inline F operator*(F a, F b) { return {a.v * b.v}; }
 // a*b + c as a multiply and an add: the generic level is the portable baseline, and the tests
 // bound every level against exact sums, so single or double rounding are both within contract.
 inline F fmadd(F a, F b, F c) { return {a.v * b.v + c.v}; }
+inline F fmax(F a, F b) { return {a.v > b.v ? a.v : b.v}; }
+inline F fmin(F a, F b) { return {a.v < b.v ? a.v : b.v}; }
 inline M is_nan(F a) { return {a.v != a.v}; }
 inline I bits(F a) { return {reinterpret_cast<v4i>(a.v)}; }
 inline F floats(I a) { return {reinterpret_cast<v4f>(a.v)}; }
@@ -94,6 +96,8 @@ inline M cmpeq(I a, I b) { return {a.v == b.v}; }
 inline M cmpgt(I a, I b) { return {a.v > b.v}; }
 inline M operator|(M a, M b) { return {a.v | b.v}; }
 inline I select(M m, I a, I b) { return {(m.v & a.v) | (~m.v & b.v)}; }
+inline F select(M m, F a, F b) { return floats(select(m, bits(a), bits(b))); }
+inline bool any(M m) { return (m.v[0] | m.v[1] | m.v[2] | m.v[3]) != 0; }
 inline std::uint32_t movemask(M m) {
   std::uint32_t r = 0;
   for (std::size_t l = 0; l < kLanes; ++l) r |= (static_cast<std::uint32_t>(m.v[l]) >> 31) << l;

@@ -274,15 +274,19 @@ TEST_P(BlockScore, LimitsCutPerRow) {
 }
 
 // A NaN key element makes the maximum of exactly the rows that see that key NaN, whatever the
-// other keys; a key past a row's limit does not.
+// other keys; a key past a row's limit does not. Few rows (a decode token: the two-keys-per-vector
+// path on avx512bf16) and many, either sign of the scale.
 TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(8);
-  const std::size_t lanes = table().lanes, rows = 4 * lanes, n = 50, dim = 24;
+  const std::size_t lanes = table().lanes, n = 50, dim = 24;
+  for (std::size_t rows : {lanes / 2, 4 * lanes})
+  for (float scale : {0.125f, -0.5f})
   for (std::size_t nan_at : {0u, 13u, 29u, 49u}) {
     Problem p = make_problem(rows, dim, n, dim, rng);
-    p.limit.resize(rows);
-    for (std::size_t r = 0; r < rows; ++r) p.limit[r] = static_cast<std::int32_t>(r * 2);
+    p.scale = scale;
+    p.limit.resize((rows + lanes - 1) / lanes * lanes);
+    for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = static_cast<std::int32_t>(rows < lanes ? r * 7 : r * 2);
     auto kb = make_keys<std::uint16_t>(n * dim, rng);
     kb[nan_at * dim + 5] = 0xFFC0;  // a negative quiet NaN
     auto k8 = make_keys<std::uint8_t>(n * dim, rng);
@@ -319,6 +323,46 @@ TEST_P(BlockScore, Infinities) {
   for (std::size_t r = 0; r < lanes; ++r) {
     if (r % 2) EXPECT_EQ(got[r], -kInf) << r;
     else EXPECT_TRUE(std::isnan(got[r])) << r;
+  }
+}
+
+// Every kind of scale (either sign, zero, infinite, NaN, one that overflows the scores) and keys
+// whose scores are infinite of both signs, bitwise against the model. A decode token's rows on
+// avx512bf16 fold unscaled maxima (minima for a negative scale) and watch a running sum for NaN:
+// these are the cases that send such a call back to the order-key fold, and those whose results
+// the shortcut must not change.
+TEST_P(BlockScore, ScalesAndInfiniteScores) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
+  Rng rng(41);
+  const std::size_t lanes = table().lanes, dim = 40, n = 70;
+  const float scales[] = {0.125f, -0.75f, 0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 1e38f};
+  for (std::size_t rows : {std::size_t{1}, lanes / 2, lanes + 1}) {
+    for (int keyset = 0; keyset < 3; ++keyset) {
+      Problem p = make_problem(rows, dim, n, dim, rng);
+      auto k = make_keys<std::uint16_t>(n * dim, rng);
+      if (keyset >= 1) {  // key 5 scores +-inf, key 40 the other sign (where the query element is not 0)
+        k[5 * dim + 3] = f32_to_bf16(kInf);
+        k[40 * dim + 3] = f32_to_bf16(-kInf);
+      }
+      if (keyset == 2) {  // odd rows see keys 0..19 only: one infinity, no NaN in their watch
+        p.limit.resize((rows + lanes - 1) / lanes * lanes);
+        for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = r % 2 ? 20 : static_cast<std::int32_t>(n);
+      }
+      const auto k8 = make_keys<std::uint8_t>(n * dim, rng);
+      for (float scale : scales) {
+        p.scale = scale;
+        const auto got = run<std::uint16_t>(table(), p, k, 0);
+        const auto want = model<std::uint16_t>(p, k.data(), arith(rows));
+        const auto got8 = run<std::uint8_t>(table(), p, k8, 0);
+        const auto want8 = model<std::uint8_t>(p, k8.data(), arith(rows));
+        for (std::size_t r = 0; r < rows; ++r) {
+          ASSERT_TRUE(same(got[r], want[r])) << rows << " rows, keys " << keyset << ", scale " << scale << ", row "
+                                             << r << ": got " << got[r] << " model " << want[r];
+          ASSERT_TRUE(same(got8[r], want8[r])) << rows << " rows, f8, scale " << scale << ", row " << r << ": got "
+                                               << got8[r] << " model " << want8[r];
+        }
+      }
+    }
   }
 }
 
