@@ -217,7 +217,7 @@ void register_block_score(Isa level) {
   struct Shape {
     std::size_t rows, n, dim;
   };
-  for (Shape s : {Shape{256, 128, 128}, Shape{64, 128, 128}, Shape{8, 128, 128}}) {
+  for (Shape s : {Shape{256, 128, 128}, Shape{64, 128, 128}, Shape{8, 128, 128}, Shape{8, 256, 128}, Shape{8, 512, 128}}) {
     for (bool f8 : {false, true}) {
       const std::string name = std::string("block_score/") + (f8 ? "f8" : "bf16") + "_rows" + std::to_string(s.rows) +
                                "_n" + std::to_string(s.n) + "_d" + std::to_string(s.dim) + "/" + lv;
@@ -338,6 +338,38 @@ void register_peak(Isa level) {
     for (auto _ : st) benchmark::DoNotOptimize(p->bf16_dot(10000, 1.0f));
     set_rate(st, "gflops", 10000 * p->bf16_flops_per_iter, peak().bf16_gflops_1t * 1e9);
   });
+  // What one core can read from a paged cache with no arithmetic: 16384 pages of 16 KiB (an fp8
+  // block of 128 keys x 128) in page order or shuffled, optionally prefetching the next page a
+  // few lines per KiB read, as the block-score sweep does. The bound of a decode sweep's DRAM
+  // wait, beside the streaming probe (which the hardware prefetchers help across page ends).
+  struct PageRead {
+    const char* name;
+    bool shuffled, prefetch;
+  };
+  for (PageRead r : {PageRead{"in_order", false, false}, PageRead{"shuffled", true, false},
+                     PageRead{"shuffled_prefetch_next", true, true}}) {
+    add(std::string("peak/page_read_16k_") + r.name + "/" + lv, level, [p, r](benchmark::State& st) {
+      constexpr std::size_t kPages = 16384, kPageFloats = 4096, kChunk = 256;  // 16 KiB pages, 1 KiB chunks
+      std::vector<float, harness::CacheLineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
+      std::vector<std::size_t> order(kPages);
+      for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
+      if (r.shuffled) std::shuffle(order.begin(), order.end(), std::mt19937_64(4));
+      float sum = 0;
+      for (auto _ : st) {
+        for (std::size_t i = 0; i < kPages; ++i) {
+          const float* page = buf.data() + order[i] * kPageFloats;
+          const char* next = r.prefetch && i + 1 < kPages ? reinterpret_cast<const char*>(buf.data() + order[i + 1] * kPageFloats) : nullptr;
+          for (std::size_t c = 0; c < kPageFloats; c += kChunk) {
+            if (next)
+              for (std::size_t line = 0; line < kChunk * sizeof(float); line += 64) __builtin_prefetch(next + c * sizeof(float) + line, 0, 2);
+            sum += p->read_sum(page + c, kChunk);
+          }
+        }
+        benchmark::DoNotOptimize(sum);
+      }
+      set_rate(st, "gbps", static_cast<double>(kPages * kPageFloats * sizeof(float)), peak().dram_gbps_1t * 1e9);
+    });
+  }
 }
 
 }  // namespace
