@@ -45,6 +45,22 @@ struct GemmKernels {
   // the column's 16 possible values (bf16 bits) for one quantization group. Any alignment.
   void (*int4_expand)(const std::uint32_t* words, std::size_t stride, std::size_t nwords, const std::uint16_t* table,
                       std::uint16_t* dst);
+
+  // The rest of an attention over gathered rows (sparse MLA), beside the score tiles above:
+  //
+  // f32_nn: C (+)= A·B with B row-major along n (the P·V product: rows of B are value rows):
+  //   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + sum_{p<k} A[i*lda + p] * B[p*ldb + j],
+  //   one f32 chain per output, p in order (|err| <= 2 (k + 1) 2^-24 (|C| + sum|a*b|)).
+  //   Same contract as the tiles otherwise: any alignment and strides, m, n, k may be 0, nothing
+  //   outside the m x n tile touched, C not read when accumulate is false.
+  GemmFn<float, float> f32_nn;
+  // x[i] = (x[i] * f[i]) * c for i < n (without the f[i] factor when f is null); returns the
+  // largest result, NaN if any result is NaN, -inf when n is 0.
+  float (*scale_max)(float* x, const float* f, float c, std::size_t n);
+  // x[i] = exp(x[i] - m) for i < n, where x[i] - m <= 0 or NaN (m the maximum of the x): within
+  // 2 ulp, results below 2^-124 (x[i] - m < -86.5) flushed to 0, NaN kept. Returns the f32 sum of
+  // the results (kLanes partial sums in order, then a fixed tree).
+  float (*exp_sum)(float* x, float m, std::size_t n);
 };
 
 }  // namespace mlakit::simd

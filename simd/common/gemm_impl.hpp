@@ -251,6 +251,157 @@ void int4_expand(const std::uint32_t* words, std::size_t stride, std::size_t nwo
   }
 }
 
+// ---- attention over gathered rows: P·V, the scaled row maximum, the shifted exponentials ------
+// NN register tile: kNnR rows of A (each element broadcast) x kNnC vectors of B row p; the
+// accumulators, the broadcasts and one B vector fit the register file (avx512 24+6+1 of 32,
+// avx2 9+3+1 of 16).
+#if defined(MLAKIT_SIMD_LEVEL_generic)
+constexpr std::size_t kNnR = 2, kNnC = 2;
+#elif defined(MLAKIT_SIMD_LEVEL_avx2)
+constexpr std::size_t kNnR = 3, kNnC = 3;
+#else
+constexpr std::size_t kNnR = 6, kNnC = 4;
+#endif
+
+// Columns [0, (C - 1) * kLanes + last) of the tile; last = kLanes unless the tile ends the row.
+template <std::size_t R, std::size_t C>
+void tile_nn(std::size_t k, const float* a, std::size_t lda, const float* b, std::size_t ldb, float* c,
+             std::size_t ldc, std::size_t last, bool accumulate) {
+  // Every loop over the tile unrolled: otherwise GCC keeps the accumulators in memory.
+  F s[R][C];
+#pragma GCC unroll 8
+  for (std::size_t r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) {
+      const float* cp = c + r * ldc + j * kLanes;
+      s[r][j] = !accumulate ? fzero() : (j + 1 < C || last == kLanes ? fload(cp) : fload_n(cp, last));
+    }
+  for (std::size_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    F av[R];
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < R; ++r) av[r] = fsplat(a[r * lda + p]);
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) {
+      const F bv = j + 1 < C || last == kLanes ? fload(bp + j * kLanes) : fload_n(bp + j * kLanes, last);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < R; ++r) s[r][j] = fmadd(av[r], bv, s[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (std::size_t r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) {
+      float* cp = c + r * ldc + j * kLanes;
+      if (j + 1 < C || last == kLanes) fstore(cp, s[r][j]);
+      else fstore_n(cp, s[r][j], last);
+    }
+}
+
+using NnFn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*, std::size_t,
+                      std::size_t, bool);
+struct NnTable {
+  NnFn fn[kNnR][kNnC];
+};
+template <std::size_t... Is>
+constexpr NnTable make_nn_tiles(std::index_sequence<Is...>) {
+  NnTable t{};
+  ((t.fn[Is / kNnC][Is % kNnC] = &tile_nn<Is / kNnC + 1, Is % kNnC + 1>), ...);
+  return t;
+}
+constexpr NnTable kNnTiles = make_nn_tiles(std::make_index_sequence<kNnR * kNnC>{});
+
+// Column blocks of kNnC vectors outside, row tiles inside: the block's k x kNnC*kLanes slice of B
+// stays in L1 while every row of A passes over it.
+void f32_nn(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* b,
+            std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  const std::size_t vecs = (n + kLanes - 1) / kLanes, last = n - (vecs - 1) * kLanes;
+  for (std::size_t v0 = 0; v0 < vecs; v0 += kNnC) {
+    const std::size_t cb = vecs - v0 < kNnC ? vecs - v0 : kNnC;
+    const std::size_t tail = v0 + cb == vecs ? last : kLanes;
+    for (std::size_t i = 0; i < m; i += kNnR) {
+      const std::size_t rb = m - i < kNnR ? m - i : kNnR;
+      kNnTiles.fn[rb - 1][cb - 1](k, a + i * lda, lda, b + v0 * kLanes, ldb, c + i * ldc + v0 * kLanes, ldc, tail,
+                                  accumulate);
+    }
+  }
+}
+
+alignas(64) constexpr std::int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+inline M first_lanes(std::size_t n) { return cmpgt(isplat(static_cast<std::int32_t>(n)), iload(kLaneIndex)); }
+
+float scale_max(float* x, const float* f, float c, std::size_t n) {
+  const F cs = fsplat(c);
+  F mx = fsplat(-__builtin_inff());
+  bool nan = false;
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    F v = fload(x + i);
+    if (f) v = v * fload(f + i);
+    v = v * cs;
+    fstore(x + i, v);
+    nan = nan || any(is_nan(v));
+    mx = fmax(mx, v);
+  }
+  if (i < n) {
+    const std::size_t rest = n - i;
+    F v = fload_n(x + i, rest);
+    if (f) v = v * fload_n(f + i, rest);
+    v = v * cs;
+    fstore_n(x + i, v, rest);
+    nan = nan || any(is_nan(v));
+    mx = fmax(mx, select(first_lanes(rest), v, fsplat(-__builtin_inff())));
+  }
+  if (nan) return __builtin_nanf("");
+  alignas(64) float lanes[kLanes];
+  fstore(lanes, mx);
+  float best = lanes[0];
+  for (std::size_t l = 1; l < kLanes; ++l) best = lanes[l] > best ? lanes[l] : best;
+  return best;
+}
+
+// exp(x) for x <= 0 or NaN. x = n ln2 + r with n = nearest(x log2 e) (the 1.5 * 2^23 rounding
+// constant) and r reduced in two steps (the high part of ln 2 has few bits, so n times it is
+// exact); exp(r) by the degree-7 polynomial of the Cephes expf (about 1 ulp); 2^n added to the
+// exponent field. Below -86.5, n could leave the normal range: those flush to 0.
+inline F exp_nonpositive(F x) {
+  const F lo = fsplat(-86.5f);
+  const F xc = fmax(x, lo);
+  const F t = fmadd(xc, fsplat(1.44269504088896341f), fsplat(12582912.0f));
+  const F nf = t - fsplat(12582912.0f);
+  const I ni = bits(t) + isplat(-0x4B400000);
+  F r = fmadd(nf, fsplat(-0.693359375f), xc);
+  r = fmadd(nf, fsplat(2.12194440e-4f), r);
+  F p = fsplat(1.9875691500e-4f);
+  p = fmadd(p, r, fsplat(1.3981999507e-3f));
+  p = fmadd(p, r, fsplat(8.3334519073e-3f));
+  p = fmadd(p, r, fsplat(4.1665795894e-2f));
+  p = fmadd(p, r, fsplat(1.6666665459e-1f));
+  p = fmadd(p, r, fsplat(5.0000001201e-1f));
+  const F y = fmadd(p, r * r, r) + fsplat(1.0f);
+  const F e = floats(bits(y) + shl<23>(ni));
+  return select(is_nan(x), x, select(flt(x, lo), fzero(), e));
+}
+
+float exp_sum(float* x, float m, std::size_t n) {
+  const F ms = fsplat(m);
+  F acc = fzero();
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const F e = exp_nonpositive(fload(x + i) - ms);
+    fstore(x + i, e);
+    acc = acc + e;
+  }
+  if (i < n) {
+    const std::size_t rest = n - i;
+    const F e = select(first_lanes(rest), exp_nonpositive(fload_n(x + i, rest) - ms), fzero());
+    fstore_n(x + i, e, rest);
+    acc = acc + e;
+  }
+  return reduce_add(acc);
+}
+
 constexpr GemmKernels make_gemm_kernels() {
   return GemmKernels{kLevelName,
                      static_cast<unsigned>(kMr),
@@ -261,7 +412,10 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm<std::uint8_t, std::uint8_t>,
                      &gemm<float, std::uint8_t>,
                      &gemm<std::uint16_t, std::uint8_t>,
-                     &int4_expand};
+                     &int4_expand,
+                     &f32_nn,
+                     &scale_max,
+                     &exp_sum};
 }
 
 }  // namespace

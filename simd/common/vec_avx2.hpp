@@ -4,7 +4,7 @@
 //   kLanes, kLevelName; F (kLanes f32), I (kLanes i32), M (lane mask)
 //   fzero fsplat fload fload_n fload_bf16 fload_bf16_n fstore fstore_n  (_n: first n < kLanes
 //     lanes, the rest zero on load / untouched on store)
-//   F+F F*F fmadd(a,b,c)=a*b+c  fmax fmin (NaN: either operand may come out)  is_nan bits floats
+//   F+F F-F F*F fmadd(a,b,c)=a*b+c  fmax fmin (NaN: either operand may come out)  is_nan flt bits floats
 //     reduce_add reduce_add4
 //   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) (I or F)
@@ -60,6 +60,8 @@ inline F operator*(F a, F b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 inline F fmax(F a, F b) { return {_mm256_max_ps(a.v, b.v)}; }
 inline F fmin(F a, F b) { return {_mm256_min_ps(a.v, b.v)}; }
+inline F operator-(F a, F b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline M flt(F a, F b) { return {_mm256_castps_si256(_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ))}; }  // false for NaN
 inline M is_nan(F a) { return {_mm256_castps_si256(_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q))}; }
 inline I bits(F a) { return {_mm256_castps_si256(a.v)}; }
 inline F floats(I a) { return {_mm256_castsi256_ps(a.v)}; }

@@ -54,6 +54,8 @@ inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline F fmax(F a, F b) { return {_mm512_max_ps(a.v, b.v)}; }
 inline F fmin(F a, F b) { return {_mm512_min_ps(a.v, b.v)}; }
+inline F operator-(F a, F b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline M flt(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }  // false for NaN
 inline M is_nan(F a) { return {_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q)}; }
 inline I bits(F a) { return {_mm512_castps_si512(a.v)}; }
 inline F floats(I a) { return {_mm512_castsi512_ps(a.v)}; }

@@ -53,6 +53,8 @@ inline F operator*(F a, F b) { return {a.v * b.v}; }
 inline F fmadd(F a, F b, F c) { return {a.v * b.v + c.v}; }
 inline F fmax(F a, F b) { return {a.v > b.v ? a.v : b.v}; }
 inline F fmin(F a, F b) { return {a.v < b.v ? a.v : b.v}; }
+inline F operator-(F a, F b) { return {a.v - b.v}; }
+inline M flt(F a, F b) { return {a.v < b.v}; }  // false for NaN
 inline M is_nan(F a) { return {a.v != a.v}; }
 inline I bits(F a) { return {reinterpret_cast<v4i>(a.v)}; }
 inline F floats(I a) { return {reinterpret_cast<v4f>(a.v)}; }

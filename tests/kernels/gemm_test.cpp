@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -261,6 +262,142 @@ TEST_P(Gemm, Int4ExpandLooksEveryNibbleUp) {
         for (std::size_t i = 0; i < 8; ++i)
           ASSERT_EQ(dst[1 + 8 * r + i], tbl[(words[r * stride] >> (4 * i)) & 0xFu]) << "word " << r << " nibble " << i;
       for (std::size_t j = 1 + 8 * nwords; j < dst.size(); ++j) EXPECT_EQ(dst[j], kPoison) << "written past the end at " << j;
+    }
+  }
+}
+
+// ---- the attention pieces: f32_nn, scale_max, exp_sum ------------------------------------------
+
+// C (+)= A·B with B along n: every shape around the register tile (rows, whole vectors and a
+// partial one), strided and unaligned operands, against the exact sum within the one-chain bound
+// (k products in order, plus the start value); nothing written outside the tile.
+TEST_P(Gemm, NnMatchesExactSumsAndGeneric) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& gk = *cpu::gemm_kernels_at(Isa::generic);
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(23);
+  std::size_t seed = 0;
+  for (std::size_t m : {1, 2, 3, 5, 6, 7, 12, 13})
+    for (std::size_t n : {1, 3, 4, 8, 15, 16, 17, 33, 64, 65, 100})
+      for (std::size_t k : {0, 1, 2, 7, 64, 65})
+        for (bool acc : {false, true}) {
+          ++seed;
+          const std::size_t lda = k + seed % 3, ldb = n + seed % 5, ldc = n + 1 + seed % 2, off = 1 + seed % 3;
+          std::vector<float> a(off + m * lda + 8), b(off + k * ldb + 8);
+          for (auto& x : a) x = rng.uniform(-2.0f, 2.0f);
+          for (auto& x : b) x = rng.uniform(-2.0f, 2.0f);
+          std::vector<float> c(off + m * ldc + 8, float_of(kGuard));
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          std::vector<float> c2 = c;
+          const std::vector<float> c0 = c;
+          table().f32_nn(m, n, k, a.data() + off, lda, b.data() + off, ldb, c.data() + off, ldc, acc);
+          gk.f32_nn(m, n, k, a.data() + off, lda, b.data() + off, ldb, c2.data() + off, ldc, acc);
+          for (std::size_t e = 0; e < c.size(); ++e) {
+            const bool inside = e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
+            if (!inside) {
+              ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n << " k=" << k;
+              continue;
+            }
+            const std::size_t i = (e - off) / ldc, j = (e - off) % ldc;
+            double exact = acc ? c0[e] : 0.0, mag = std::fabs(exact);
+            for (std::size_t p = 0; p < k; ++p) {
+              const double prod = static_cast<double>(a[off + i * lda + p]) * b[off + p * ldb + j];
+              exact += prod;
+              mag += std::fabs(prod);
+            }
+            // One chain of k steps, each a fused multiply-add or (generic) a product and a sum.
+            const double bound = 2.0 * (static_cast<double>(k) + 1.0) * 0x1p-24 * mag;
+            ASSERT_LE(std::fabs(c[e] - exact), bound)
+                << "m=" << m << " n=" << n << " k=" << k << " at (" << i << "," << j << ")" << (acc ? " +=" : "");
+            ASSERT_LE(std::fabs(c[e] - c2[e]), 2.0 * bound) << "vs generic, m=" << m << " n=" << n << " k=" << k;
+          }
+        }
+}
+
+// x * f * c in place, and the maximum: NaN when any product is NaN, -inf for none; no element
+// past n touched; lengths around the vector width.
+TEST_P(Gemm, ScaleMaxScalesInPlaceAndFindsTheMaximum) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(29);
+  constexpr float kPoison = -7.25e30f;
+  for (std::size_t n : {0, 1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 100})
+    for (bool with_f : {false, true})
+      for (int special = 0; special < 3; ++special) {  // none, a NaN, everything below zero
+        std::vector<float> x(n + 3, kPoison), f(n + 3, kPoison);
+        for (std::size_t i = 0; i < n; ++i) {
+          x[i + 1] = special == 2 ? -rng.uniform(1.0f, 5.0f) : rng.uniform(-5.0f, 5.0f);
+          f[i + 1] = rng.uniform(0.25f, 2.0f);
+        }
+        if (special == 1 && n > 0) x[1 + n / 2] = std::numeric_limits<float>::quiet_NaN();
+        const std::vector<float> x0 = x;
+        const float c = -0.375f * (special == 2 ? -1.0f : 1.0f);
+        const float got = table().scale_max(x.data() + 1, with_f ? f.data() + 1 : nullptr, c, n);
+        float want = -std::numeric_limits<float>::infinity();
+        bool nan = false;
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = (with_f ? x0[i + 1] * f[i + 1] : x0[i + 1]) * c;
+          if (std::isnan(v)) {
+            nan = true;
+            ASSERT_TRUE(std::isnan(x[i + 1]));
+          } else {
+            ASSERT_EQ(bits_of(x[i + 1]), bits_of(v)) << "n=" << n << " at " << i;
+          }
+          want = std::max(want, v);
+        }
+        EXPECT_EQ(bits_of(x[0]), bits_of(kPoison));
+        EXPECT_EQ(bits_of(x[n + 1]), bits_of(kPoison)) << "n=" << n;
+        if (nan) EXPECT_TRUE(std::isnan(got)) << "n=" << n;
+        else EXPECT_EQ(bits_of(got), bits_of(want)) << "n=" << n << " special " << special;
+      }
+}
+
+// exp(x - m) within 2 ulp of the exact value over the whole range that matters ([-86.5, 0], at
+// every binade and densely near 0), 0 below, NaN kept; the returned sum within the f32 bound of
+// the exact sum of what was stored; nothing past n touched.
+TEST_P(Gemm, ExpSumIsWithinTwoUlp) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(31);
+  std::vector<float> xs;
+  for (int e = -30; e <= 6; ++e)
+    for (int i = 0; i < 64; ++i) xs.push_back(-std::ldexp(1.0f + rng.uniform(0.0f, 1.0f), e));
+  for (int i = 0; i < 4000; ++i) xs.push_back(rng.uniform(-86.5f, 0.0f));
+  xs.push_back(0.0f);
+  xs.push_back(-0.0f);
+  xs.push_back(-86.5f);
+  xs.push_back(-86.6f);
+  xs.push_back(-100.0f);
+  xs.push_back(-std::numeric_limits<float>::infinity());
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  for (float m : {0.0f, 3.5f, -1e3f}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{16}, std::size_t{17}, xs.size()}) {
+      std::vector<float> x(n + 2, 1234.5f);
+      for (std::size_t i = 0; i < n; ++i) x[i + 1] = xs[(i * 7 + n) % xs.size()] + m;
+      const std::vector<float> x0 = x;
+      const float sum = table().exp_sum(x.data() + 1, m, n);
+      double exact_sum = 0;
+      bool nan = false;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float d = x0[i + 1] - m;  // exact here: m is a small integer or -1e3 with |x| <= 86.5
+        const float got = x[i + 1];
+        if (std::isnan(d)) {
+          ASSERT_TRUE(std::isnan(got));
+          nan = true;
+          continue;
+        }
+        if (d < -86.5f) {
+          ASSERT_EQ(got, 0.0f) << "exp(" << d << ")";
+          continue;
+        }
+        const double want = std::exp(static_cast<double>(d));
+        const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+        ASSERT_LE(std::fabs(got - want), 2.0 * ulp) << "exp(" << d << ") got " << got << " want " << want;
+        exact_sum += got;
+      }
+      EXPECT_EQ(x[0], 1234.5f);
+      EXPECT_EQ(x[n + 1], 1234.5f);
+      if (nan) EXPECT_TRUE(std::isnan(sum));
+      else EXPECT_LE(std::fabs(sum - exact_sum), (static_cast<double>(n) + 8.0) * 0x1p-24 * exact_sum) << "n=" << n;
     }
   }
 }
