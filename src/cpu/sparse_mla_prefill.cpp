@@ -1,10 +1,219 @@
+// cpu back-end of op 4 (sparse MLA prefill).
+//
+// Work tiles: (query token, group of up to kHeadTile heads), under oneTBB. A tile lists its
+// token's valid slots once, then walks them kSlotChunk at a time (FlashAttention style, online
+// softmax):
+//   gather   the chunk's cache rows once for every head of the tile: K rows in the score tile's
+//            compute type (bf16 where the level has vdpbf16ps: bf16 copied, fp8 decoded exactly;
+//            else f32), V rows (the first v_depth columns) as f32; an fp8 row's scale kept aside
+//   S        = Q·Kᵀ on the simd dot tiles (Q read in place when it is already the compute type),
+//            then scale (· row scale) and the chunk maximum (simd scale_max)
+//   softmax  running maximum m and sum l per head; P = exp(S - m) in f32 (simd exp_sum, 2 ulp),
+//            the accumulated output rescaled by exp(m_old - m) when m grows
+//   O       += P·V on the simd NN tile, in f32 (P is not rounded to bf16: more exact than the
+//            spec requires); for an fp8 cache P carries the row scale, so V is the exact codes
+// End: out = bf16(O / (l + exp(sink - m))), lse = m + log(l); a row with no valid slot writes 0 and
+// lse = +inf; a row whose scores are all -inf (only with infinite inputs) gives NaN, as the
+// reference's exp(-inf - (-inf)) does. Each output element depends only on its own head's chain
+// and the fixed slot chunks, never on the tiling or the thread count: the same bits for any.
 #include "cpu/sparse_mla_prefill.hpp"
 
-namespace mlakit::cpu {
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 
-Status sparse_mla_prefill(const SparseMlaPrefillDesc&, const SparseMlaPrefillArgs&) {
-  return Status::error(StatusCode::unsupported, "sparse_mla_prefill", "backend",
-                       "sparse_mla_prefill: the cpu back-end has no kernel for this operator yet");
+#include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
+#include "mlakit/dtype.hpp"
+
+namespace mlakit::cpu {
+namespace {
+
+constexpr std::size_t kSlotChunk = 64;  // gathered rows per step: K chunk + V chunk ~200 KiB at qk 576
+constexpr std::size_t kHeadTile = 128;  // heads per tile (fewer for short calls, so threads have tiles)
+
+inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+struct Plan {
+  const SparseMlaPrefillDesc* d;
+  const SparseMlaPrefillArgs* a;
+  const simd::GemmKernels* gemm;
+  const simd::Fp8DecodeKernels* fp8dec;
+  std::size_t T, Hq, qk, vd, stride, head_tile, ldk, ldv;
+  std::int64_t page, num_rows;
+  bool fp8;
+};
+
+void bf16_row_to_f32(const std::uint16_t* s, float* d, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+}
+
+// The valid slots of token t, in slot order (duplicates kept): cache element offsets and row
+// scales (1 for a bf16 cache). Returns their number.
+std::size_t valid_rows(const Plan& p, std::size_t t, std::int64_t* base, float* rscale) {
+  const SparseMlaPrefillArgs& a = *p.a;
+  const PagedKVCacheView& c = a.kv_cache;
+  std::size_t len = p.stride;
+  if (a.topk_lengths.present()) len = std::min<std::size_t>(len, a.topk_lengths.as<const std::uint32_t>()[t]);
+  const auto* idx = static_cast<const std::int32_t*>(a.indices.data) + t * p.stride;  // u32: the same bits
+  const float* scales = p.fp8 ? c.scales.as<const float>() : nullptr;
+  std::size_t n = 0;
+  for (std::size_t s = 0; s < len; ++s) {
+    const std::int64_t r = idx[s];
+    if (r < 0 || r >= p.num_rows) continue;
+    const std::int64_t blk = r / p.page, off = r % p.page;
+    base[n] = c.row_offset(blk, 0, a.layer_idx, off, 0);
+    rscale[n] = scales ? scales[c.scale_offset(blk, 0, a.layer_idx, off, 0)] : 1.0f;
+    ++n;
+  }
+  return n;
+}
+
+template <class CT>
+void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
+  const SparseMlaPrefillArgs& a = *p.a;
+  const simd::GemmKernels& g = *p.gemm;
+  const std::size_t qk = p.qk, vd = p.vd, ldk = p.ldk, ldv = p.ldv;
+  constexpr bool kBf16 = std::is_same_v<CT, std::uint16_t>;
+
+  auto* base = static_cast<std::int64_t*>(thread_scratch(p.stride * (sizeof(std::int64_t) + sizeof(float)), 0));
+  auto* rscale = reinterpret_cast<float*>(base + p.stride);
+  const std::size_t n = valid_rows(p, t, base, rscale);
+
+  auto* out = a.output.as<std::uint16_t>() + (t * p.Hq + h0) * vd;
+  float* lse = a.lse.present() ? a.lse.as<float>() + t * p.Hq + h0 : nullptr;
+  if (n == 0) {
+    std::memset(out, 0, hn * vd * sizeof(std::uint16_t));
+    if (lse)
+      for (std::size_t h = 0; h < hn; ++h) lse[h] = std::numeric_limits<float>::infinity();
+    return;
+  }
+
+  // Scratch: K chunk, Q (when converted), V chunk, S, O, m and l.
+  const std::size_t k_bytes = round_up(kSlotChunk * ldk * sizeof(CT), 64);
+  const std::size_t q_bytes = kBf16 ? 0 : round_up(hn * ldk * sizeof(CT), 64);
+  auto* kbuf = static_cast<CT*>(thread_scratch(k_bytes + q_bytes, 1));
+  const std::size_t v_floats = round_up(kSlotChunk * ldv, 16), s_floats = round_up(hn * kSlotChunk, 16);
+  auto* vbuf = static_cast<float*>(thread_scratch((v_floats + s_floats + hn * ldv + 2 * hn) * sizeof(float), 2));
+  float* sbuf = vbuf + v_floats;
+  float* obuf = sbuf + s_floats;
+  float* m = obuf + hn * ldv;
+  float* l = m + hn;
+
+  const auto* q16 = a.q.as<const std::uint16_t>() + (t * p.Hq + h0) * qk;
+  const CT* q;
+  std::size_t ldq;
+  if constexpr (kBf16) {
+    q = q16;
+    ldq = qk;
+  } else {
+    float* qf = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(kbuf) + k_bytes);
+    for (std::size_t h = 0; h < hn; ++h) bf16_row_to_f32(q16 + h * qk, qf + h * ldk, qk);
+    q = qf;
+    ldq = ldk;
+  }
+  std::fill(obuf, obuf + hn * ldv, 0.0f);
+  std::fill(m, m + hn, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + hn, 0.0f);
+
+  const auto* blocks8 = a.kv_cache.blocks.as<const std::uint8_t>();
+  const auto* blocks16 = a.kv_cache.blocks.as<const std::uint16_t>();
+  const float scale = p.d->scale;
+  for (std::size_t c0 = 0; c0 < n; c0 += kSlotChunk) {
+    const std::size_t cnt = std::min(kSlotChunk, n - c0);
+    for (std::size_t i = 0; i < cnt; ++i) {
+      const std::int64_t b = base[c0 + i];
+      CT* kr = kbuf + i * ldk;
+      float* vr = vbuf + i * ldv;
+      if (p.fp8) {
+        if constexpr (kBf16) p.fp8dec->to_bf16(blocks8 + b, kr, qk);
+        else p.fp8dec->to_f32(blocks8 + b, kr, qk);
+        p.fp8dec->to_f32(blocks8 + b, vr, vd);
+      } else {
+        if constexpr (kBf16) std::memcpy(kr, blocks16 + b, qk * sizeof(std::uint16_t));
+        else bf16_row_to_f32(blocks16 + b, kr, qk);
+        bf16_row_to_f32(blocks16 + b, vr, vd);
+      }
+    }
+    if constexpr (kBf16) g.bf16_bf16(hn, cnt, qk, q, ldq, kbuf, ldk, sbuf, kSlotChunk, false);
+    else g.f32_f32(hn, cnt, qk, q, ldq, kbuf, ldk, sbuf, kSlotChunk, false);
+
+    for (std::size_t h = 0; h < hn; ++h) {
+      float* s = sbuf + h * kSlotChunk;
+      const float cm = g.scale_max(s, p.fp8 ? rscale + c0 : nullptr, scale, cnt);
+      const float mo = m[h];
+      const float mn = std::isnan(mo) || std::isnan(cm) ? std::numeric_limits<float>::quiet_NaN() : std::max(mo, cm);
+      if (mn == -std::numeric_limits<float>::infinity()) {  // every score so far is -inf: nothing to add yet
+        std::fill(s, s + cnt, 0.0f);
+        continue;
+      }
+      const float alpha = mo == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(mo - mn);
+      l[h] = l[h] * alpha + g.exp_sum(s, mn, cnt);
+      m[h] = mn;
+      if (alpha != 1.0f) {
+        float* o = obuf + h * ldv;
+        for (std::size_t j = 0; j < vd; ++j) o[j] *= alpha;
+      }
+      if (p.fp8)
+        for (std::size_t i = 0; i < cnt; ++i) s[i] *= rscale[c0 + i];
+    }
+    g.f32_nn(hn, vd, cnt, sbuf, kSlotChunk, vbuf, ldv, obuf, ldv, true);
+  }
+
+  const float* sink = a.attn_sink.present() ? a.attn_sink.as<const float>() + h0 : nullptr;
+  for (std::size_t h = 0; h < hn; ++h) {
+    std::uint16_t* o = out + h * vd;
+    const float mh = m[h];
+    if (mh == -std::numeric_limits<float>::infinity()) {
+      for (std::size_t j = 0; j < vd; ++j) o[j] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
+      if (lse) lse[h] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float den = l[h] + (sink ? std::exp(sink[h] - mh) : 0.0f);
+    const float* acc = obuf + h * ldv;
+    for (std::size_t j = 0; j < vd; ++j) o[j] = f32_to_bf16(acc[j] / den);
+    if (lse) lse[h] = mh + std::log(l[h]);
+  }
+}
+
+}  // namespace
+
+Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
+  Plan p{};
+  p.d = &d;
+  p.a = &a;
+  p.gemm = &gemm_kernels();
+  p.fp8dec = &fp8_decode_kernels();
+  p.T = static_cast<std::size_t>(a.q.shape[0]);
+  p.Hq = static_cast<std::size_t>(d.num_q_heads);
+  p.qk = static_cast<std::size_t>(d.qk_depth);
+  p.vd = static_cast<std::size_t>(d.v_depth);
+  p.stride = static_cast<std::size_t>(d.indices_stride);
+  p.page = a.kv_cache.page_size();
+  p.num_rows = a.kv_cache.num_blocks() * p.page;
+  p.fp8 = a.kv_cache.blocks.dtype == DType::f8e4m3;
+  p.ldk = round_up(p.qk, 32);  // 64-byte rows in bf16, 128-byte in f32
+  p.ldv = round_up(p.vd, 16);
+  if (p.T == 0 || p.Hq == 0) return Status::success();
+  // Short calls get smaller head groups so that every thread has tiles; the bits do not depend on it.
+  const std::size_t want_tiles = 4 * static_cast<std::size_t>(num_threads());
+  p.head_tile = std::min(kHeadTile, p.Hq);
+  while (p.head_tile > 16 && p.T * ((p.Hq + p.head_tile - 1) / p.head_tile) < want_tiles) p.head_tile /= 2;
+  const std::size_t groups = (p.Hq + p.head_tile - 1) / p.head_tile;
+  const bool bf16 = p.gemm->bf16_dot;
+  parallel_for_tiles(p.T * groups, 1, [&](std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) {
+      const std::size_t t = i / groups, h0 = (i % groups) * p.head_tile;
+      const std::size_t hn = std::min(p.head_tile, p.Hq - h0);
+      if (bf16) run_tile<std::uint16_t>(p, t, h0, hn);
+      else run_tile<float>(p, t, h0, hn);
+    }
+  });
+  return Status::success();
 }
 
 }  // namespace mlakit::cpu

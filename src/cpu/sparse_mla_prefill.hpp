@@ -5,7 +5,6 @@
 
 namespace mlakit::cpu {
 
-// Returns StatusCode::unsupported (before writing anything) for calls it has no kernel for.
 Status sparse_mla_prefill(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& args);
 
 }  // namespace mlakit::cpu
