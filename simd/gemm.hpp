@@ -61,6 +61,14 @@ struct GemmKernels {
   // 2 ulp, results below 2^-124 (x[i] - m < -86.5) flushed to 0, NaN kept. Returns the f32 sum of
   // the results (kLanes partial sums in order, then a fixed tree).
   float (*exp_sum)(float* x, float m, std::size_t n);
+  // Where bf16_dot is true (null elsewhere), P·V on the bf16 pair dot: bf16_nn is f32_nn with A and
+  // B in bf16 and B as zipped row pairs, Bz[q*ldb + 2j + e] = B[2q + e][j] (zip_rows_bf16 writes
+  // them; a missing last row as 0), one f32 chain of pair dots per output; to_bf16_scaled rounds
+  // the f32 weights into A: dst[i] = bf16(x[i] * f[i]) (to nearest even; no factor when f is null;
+  // f32 subnormals become 0, as vcvtne2ps2bf16 reads them).
+  GemmFn<std::uint16_t, std::uint16_t> bf16_nn;
+  void (*zip_rows_bf16)(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t n, std::uint16_t* dst);
+  void (*to_bf16_scaled)(const float* x, const float* f, std::uint16_t* dst, std::size_t n);
 };
 
 }  // namespace mlakit::simd

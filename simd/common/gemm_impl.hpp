@@ -402,6 +402,117 @@ float exp_sum(float* x, float m, std::size_t n) {
   return reduce_add(acc);
 }
 
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+// bf16 NN tile: the f32 tile's shape with one pair dot per two rows of B.
+template <std::size_t R, std::size_t C>
+void tile_bnn(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* bz, std::size_t ldb,
+              float* c, std::size_t ldc, std::size_t last, bool accumulate) {
+  F s[R][C];
+#pragma GCC unroll 8
+  for (std::size_t r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) {
+      const float* cp = c + r * ldc + j * kLanes;
+      s[r][j] = !accumulate ? fzero() : (j + 1 < C || last == kLanes ? fload(cp) : fload_n(cp, last));
+    }
+  const std::size_t kp = (k + 1) / 2;
+  for (std::size_t q = 0; q < kp; ++q) {
+    const std::uint16_t* bp = bz + q * ldb;
+    B av[R];
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < R; ++r) {
+      if (2 * q + 1 < k) {
+        av[r] = bsplat_pair(a + r * lda + 2 * q);
+      } else {  // the odd last element alone: its partner is not part of A
+        const std::uint16_t pair[2] = {a[r * lda + 2 * q], 0};
+        av[r] = bsplat_pair(pair);
+      }
+    }
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) {
+      const B bv = j + 1 < C || last == kLanes ? bload(bp + j * kBf16Lanes) : bload_n(bp + j * kBf16Lanes, 2 * last);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < R; ++r) s[r][j] = bf16_dot(s[r][j], av[r], bv);
+    }
+  }
+#pragma GCC unroll 8
+  for (std::size_t r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) {
+      float* cp = c + r * ldc + j * kLanes;
+      if (j + 1 < C || last == kLanes) fstore(cp, s[r][j]);
+      else fstore_n(cp, s[r][j], last);
+    }
+}
+
+using BnnFn = void (*)(std::size_t, const std::uint16_t*, std::size_t, const std::uint16_t*, std::size_t, float*,
+                       std::size_t, std::size_t, bool);
+struct BnnTable {
+  BnnFn fn[kNnR][kNnC];
+};
+template <std::size_t... Is>
+constexpr BnnTable make_bnn_tiles(std::index_sequence<Is...>) {
+  BnnTable t{};
+  ((t.fn[Is / kNnC][Is % kNnC] = &tile_bnn<Is / kNnC + 1, Is % kNnC + 1>), ...);
+  return t;
+}
+constexpr BnnTable kBnnTiles = make_bnn_tiles(std::make_index_sequence<kNnR * kNnC>{});
+
+void bf16_nn(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
+             const std::uint16_t* bz, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  const std::size_t vecs = (n + kLanes - 1) / kLanes, last = n - (vecs - 1) * kLanes;
+  for (std::size_t v0 = 0; v0 < vecs; v0 += kNnC) {
+    const std::size_t cb = vecs - v0 < kNnC ? vecs - v0 : kNnC;
+    const std::size_t tail = v0 + cb == vecs ? last : kLanes;
+    for (std::size_t i = 0; i < m; i += kNnR) {
+      const std::size_t rb = m - i < kNnR ? m - i : kNnR;
+      kBnnTiles.fn[rb - 1][cb - 1](k, a + i * lda, lda, bz + 2 * v0 * kLanes, ldb, c + i * ldc + v0 * kLanes, ldc,
+                                   tail, accumulate);
+    }
+  }
+}
+
+void zip_rows_bf16(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t n, std::uint16_t* dst) {
+  std::size_t j = 0;
+  B lo, hi;
+  for (; j + kBf16Lanes <= n; j += kBf16Lanes) {
+    bzip_words(bload(r0 + j), r1 ? bload(r1 + j) : bzero(), &lo, &hi);
+    bstore(dst + 2 * j, lo);
+    bstore(dst + 2 * j + kBf16Lanes, hi);
+  }
+  if (j < n) {
+    const std::size_t rest = n - j;  // < 32 words of each row: 2 * rest < 64 words out
+    bzip_words(bload_n(r0 + j, rest), r1 ? bload_n(r1 + j, rest) : bzero(), &lo, &hi);
+    if (2 * rest <= kBf16Lanes) {
+      if (2 * rest == kBf16Lanes) bstore(dst + 2 * j, lo);
+      else bstore_n(dst + 2 * j, lo, 2 * rest);
+    } else {
+      bstore(dst + 2 * j, lo);
+      bstore_n(dst + 2 * j + kBf16Lanes, hi, 2 * rest - kBf16Lanes);
+    }
+  }
+}
+
+void to_bf16_scaled(const float* x, const float* f, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kBf16Lanes <= n; i += kBf16Lanes) {
+    F a = fload(x + i), b = fload(x + i + kLanes);
+    if (f) {
+      a = a * fload(f + i);
+      b = b * fload(f + i + kLanes);
+    }
+    bstore(dst + i, bf16_from_f32(a, b));
+  }
+  for (; i < n; i += kLanes) {
+    const std::size_t rest = n - i < kLanes ? n - i : kLanes;
+    F a = fload_n(x + i, rest);
+    if (f) a = a * fload_n(f + i, rest);
+    bstore_n(dst + i, bf16_from_f32(a, fzero()), rest);
+  }
+}
+#endif
+
 constexpr GemmKernels make_gemm_kernels() {
   return GemmKernels{kLevelName,
                      static_cast<unsigned>(kMr),
@@ -415,7 +526,16 @@ constexpr GemmKernels make_gemm_kernels() {
                      &int4_expand,
                      &f32_nn,
                      &scale_max,
-                     &exp_sum};
+                     &exp_sum,
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+                     &bf16_nn,
+                     &zip_rows_bf16,
+                     &to_bf16_scaled};
+#else
+                     nullptr,
+                     nullptr,
+                     nullptr};
+#endif
 }
 
 }  // namespace

@@ -63,4 +63,14 @@ inline void bzip_pairs(B a, B b, B* lo, B* hi) {
   hi->v = _mm512_permutex2var_epi32(a.v, ih, b.v);
 }
 
+// Interleaves the words of a and b: lo = a0 b0 a1 b1 .. a15 b15, hi = a16 b16 .. a31 b31.
+inline void bzip_words(B a, B b, B* lo, B* hi) {
+  alignas(64) static constexpr std::uint16_t kLo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                                        8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr std::uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                        24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  lo->v = _mm512_permutex2var_epi16(a.v, _mm512_load_si512(kLo), b.v);
+  hi->v = _mm512_permutex2var_epi16(a.v, _mm512_load_si512(kHi), b.v);
+}
+
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

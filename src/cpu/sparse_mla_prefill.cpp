@@ -10,8 +10,10 @@
 //            then scale (· row scale) and the chunk maximum (simd scale_max)
 //   softmax  running maximum m and sum l per head; P = exp(S - m) in f32 (simd exp_sum, 2 ulp),
 //            the accumulated output rescaled by exp(m_old - m) when m grows
-//   O       += P·V on the simd NN tile, in f32 (P is not rounded to bf16: more exact than the
-//            spec requires); for an fp8 cache P carries the row scale, so V is the exact codes
+//   O       += P·V on the simd NN tile: where the level has vdpbf16ps, P rounded to bf16 (as the
+//            spec allows, and FlashMLA does) against V row pairs zipped from the bf16 K rows;
+//            elsewhere in f32 (P not rounded); for an fp8 cache P carries the row scale, so V is
+//            the exact codes
 // End: out = bf16(O / (l + exp(sink - m))), lse = m + log(l); a row with no valid slot writes 0 and
 // lse = +inf; a row whose scores are all -inf (only with infinite inputs) gives NaN, as the
 // reference's exp(-inf - (-inf)) does. Each output element depends only on its own head's chain
@@ -93,11 +95,15 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
     return;
   }
 
-  // Scratch: K chunk, Q (when converted), V chunk, S, O, m and l.
+  // Scratch: K chunk, then Q (f32) or the zipped V rows and P (bf16); V chunk (f32), S, O, m and l.
   const std::size_t k_bytes = round_up(kSlotChunk * ldk * sizeof(CT), 64);
-  const std::size_t q_bytes = kBf16 ? 0 : round_up(hn * ldk * sizeof(CT), 64);
-  auto* kbuf = static_cast<CT*>(thread_scratch(k_bytes + q_bytes, 1));
-  const std::size_t v_floats = round_up(kSlotChunk * ldv, 16), s_floats = round_up(hn * kSlotChunk, 16);
+  const std::size_t vz_words = round_up(kSlotChunk * ldv, 32);  // kSlotChunk / 2 pairs of rows, 2 ldv words each
+  const std::size_t extra_bytes = kBf16 ? (vz_words + round_up(hn * kSlotChunk, 32)) * sizeof(std::uint16_t)
+                                        : round_up(hn * ldk * sizeof(CT), 64);
+  auto* kbuf = static_cast<CT*>(thread_scratch(k_bytes + extra_bytes, 1));
+  auto* vz = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(kbuf) + k_bytes);
+  std::uint16_t* pbuf = vz + vz_words;
+  const std::size_t v_floats = kBf16 ? 0 : round_up(kSlotChunk * ldv, 16), s_floats = round_up(hn * kSlotChunk, 16);
   auto* vbuf = static_cast<float*>(thread_scratch((v_floats + s_floats + hn * ldv + 2 * hn) * sizeof(float), 2));
   float* sbuf = vbuf + v_floats;
   float* obuf = sbuf + s_floats;
@@ -129,13 +135,14 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
       const std::int64_t b = base[c0 + i];
       CT* kr = kbuf + i * ldk;
       float* vr = vbuf + i * ldv;
-      if (p.fp8) {
-        if constexpr (kBf16) p.fp8dec->to_bf16(blocks8 + b, kr, qk);
-        else p.fp8dec->to_f32(blocks8 + b, kr, qk);
+      if constexpr (kBf16) {  // V: zipped from these rows below
+        if (p.fp8) p.fp8dec->to_bf16(blocks8 + b, kr, qk);
+        else std::memcpy(kr, blocks16 + b, qk * sizeof(std::uint16_t));
+      } else if (p.fp8) {
+        p.fp8dec->to_f32(blocks8 + b, kr, qk);
         p.fp8dec->to_f32(blocks8 + b, vr, vd);
       } else {
-        if constexpr (kBf16) std::memcpy(kr, blocks16 + b, qk * sizeof(std::uint16_t));
-        else bf16_row_to_f32(blocks16 + b, kr, qk);
+        bf16_row_to_f32(blocks16 + b, kr, qk);
         bf16_row_to_f32(blocks16 + b, vr, vd);
       }
     }
@@ -149,6 +156,7 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
       const float mn = std::isnan(mo) || std::isnan(cm) ? std::numeric_limits<float>::quiet_NaN() : std::max(mo, cm);
       if (mn == -std::numeric_limits<float>::infinity()) {  // every score so far is -inf: nothing to add yet
         std::fill(s, s + cnt, 0.0f);
+        if constexpr (kBf16) std::fill(pbuf + h * kSlotChunk, pbuf + h * kSlotChunk + cnt, std::uint16_t{0});
         continue;
       }
       const float alpha = mo == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(mo - mn);
@@ -158,10 +166,19 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
         float* o = obuf + h * ldv;
         for (std::size_t j = 0; j < vd; ++j) o[j] *= alpha;
       }
-      if (p.fp8)
+      if constexpr (kBf16) {
+        g.to_bf16_scaled(s, p.fp8 ? rscale + c0 : nullptr, pbuf + h * kSlotChunk, cnt);
+      } else if (p.fp8) {
         for (std::size_t i = 0; i < cnt; ++i) s[i] *= rscale[c0 + i];
+      }
     }
-    g.f32_nn(hn, vd, cnt, sbuf, kSlotChunk, vbuf, ldv, obuf, ldv, true);
+    if constexpr (kBf16) {
+      for (std::size_t i = 0; i < cnt; i += 2)
+        g.zip_rows_bf16(kbuf + i * ldk, i + 1 < cnt ? kbuf + (i + 1) * ldk : nullptr, vd, vz + i * ldv);
+      g.bf16_nn(hn, vd, cnt, pbuf, kSlotChunk, vz, 2 * ldv, obuf, ldv, true);
+    } else {
+      g.f32_nn(hn, vd, cnt, sbuf, kSlotChunk, vbuf, ldv, obuf, ldv, true);
+    }
   }
 
   const float* sink = a.attn_sink.present() ? a.attn_sink.as<const float>() + h0 : nullptr;

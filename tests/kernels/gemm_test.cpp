@@ -402,6 +402,86 @@ TEST_P(Gemm, ExpSumIsWithinTwoUlp) {
   }
 }
 
+// The bf16 P·V pieces (levels with a bf16 dot; null elsewhere): zip_rows_bf16 word by word with a
+// missing second row as zeros, to_bf16_scaled bitwise against scalar rounding of the product,
+// bf16_nn against exact sums over the zipped rows, every shape around the tile, odd k included
+// (the unpaired last element of A alone), nothing outside the tile written.
+TEST_P(Gemm, Bf16NnPiecesMatchTheirDefinitions) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  if (!t.bf16_dot) {
+    EXPECT_EQ(t.bf16_nn, nullptr);
+    EXPECT_EQ(t.zip_rows_bf16, nullptr);
+    EXPECT_EQ(t.to_bf16_scaled, nullptr);
+    return;
+  }
+  Rng rng(37);
+  for (std::size_t n : {1, 5, 16, 31, 32, 33, 63, 64, 65, 100}) {
+    std::vector<std::uint16_t> r0(n + 1), r1(n + 1);
+    for (auto& x : r0) x = static_cast<std::uint16_t>(rng.below(65536));
+    for (auto& x : r1) x = static_cast<std::uint16_t>(rng.below(65536));
+    for (bool second : {false, true}) {
+      std::vector<std::uint16_t> z(2 * n + 3, 0xA5A5);
+      t.zip_rows_bf16(r0.data() + 1, second ? r1.data() + 1 : nullptr, n, z.data() + 1);
+      EXPECT_EQ(z[0], 0xA5A5);
+      for (std::size_t j = 0; j < n; ++j) {
+        ASSERT_EQ(z[1 + 2 * j], r0[1 + j]) << "n=" << n << " j=" << j;
+        ASSERT_EQ(z[2 + 2 * j], second ? r1[1 + j] : 0) << "n=" << n << " j=" << j;
+      }
+      EXPECT_EQ(z[2 * n + 1], 0xA5A5) << "n=" << n;
+      EXPECT_EQ(z[2 * n + 2], 0xA5A5) << "n=" << n;
+    }
+    std::vector<float> x(n + 1), f(n + 1);
+    for (auto& v : x) v = rng.uniform(-3.0f, 3.0f);
+    for (auto& v : f) v = rng.uniform(0.001f, 500.0f);
+    for (bool with_f : {false, true}) {
+      std::vector<std::uint16_t> d(n + 2, 0xA5A5);
+      t.to_bf16_scaled(x.data() + 1, with_f ? f.data() + 1 : nullptr, d.data() + 1, n);
+      EXPECT_EQ(d[0], 0xA5A5);
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(d[1 + i], f32_to_bf16(with_f ? x[1 + i] * f[1 + i] : x[1 + i])) << "n=" << n << " i=" << i;
+      EXPECT_EQ(d[n + 1], 0xA5A5) << "n=" << n;
+    }
+  }
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  std::size_t seed = 0;
+  for (std::size_t m : {1, 5, 6, 7, 13})
+    for (std::size_t n : {1, 15, 16, 17, 64, 65, 100})
+      for (std::size_t k : {0, 1, 2, 3, 63, 64})
+        for (bool acc : {false, true}) {
+          ++seed;
+          const std::size_t lda = k + 1 + seed % 3, kp = (k + 1) / 2, ldz = 2 * n + 2 * (seed % 3), ldc = n + 1;
+          std::vector<std::uint16_t> a(m * lda + 2), b(k * n + 1), z(kp * ldz + 64, 0);
+          for (auto& v : a) v = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+          for (auto& v : b) v = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+          for (std::size_t i = 0; i < m; ++i)
+            if (k % 2) a[1 + i * lda + k] = 0x7FC0;  // past k: a NaN that must not count
+          for (std::size_t q = 0; q < kp; ++q)
+            t.zip_rows_bf16(b.data() + 2 * q * n, 2 * q + 1 < k ? b.data() + (2 * q + 1) * n : nullptr, n, z.data() + q * ldz);
+          std::vector<float> c(m * ldc + 4, float_of(kGuard));
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[1 + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          const std::vector<float> c0 = c;
+          t.bf16_nn(m, n, k, a.data() + 1, lda, z.data(), ldz, c.data() + 1, ldc, acc);
+          for (std::size_t e = 0; e < c.size(); ++e) {
+            const bool inside = e >= 1 && (e - 1) / ldc < m && (e - 1) % ldc < n;
+            if (!inside) {
+              ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n << " k=" << k;
+              continue;
+            }
+            const std::size_t i = (e - 1) / ldc, j = (e - 1) % ldc;
+            double exact = acc ? c0[e] : 0.0, mag = std::fabs(exact);
+            for (std::size_t p = 0; p < k; ++p) {
+              const double prod = static_cast<double>(bf16_to_f32(a[1 + i * lda + p])) * bf16_to_f32(b[p * n + j]);
+              exact += prod;
+              mag += std::fabs(prod);
+            }
+            ASSERT_LE(std::fabs(c[e] - exact), 2.0 * (static_cast<double>(k) + 1.0) * 0x1p-24 * mag)
+                << "m=" << m << " n=" << n << " k=" << k << " at (" << i << "," << j << ")" << (acc ? " +=" : "");
+          }
+        }
+}
+
 TEST_P(Gemm, TableDescribesItself) {
   const simd::GemmKernels& t = table();
   EXPECT_STREQ(t.level, isa_name(GetParam()));
