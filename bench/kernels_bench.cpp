@@ -111,13 +111,13 @@ std::vector<T, Alloc> random_operand(std::size_t n, std::uint64_t seed) {
 
 template <class TA, class TB>
 void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool native_bf16, std::size_t m,
-               std::size_t n, std::size_t k) {
+               std::size_t n, std::size_t k, std::size_t ldb = 0) {
   add(name, level, [=](benchmark::State& st) {
     const auto a = random_operand<TA>(m * k, 1);
     const auto b = random_operand<TB>(n * k, 2);
     std::vector<float> c(m * n);
     for (auto _ : st) {
-      fn(m, n, k, a.data(), k, b.data(), k, c.data(), n, false);
+      fn(m, n, k, a.data(), k, b.data(), ldb ? ldb : k, c.data(), n, false);
       benchmark::DoNotOptimize(c.data());
       benchmark::ClobberMemory();
     }
@@ -145,6 +145,14 @@ void register_gemm(Isa level) {
     gemm_case<std::uint16_t, std::uint8_t>("gemm/bf16_f8_" + shape + "/" + lv, level, g->bf16_f8, g->bf16_dot, s.m,
                                            s.n, s.k);
   }
+  // Sparse MLA, one 64-row chunk for 128 heads: the scores over qk 576 (rows along k) and P·V into
+  // v 512 (B along n: value rows, zipped in pairs for bf16_nn).
+  gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_m128n64k576/" + lv, level, g->bf16_bf16, g->bf16_dot, 128, 64,
+                                          576);
+  gemm_case<float, float>("gemm/f32_nn_m128n512k64/" + lv, level, g->f32_nn, false, 128, 512, 64, 512);
+  if (g->bf16_nn)
+    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m128n512k64/" + lv, level, g->bf16_nn, true, 128, 512, 64,
+                                            1024);
 }
 
 // ---- top-k ------------------------------------------------------------------------------------------

@@ -129,9 +129,17 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
   const auto* blocks8 = a.kv_cache.blocks.as<const std::uint8_t>();
   const auto* blocks16 = a.kv_cache.blocks.as<const std::uint16_t>();
   const float scale = p.d->scale;
+  const std::size_t row_bytes = qk * (p.fp8 ? 1 : 2);
   for (std::size_t c0 = 0; c0 < n; c0 += kSlotChunk) {
     const std::size_t cnt = std::min(kSlotChunk, n - c0);
     for (std::size_t i = 0; i < cnt; ++i) {
+      // The next chunk's row i is fetched while this chunk is multiplied: rows are scattered over
+      // the cache, so no hardware prefetcher sees them coming.
+      if (c0 + kSlotChunk + i < n) {
+        const char* nr = p.fp8 ? reinterpret_cast<const char*>(blocks8 + base[c0 + kSlotChunk + i])
+                               : reinterpret_cast<const char*>(blocks16 + base[c0 + kSlotChunk + i]);
+        for (std::size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(nr + off, 0, 3);
+      }
       const std::int64_t b = base[c0 + i];
       CT* kr = kbuf + i * ldk;
       float* vr = vbuf + i * ldv;
