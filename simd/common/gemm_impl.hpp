@@ -263,10 +263,43 @@ constexpr std::size_t kNnR = 3, kNnC = 3;
 constexpr std::size_t kNnR = 6, kNnC = 4;
 #endif
 
+// One step of an NN tile: an f32 step takes one row of B and a broadcast element of A; a bf16
+// step (levels with the pair dot) a zipped row pair and a broadcast pair of A, whose odd last
+// element goes alone (its neighbour is not part of A).
+template <class T>
+struct NnStep;
+template <>
+struct NnStep<float> {
+  using V = F;
+  static constexpr std::size_t kRows = 1;
+  static V a_at(const float* a, std::size_t p, std::size_t) { return fsplat(a[p]); }
+  static V b_at(const float* bp, std::size_t j, std::size_t lanes) {
+    return lanes == kLanes ? fload(bp + j * kLanes) : fload_n(bp + j * kLanes, lanes);
+  }
+  static F mac(F acc, V a, V b) { return fmadd(a, b, acc); }
+};
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+template <>
+struct NnStep<std::uint16_t> {
+  using V = B;
+  static constexpr std::size_t kRows = 2;
+  static V a_at(const std::uint16_t* a, std::size_t p, std::size_t k) {
+    if (p + 1 < k) return bsplat_pair(a + p);
+    const std::uint16_t pair[2] = {a[p], 0};
+    return bsplat_pair(pair);
+  }
+  static V b_at(const std::uint16_t* bp, std::size_t j, std::size_t lanes) {
+    return lanes == kLanes ? bload(bp + j * kBf16Lanes) : bload_n(bp + j * kBf16Lanes, 2 * lanes);
+  }
+  static F mac(F acc, V a, V b) { return bf16_dot(acc, a, b); }
+};
+#endif
+
 // Columns [0, (C - 1) * kLanes + last) of the tile; last = kLanes unless the tile ends the row.
-template <std::size_t R, std::size_t C>
-void tile_nn(std::size_t k, const float* a, std::size_t lda, const float* b, std::size_t ldb, float* c,
-             std::size_t ldc, std::size_t last, bool accumulate) {
+template <class T, std::size_t R, std::size_t C>
+void tile_nn(std::size_t k, const T* a, std::size_t lda, const T* b, std::size_t ldb, float* c, std::size_t ldc,
+             std::size_t last, bool accumulate) {
+  using S = NnStep<T>;
   // Every loop over the tile unrolled: otherwise GCC keeps the accumulators in memory.
   F s[R][C];
 #pragma GCC unroll 8
@@ -276,16 +309,16 @@ void tile_nn(std::size_t k, const float* a, std::size_t lda, const float* b, std
       const float* cp = c + r * ldc + j * kLanes;
       s[r][j] = !accumulate ? fzero() : (j + 1 < C || last == kLanes ? fload(cp) : fload_n(cp, last));
     }
-  for (std::size_t p = 0; p < k; ++p) {
-    const float* bp = b + p * ldb;
-    F av[R];
+  for (std::size_t p = 0, q = 0; p < k; p += S::kRows, ++q) {
+    const T* bp = b + q * ldb;
+    typename S::V av[R];
 #pragma GCC unroll 8
-    for (std::size_t r = 0; r < R; ++r) av[r] = fsplat(a[r * lda + p]);
+    for (std::size_t r = 0; r < R; ++r) av[r] = S::a_at(a + r * lda, p, k);
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < C; ++j) {
-      const F bv = j + 1 < C || last == kLanes ? fload(bp + j * kLanes) : fload_n(bp + j * kLanes, last);
+      const typename S::V bv = S::b_at(bp, j, j + 1 < C ? kLanes : last);
 #pragma GCC unroll 8
-      for (std::size_t r = 0; r < R; ++r) s[r][j] = fmadd(av[r], bv, s[r][j]);
+      for (std::size_t r = 0; r < R; ++r) s[r][j] = S::mac(s[r][j], av[r], bv);
     }
   }
 #pragma GCC unroll 8
@@ -298,23 +331,27 @@ void tile_nn(std::size_t k, const float* a, std::size_t lda, const float* b, std
     }
 }
 
-using NnFn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*, std::size_t,
-                      std::size_t, bool);
+template <class T>
+using NnFn = void (*)(std::size_t, const T*, std::size_t, const T*, std::size_t, float*, std::size_t, std::size_t,
+                      bool);
+template <class T>
 struct NnTable {
-  NnFn fn[kNnR][kNnC];
+  NnFn<T> fn[kNnR][kNnC];
 };
-template <std::size_t... Is>
-constexpr NnTable make_nn_tiles(std::index_sequence<Is...>) {
-  NnTable t{};
-  ((t.fn[Is / kNnC][Is % kNnC] = &tile_nn<Is / kNnC + 1, Is % kNnC + 1>), ...);
+template <class T, std::size_t... Is>
+constexpr NnTable<T> make_nn_tiles(std::index_sequence<Is...>) {
+  NnTable<T> t{};
+  ((t.fn[Is / kNnC][Is % kNnC] = &tile_nn<T, Is / kNnC + 1, Is % kNnC + 1>), ...);
   return t;
 }
-constexpr NnTable kNnTiles = make_nn_tiles(std::make_index_sequence<kNnR * kNnC>{});
+template <class T>
+constexpr NnTable<T> kNnTiles = make_nn_tiles<T>(std::make_index_sequence<kNnR * kNnC>{});
 
-// Column blocks of kNnC vectors outside, row tiles inside: the block's k x kNnC*kLanes slice of B
-// stays in L1 while every row of A passes over it.
-void f32_nn(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* b,
-            std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+// f32_nn (T = float) and bf16_nn (T = bf16, B zipped). Column blocks of kNnC vectors outside, row
+// tiles inside: the block's slice of B stays in L1 while every row of A passes over it.
+template <class T>
+void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t lda, const T* b, std::size_t ldb,
+             float* c, std::size_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
   const std::size_t vecs = (n + kLanes - 1) / kLanes, last = n - (vecs - 1) * kLanes;
   for (std::size_t v0 = 0; v0 < vecs; v0 += kNnC) {
@@ -322,8 +359,8 @@ void f32_nn(std::size_t m, std::size_t n, std::size_t k, const float* a, std::si
     const std::size_t tail = v0 + cb == vecs ? last : kLanes;
     for (std::size_t i = 0; i < m; i += kNnR) {
       const std::size_t rb = m - i < kNnR ? m - i : kNnR;
-      kNnTiles.fn[rb - 1][cb - 1](k, a + i * lda, lda, b + v0 * kLanes, ldb, c + i * ldc + v0 * kLanes, ldc, tail,
-                                  accumulate);
+      kNnTiles<T>.fn[rb - 1][cb - 1](k, a + i * lda, lda, b + NnStep<T>::kRows * v0 * kLanes, ldb,
+                                     c + i * ldc + v0 * kLanes, ldc, tail, accumulate);
     }
   }
 }
@@ -403,76 +440,6 @@ float exp_sum(float* x, float m, std::size_t n) {
 }
 
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-// bf16 NN tile: the f32 tile's shape with one pair dot per two rows of B.
-template <std::size_t R, std::size_t C>
-void tile_bnn(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* bz, std::size_t ldb,
-              float* c, std::size_t ldc, std::size_t last, bool accumulate) {
-  F s[R][C];
-#pragma GCC unroll 8
-  for (std::size_t r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (std::size_t j = 0; j < C; ++j) {
-      const float* cp = c + r * ldc + j * kLanes;
-      s[r][j] = !accumulate ? fzero() : (j + 1 < C || last == kLanes ? fload(cp) : fload_n(cp, last));
-    }
-  const std::size_t kp = (k + 1) / 2;
-  for (std::size_t q = 0; q < kp; ++q) {
-    const std::uint16_t* bp = bz + q * ldb;
-    B av[R];
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < R; ++r) {
-      if (2 * q + 1 < k) {
-        av[r] = bsplat_pair(a + r * lda + 2 * q);
-      } else {  // the odd last element alone: its partner is not part of A
-        const std::uint16_t pair[2] = {a[r * lda + 2 * q], 0};
-        av[r] = bsplat_pair(pair);
-      }
-    }
-#pragma GCC unroll 8
-    for (std::size_t j = 0; j < C; ++j) {
-      const B bv = j + 1 < C || last == kLanes ? bload(bp + j * kBf16Lanes) : bload_n(bp + j * kBf16Lanes, 2 * last);
-#pragma GCC unroll 8
-      for (std::size_t r = 0; r < R; ++r) s[r][j] = bf16_dot(s[r][j], av[r], bv);
-    }
-  }
-#pragma GCC unroll 8
-  for (std::size_t r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (std::size_t j = 0; j < C; ++j) {
-      float* cp = c + r * ldc + j * kLanes;
-      if (j + 1 < C || last == kLanes) fstore(cp, s[r][j]);
-      else fstore_n(cp, s[r][j], last);
-    }
-}
-
-using BnnFn = void (*)(std::size_t, const std::uint16_t*, std::size_t, const std::uint16_t*, std::size_t, float*,
-                       std::size_t, std::size_t, bool);
-struct BnnTable {
-  BnnFn fn[kNnR][kNnC];
-};
-template <std::size_t... Is>
-constexpr BnnTable make_bnn_tiles(std::index_sequence<Is...>) {
-  BnnTable t{};
-  ((t.fn[Is / kNnC][Is % kNnC] = &tile_bnn<Is / kNnC + 1, Is % kNnC + 1>), ...);
-  return t;
-}
-constexpr BnnTable kBnnTiles = make_bnn_tiles(std::make_index_sequence<kNnR * kNnC>{});
-
-void bf16_nn(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
-             const std::uint16_t* bz, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
-  if (m == 0 || n == 0) return;
-  const std::size_t vecs = (n + kLanes - 1) / kLanes, last = n - (vecs - 1) * kLanes;
-  for (std::size_t v0 = 0; v0 < vecs; v0 += kNnC) {
-    const std::size_t cb = vecs - v0 < kNnC ? vecs - v0 : kNnC;
-    const std::size_t tail = v0 + cb == vecs ? last : kLanes;
-    for (std::size_t i = 0; i < m; i += kNnR) {
-      const std::size_t rb = m - i < kNnR ? m - i : kNnR;
-      kBnnTiles.fn[rb - 1][cb - 1](k, a + i * lda, lda, bz + 2 * v0 * kLanes, ldb, c + i * ldc + v0 * kLanes, ldc,
-                                   tail, accumulate);
-    }
-  }
-}
-
 void zip_rows_bf16(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t n, std::uint16_t* dst) {
   std::size_t j = 0;
   B lo, hi;
@@ -524,11 +491,11 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm<float, std::uint8_t>,
                      &gemm<std::uint16_t, std::uint8_t>,
                      &int4_expand,
-                     &f32_nn,
+                     &gemm_nn<float>,
                      &scale_max,
                      &exp_sum,
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-                     &bf16_nn,
+                     &gemm_nn<std::uint16_t>,
                      &zip_rows_bf16,
                      &to_bf16_scaled};
 #else

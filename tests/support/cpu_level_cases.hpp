@@ -7,6 +7,7 @@
 
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu/common/parallel.hpp"
@@ -77,6 +78,29 @@ void expect_reference_match_and_thread_invariance(const harness::OpDriver& drive
   for (int n : {2, 4}) {
     ThreadsGuard t(n);
     same(run_cpu(driver, in), one, std::to_string(n) + " threads against 1");
+  }
+}
+
+// Several user threads calling the cpu back-end at once (it on 2 threads), each on its own inputs
+// generated from `knobs`, each equal to its serial result: same(a, b, what) checks the outputs.
+template <class Same>
+void expect_concurrent_callers_match_serial(const harness::OpDriver& driver, const harness::json& knobs, Same same) {
+  ThreadsGuard t(2);
+  constexpr int kCallers = 3;
+  std::vector<harness::Bundle> inputs, serial, results;
+  for (int c = 0; c < kCallers; ++c) {
+    inputs.push_back(driver.generate(knobs, 20 + static_cast<std::uint64_t>(c)));
+    serial.push_back(run_cpu(driver, inputs.back()));
+    results.push_back(inputs.back());
+  }
+  std::vector<Status> status(kCallers);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] { status[c] = driver.run(results[c], RunOptions{Backend::cpu}); });
+  for (auto& th : callers) th.join();
+  for (int c = 0; c < kCallers; ++c) {
+    EXPECT_TRUE(status[c].ok()) << status[c].message;
+    same(results[c], serial[c], "concurrent call " + std::to_string(c));
   }
 }
 

@@ -66,23 +66,7 @@ TEST_P(FusedQkvCpu, MatchesReferenceAndIsThreadCountInvariant) {
 // Several user threads calling at once, each on its own inputs, each equal to its serial result.
 TEST_P(FusedQkvCpu, ConcurrentCallersMatchSerial) {
   IsaCap cap(GetParam().level);
-  ThreadsGuard t(2);
-  constexpr int kCallers = 3;
-  std::vector<Bundle> inputs, serial, results;
-  for (int c = 0; c < kCallers; ++c) {
-    inputs.push_back(driver().generate(GetParam().c.knobs, 20 + static_cast<std::uint64_t>(c)));
-    serial.push_back(run_cpu(inputs.back()));
-    results.push_back(inputs.back());
-  }
-  std::vector<Status> status(kCallers);
-  std::vector<std::thread> callers;
-  for (int c = 0; c < kCallers; ++c)
-    callers.emplace_back([&, c] { status[c] = driver().run(results[c], RunOptions{Backend::cpu}); });
-  for (auto& th : callers) th.join();
-  for (int c = 0; c < kCallers; ++c) {
-    EXPECT_TRUE(status[c].ok()) << status[c].message;
-    expect_same_outputs(results[c], serial[c], "concurrent call " + std::to_string(c));
-  }
+  expect_concurrent_callers_match_serial(driver(), GetParam().c.knobs, expect_same_outputs);
 }
 
 // Every row of a prefill call rerun as a decode call (one row per sequence, cache length = the
