@@ -31,7 +31,12 @@
 //   (the NaN enters every score through Q·K). NaN in q makes that head's row NaN. A NaN or +inf
 //   attention sink likewise propagates through the denominator; -inf means "no sink".
 // * A row with no valid slot writes output 0 and lse +inf whether or not a sink is given.
+// * Scores that are all -inf (only with infinite inputs) give NaN, as exp(-inf - (-inf)) does.
 // * T = 0 is a valid call that writes nothing.
+// * The cpu back-end rounds exp(s_p - m) to bf16 where the CPU has a bf16 dot (AVX512-BF16) and
+//   keeps it in f32 elsewhere; its exponentials are within 2 ulp and flush to 0 below e^-86.5
+//   (a weight under 2^-124 of the largest one); it accumulates in f32 in a fixed order, so
+//   results do not depend on the thread count.
 // * Validation (spec README §4) happens before anything is written: descriptor fields positive,
 //   v_depth <= qk_depth, scale finite; q bf16 [T, Hq, qk_depth]; cache bf16 without scales or
 //   f8e4m3 with f32 scales and quant_granularity >= qk_depth, kv_dim 1, one head,
