@@ -1,10 +1,239 @@
+// cpu back-end of op 3 (MLA prefill branch, FP8).
+//
+// Steps 1-2 (RoPE on q and the new cache rows, RMSNorm of their latent parts) run the reference's
+// code: they are O(T·(H·rope + latent)) element operations, nothing beside the GEMM and the
+// attention, and sharing them keeps the rotated and normalized bf16 values identical in every
+// back-end. Then per sequence:
+//   gather + quantize  the attended buffer rows' latent parts, per bk group, with the spec's exact
+//                      f32 steps (the quantizer shared with the reference): fp8 codes and scales
+//   KV                 per (64-row tile, head) on the simd fp8 x fp8 dot tiles, one call per bk
+//                      group, scaled by sa · w_scale and summed in f32, rounded once to bf16; K
+//                      rows get the shared rope part appended, V rows are kept as f32
+//   attention          per (head, 64-query tile): 64-key chunks up to the tile's last visible key,
+//                      scores on the dot tiles, online softmax in f32 (simd scale_max / exp_sum,
+//                      2 ulp), P·V on the f32 NN tile (P stays f32: the spec allows no rounding)
+// Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
+// writes 0 (as the reference); scores that are all -inf give NaN (as the reference's
+// exp(-inf - (-inf))). Each output depends only on its own head's fixed chunk order: the same
+// bits for any thread count.
 #include "cpu/mla_prefill_fp8.hpp"
 
-namespace mlakit::cpu {
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
 
-Status mla_prefill_fp8(const MlaPrefillFp8Desc&, const MlaPrefillFp8Args&) {
-  return Status::error(StatusCode::unsupported, "mla_prefill_fp8", "backend",
-                       "mla_prefill_fp8: the cpu back-end has no kernel for this operator yet");
+#include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
+#include "mlakit/dtype.hpp"
+#include "reference/mla_prefill_fp8.hpp"
+#include "reference/mla_prefill_fp8_quant.hpp"
+
+namespace mlakit::cpu {
+namespace {
+
+constexpr std::size_t kRowTile = 64;    // buffer rows per KV task
+constexpr std::size_t kQueryTile = 64;  // queries per attention task
+constexpr std::size_t kKeyChunk = 64;   // keys per attention step
+
+inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+struct Shape {
+  std::size_t H, nope, rope, v, latent, bn, bk, qk, kv_cols, groups, ldk;
+};
+
+// The attended buffer rows of one sequence, quantized: codes [rows x latent], scales [rows x groups],
+// rope parts [rows x rope].
+struct Quantized {
+  std::vector<std::uint8_t> codes;
+  std::vector<float> sa;
+  std::vector<std::uint16_t> rope;
+};
+
+// Steps 5-6 for heads [h0, h0 + hn) and buffer rows [r0, r1): K (bf16, [latent-projected nope |
+// rope], ldk) and V (f32, v) of each head, row-major per head.
+void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, const std::uint8_t* w,
+             const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, std::size_t rows,
+             std::uint16_t* k, float* v) {
+  const std::size_t m = r1 - r0, cols = s.kv_cols;
+  auto* tmp = static_cast<float*>(thread_scratch(2 * kRowTile * cols * sizeof(float), 3));
+  float* acc = tmp + kRowTile * cols;
+  std::fill(acc, acc + m * cols, 0.0f);
+  const std::size_t n0 = h * cols;
+  for (std::size_t gi = 0; gi < s.groups; ++gi) {
+    const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
+    g.f8_f8(m, cols, kn, qz.codes.data() + r0 * s.latent + k0, s.latent, w + n0 * s.latent + k0, s.latent, tmp, cols,
+            false);
+    for (std::size_t i = 0; i < m; ++i) {
+      const float sa = qz.sa[(r0 + i) * s.groups + gi];
+      for (std::size_t n = 0; n < cols; ++n) {
+        const float sc = sa * w_scale[((n0 + n) / s.bn) * s.groups + gi];
+        acc[i * cols + n] += sc * tmp[i * cols + n];
+      }
+    }
+  }
+  std::uint16_t* kh = k + hl * rows * s.ldk;
+  float* vh = v + hl * rows * s.v;
+  for (std::size_t i = 0; i < m; ++i) {
+    const float* a = acc + i * cols;
+    std::uint16_t* kr = kh + (r0 + i) * s.ldk;
+    for (std::size_t d = 0; d < s.nope; ++d) kr[d] = f32_to_bf16(a[d]);
+    std::memcpy(kr + s.nope, qz.rope.data() + (r0 + i) * s.rope, s.rope * sizeof(std::uint16_t));
+    float* vr = vh + (r0 + i) * s.v;
+    for (std::size_t d = 0; d < s.v; ++d) vr[d] = bf16_to_f32(f32_to_bf16(a[s.nope + d]));
+  }
+}
+
+// Step 7 for head h (local index hl) and queries [i0, i1) of a sequence whose query i sees keys
+// [0, visible(i)).
+template <class Visible>
+void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, std::size_t h, std::size_t hl,
+            std::size_t rows, const std::uint16_t* k, const float* v, std::size_t first_t, std::size_t i0,
+            std::size_t i1, float scale, Visible visible, std::uint16_t* out) {
+  const std::size_t mq = i1 - i0;
+  const std::uint16_t* kh = k + hl * rows * s.ldk;
+  const float* vh = v + hl * rows * s.v;
+  auto* sbuf = static_cast<float*>(thread_scratch((kQueryTile * kKeyChunk + kQueryTile * s.v + 2 * kQueryTile) *
+                                                      sizeof(float), 2));
+  float* o = sbuf + kQueryTile * kKeyChunk;
+  float* m = o + kQueryTile * s.v;
+  float* l = m + kQueryTile;
+  std::fill(o, o + mq * s.v, 0.0f);
+  std::fill(m, m + mq, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + mq, 0.0f);
+  const std::uint16_t* qt = q + ((first_t + i0) * s.H + h) * s.qk;
+  const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
+  for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
+    const std::size_t cnt = std::min(kKeyChunk, keys - j0);
+    g.bf16_bf16(mq, cnt, s.qk, qt, s.H * s.qk, kh + j0 * s.ldk, s.ldk, sbuf, kKeyChunk, false);
+    for (std::size_t r = 0; r < mq; ++r) {
+      float* sr = sbuf + r * kKeyChunk;
+      const std::size_t vis_all = visible(i0 + r);
+      const std::size_t vis = vis_all <= j0 ? 0 : std::min(cnt, vis_all - j0);
+      std::fill(sr + vis, sr + cnt, 0.0f);  // keys this query does not see weigh 0
+      if (vis == 0) continue;
+      const float cm = g.scale_max(sr, nullptr, scale, vis);
+      const float mo = m[r];
+      const float mn = std::isnan(mo) || std::isnan(cm) ? std::numeric_limits<float>::quiet_NaN() : std::max(mo, cm);
+      if (mn == -std::numeric_limits<float>::infinity()) {  // every score so far is -inf
+        std::fill(sr, sr + vis, 0.0f);
+        continue;
+      }
+      const float alpha = mo == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(mo - mn);
+      l[r] = l[r] * alpha + g.exp_sum(sr, mn, vis);
+      m[r] = mn;
+      if (alpha != 1.0f)
+        for (std::size_t d = 0; d < s.v; ++d) o[r * s.v + d] *= alpha;
+    }
+    g.f32_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
+  }
+  for (std::size_t r = 0; r < mq; ++r) {
+    std::uint16_t* dst = out + ((first_t + i0 + r) * s.H + h) * s.v;
+    if (visible(i0 + r) == 0) {
+      std::memset(dst, 0, s.v * sizeof(std::uint16_t));
+    } else if (m[r] == -std::numeric_limits<float>::infinity()) {
+      for (std::size_t d = 0; d < s.v; ++d) dst[d] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
+    } else {
+      for (std::size_t d = 0; d < s.v; ++d) dst[d] = f32_to_bf16(o[r * s.v + d] / l[r]);
+    }
+  }
+}
+
+}  // namespace
+
+Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
+  namespace quant = mla_prefill_fp8_quant;
+  Shape s{};
+  s.H = static_cast<std::size_t>(d.num_heads);
+  s.nope = static_cast<std::size_t>(d.nope);
+  s.rope = static_cast<std::size_t>(d.rope);
+  s.v = static_cast<std::size_t>(d.v);
+  s.latent = static_cast<std::size_t>(d.latent);
+  s.bn = static_cast<std::size_t>(d.bn);
+  s.bk = static_cast<std::size_t>(d.bk);
+  s.qk = s.nope + s.rope;
+  s.kv_cols = s.nope + s.v;
+  s.groups = (s.latent + s.bk - 1) / s.bk;
+  s.ldk = round_up(s.qk, 32);
+
+  reference::mla_prefill_fp8_update(d, a);  // steps 1-2, in place
+
+  const simd::GemmKernels& g = gemm_kernels();
+  const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
+  const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
+  const auto* bro = a.buffer_row_offsets.as<const std::uint32_t>();
+  const auto* cache_offsets = a.cache_offsets.as<const std::uint32_t>();
+  const auto* cache_lengths = a.kv_cache.cache_lengths.as<const std::uint32_t>();
+  const auto* lut = a.kv_cache.lookup_table.as<const std::uint32_t>();
+  const std::size_t lut_cols = static_cast<std::size_t>(a.kv_cache.lookup_table.shape[1]);
+  const std::int64_t page = a.kv_cache.page_size();
+  const auto* blocks = a.kv_cache.blocks.as<const std::uint16_t>();
+  const auto* q = a.q.as<const std::uint16_t>();
+  const auto* w = a.kv_b_proj.as<const std::uint8_t>();
+  const auto* w_scale = a.kv_b_proj_scale.as<const float>();
+  auto* out = a.output.as<std::uint16_t>();
+
+  Quantized qz;
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::size_t first_t = iro[b], seq_len = iro[b + 1] - first_t;
+    if (seq_len == 0) continue;
+    const std::int64_t window = static_cast<std::int64_t>(bro[b + 1]) - bro[b];
+    const std::int64_t offset = cache_offsets[b], cache_len = cache_lengths[b];
+    const std::int64_t last_pos = cache_len + static_cast<std::int64_t>(seq_len) - 1;
+    const std::size_t rows = last_pos < offset ? 0 : static_cast<std::size_t>(std::min(window, last_pos - offset + 1));
+    auto visible = [&](std::size_t i) -> std::size_t {
+      const std::int64_t pos = cache_len + static_cast<std::int64_t>(i);
+      return pos < offset ? 0 : std::min<std::size_t>(rows, static_cast<std::size_t>(pos - offset + 1));
+    };
+
+    // Steps 3-4.
+    qz.codes.resize(rows * s.latent);
+    qz.sa.resize(rows * s.groups);
+    qz.rope.resize(rows * s.rope);
+    parallel_for_tiles(rows, kRowTile, [&](std::size_t r0, std::size_t r1) {
+      auto* x = static_cast<float*>(thread_scratch(s.latent * sizeof(float), 0));
+      for (std::size_t j = r0; j < r1; ++j) {
+        const std::int64_t pos = offset + static_cast<std::int64_t>(j);
+        const std::int64_t blk = lut[b * lut_cols + static_cast<std::size_t>(pos / page)];
+        const std::uint16_t* row = blocks + a.kv_cache.row_offset(blk, 0, a.layer_idx, pos % page, 0);
+        for (std::size_t e = 0; e < s.latent; ++e) x[e] = bf16_to_f32(row[e]);
+        for (std::size_t gi = 0; gi < s.groups; ++gi) {
+          const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
+          qz.sa[j * s.groups + gi] = quant::quantize_group(x + k0, static_cast<std::int64_t>(kn), qz.codes.data() + j * s.latent + k0);
+        }
+        std::memcpy(qz.rope.data() + j * s.rope, row + s.latent, s.rope * sizeof(std::uint16_t));
+      }
+    });
+
+    // Heads in groups whose K and V fit the workspace budget.
+    const std::size_t head_bytes = std::max<std::size_t>(1, rows) * (s.ldk * sizeof(std::uint16_t) + s.v * sizeof(float));
+    const std::size_t hg = items_within_budget(head_bytes, s.H);
+    const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * std::max<std::size_t>(1, rows) * s.ldk);
+    const auto v = std::make_unique_for_overwrite<float[]>(hg * std::max<std::size_t>(1, rows) * s.v);
+    for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
+      const std::size_t hn = std::min(hg, s.H - h0);
+      const std::size_t row_tiles = num_tiles(rows, kRowTile);
+      parallel_for_tiles(row_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
+        for (std::size_t t = t0; t < t1; ++t) {
+          const std::size_t hl = t / row_tiles, r0 = (t % row_tiles) * kRowTile;
+          project(s, g, qz, w, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile), rows, k.get(), v.get());
+        }
+      });
+      const std::size_t q_tiles = num_tiles(seq_len, kQueryTile);
+      parallel_for_tiles(q_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
+        for (std::size_t t = t0; t < t1; ++t) {
+          const std::size_t hl = t / q_tiles, i0 = (t % q_tiles) * kQueryTile;
+          attend(s, g, q, h0 + hl, hl, rows, k.get(), v.get(), first_t, i0, std::min(seq_len, i0 + kQueryTile),
+                 d.scale, visible, out);
+        }
+      });
+    }
+  }
+  return Status::success();
 }
 
 }  // namespace mlakit::cpu

@@ -5,7 +5,6 @@
 
 namespace mlakit::cpu {
 
-// Returns StatusCode::unsupported, before writing anything, for calls it has no kernel for.
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args);
 
 }  // namespace mlakit::cpu

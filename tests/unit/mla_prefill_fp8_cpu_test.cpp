@@ -1,0 +1,66 @@
+// mla_prefill_fp8, cpu back-end: shapes that span several query tiles and key chunks (64), KV row
+// tiles (64) and, under a small workspace budget, several head groups, at every ISA level this CPU
+// runs: against the reference, bitwise identical for 1, 2 and 4 threads and under concurrent
+// callers, and the same bits whatever the budget (head groups change nothing but the schedule).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cpu/common/parallel.hpp"
+#include "harness/common/driver.hpp"
+#include "mlakit/ops/mla_prefill_fp8.hpp"
+#include "support/cpu_level_cases.hpp"
+
+namespace mlakit::testing {
+namespace {
+
+using harness::Bundle;
+using harness::json;
+
+const harness::OpDriver& driver() { return *harness::find_driver("mla_prefill_fp8"); }
+
+std::vector<BigCase> big_cases() {
+  return {
+      {"deepseek_dims_two_sequences",  // 130 + 70 queries over 200 / 110 keys: partial tiles everywhere
+       {{"num_heads", 3}, {"nope", 128}, {"rope", 64}, {"v", 128}, {"latent", 512}, {"bn", 128}, {"bk", 128},
+        {"page_size", 64}, {"seq_lens", {130, 70}}, {"cache_lens", {70, 40}}}},
+      {"small_dims_chunked",  // cache_offsets inside the cache, latent not a multiple of bk, 7 heads
+       {{"num_heads", 7}, {"seq_lens", {90, 3, 0}}, {"cache_lens", {100, 5, 9}}, {"cache_offsets", "chunked"}}},
+  };
+}
+
+void expect_same_outputs(const Bundle& a, const Bundle& b, const std::string& what) {
+  EXPECT_TRUE(a.at("out.output").same_bytes(b.at("out.output"))) << what << ": output";
+  EXPECT_TRUE(a.at("out.q").same_bytes(b.at("out.q"))) << what << ": q (rotated in place)";
+  EXPECT_TRUE(a.at("out.kv_cache.blocks").same_bytes(b.at("out.kv_cache.blocks"))) << what << ": cache";
+}
+
+using MlaPrefillCpu = CpuLevelTest;
+
+TEST_P(MlaPrefillCpu, MatchesReferenceAndIsThreadCountInvariant) {
+  IsaCap cap(GetParam().level);
+  expect_reference_match_and_thread_invariance(driver(), driver().generate(GetParam().c.knobs, 7), expect_same_outputs);
+}
+
+TEST_P(MlaPrefillCpu, ConcurrentCallersMatchSerial) {
+  IsaCap cap(GetParam().level);
+  expect_concurrent_callers_match_serial(driver(), GetParam().c.knobs, expect_same_outputs);
+}
+
+// A budget that fits one head's K and V at a time: heads run group by group, same bits.
+TEST_P(MlaPrefillCpu, HeadGroupsUnderASmallBudgetGiveTheSameBits) {
+  IsaCap cap(GetParam().level);
+  const Bundle in = driver().generate(GetParam().c.knobs, 11);
+  const Bundle whole = run_cpu(driver(), in);
+  cpu::set_workspace_budget_bytes(1);
+  const Bundle grouped = run_cpu(driver(), in);
+  cpu::set_workspace_budget_bytes(0);
+  expect_same_outputs(grouped, whole, "one head at a time");
+}
+
+INSTANTIATE_TEST_SUITE_P(mla_prefill_fp8, MlaPrefillCpu, ::testing::ValuesIn(at_every_level(big_cases())),
+                         level_case_name);
+
+}  // namespace
+}  // namespace mlakit::testing
