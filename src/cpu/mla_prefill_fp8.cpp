@@ -6,11 +6,11 @@
 // back-end. Then per sequence:
 //   gather + quantize  the attended buffer rows' latent parts, per bk group, with the spec's exact
 //                      f32 steps (the quantizer shared with the reference): fp8 codes and scales
-//   KV                 per (64-row tile, head) on the simd fp8 x fp8 dot tiles, one call per bk
+//   KV                 per (128-row tile, head) on the simd fp8 x fp8 dot tiles, one call per bk
 //                      group, scaled by sa · w_scale and summed in f32, rounded once to bf16; K
 //                      rows get the shared rope part appended, V rows are kept as f32
 //   attention          per (head, 64-query tile): 64-key chunks up to the tile's last visible key,
-//                      scores on the dot tiles, online softmax in f32 (simd scale_max / exp_sum,
+//                      scores on the bf16 NN tile against pair-major K (the dot tiles elsewhere), online softmax in f32 (simd scale_max / exp_sum,
 //                      2 ulp), P·V on the f32 NN tile (P stays f32: the spec allows no rounding)
 // Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
 // writes 0 (as the reference); scores that are all -inf give NaN (as the reference's
@@ -36,7 +36,7 @@
 namespace mlakit::cpu {
 namespace {
 
-constexpr std::size_t kRowTile = 64;    // buffer rows per KV task
+constexpr std::size_t kRowTile = 128;   // buffer rows per KV task (each call widens its weight block once)
 constexpr std::size_t kQueryTile = 64;  // queries per attention task
 constexpr std::size_t kKeyChunk = 64;   // keys per attention step
 
@@ -44,6 +44,15 @@ inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1)
 
 struct Shape {
   std::size_t H, nope, rope, v, latent, bn, bk, qk, kv_cols, groups, ldk;
+};
+
+// Where each head's K lives. Row-major ([rows x ldk] bf16, rows along the reduction: B of the dot
+// tiles) or, where the level has the bf16 pair dot, pair-major ([pairs x ldr] words of two bf16
+// dims: the zipped B of bf16_nn), so the scores, whose reduction is only nope + rope long, run
+// without the dot tile's horizontal reductions.
+struct KLayout {
+  bool pairs;
+  std::size_t rows, ldr, npairs, head_words;  // head_words: bf16 words per head
 };
 
 // The attended buffer rows of one sequence, quantized: codes [rows x latent], scales [rows x groups],
@@ -57,46 +66,57 @@ struct Quantized {
 // Steps 5-6 for heads [h0, h0 + hn) and buffer rows [r0, r1): K (bf16, [latent-projected nope |
 // rope], ldk) and V (f32, v) of each head, row-major per head.
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, const std::uint8_t* w,
-             const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, std::size_t rows,
+             const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, const KLayout& kl,
              std::uint16_t* k, float* v) {
+  const std::size_t rows = kl.rows;
   const std::size_t m = r1 - r0, cols = s.kv_cols;
-  auto* tmp = static_cast<float*>(thread_scratch(2 * kRowTile * cols * sizeof(float), 3));
+  auto* tmp = static_cast<float*>(thread_scratch((2 * kRowTile + 1) * cols * sizeof(float), 3));
   float* acc = tmp + kRowTile * cols;
+  float* ws = acc + kRowTile * cols;  // this group's weight scale of each column
   std::fill(acc, acc + m * cols, 0.0f);
   const std::size_t n0 = h * cols;
   for (std::size_t gi = 0; gi < s.groups; ++gi) {
     const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
     g.f8_f8(m, cols, kn, qz.codes.data() + r0 * s.latent + k0, s.latent, w + n0 * s.latent + k0, s.latent, tmp, cols,
             false);
+    for (std::size_t n = 0; n < cols; ++n) ws[n] = w_scale[((n0 + n) / s.bn) * s.groups + gi];
     for (std::size_t i = 0; i < m; ++i) {
       const float sa = qz.sa[(r0 + i) * s.groups + gi];
-      for (std::size_t n = 0; n < cols; ++n) {
-        const float sc = sa * w_scale[((n0 + n) / s.bn) * s.groups + gi];
-        acc[i * cols + n] += sc * tmp[i * cols + n];
-      }
+      float* ar = acc + i * cols;
+      const float* tr = tmp + i * cols;
+      for (std::size_t n = 0; n < cols; ++n) ar[n] += (sa * ws[n]) * tr[n];
     }
   }
-  std::uint16_t* kh = k + hl * rows * s.ldk;
+  std::uint16_t* kh = k + hl * kl.head_words;
   float* vh = v + hl * rows * s.v;
+  // Pair-major K: the tile's rows first, then written pair by pair (contiguous along the rows).
+  const std::size_t ldt = 2 * kl.npairs;
+  auto* ktile = static_cast<std::uint16_t*>(thread_scratch(kRowTile * ldt * sizeof(std::uint16_t), 1));
   for (std::size_t i = 0; i < m; ++i) {
     const float* a = acc + i * cols;
-    std::uint16_t* kr = kh + (r0 + i) * s.ldk;
+    std::uint16_t* kr = kl.pairs ? ktile + i * ldt : kh + (r0 + i) * s.ldk;
     for (std::size_t d = 0; d < s.nope; ++d) kr[d] = f32_to_bf16(a[d]);
     std::memcpy(kr + s.nope, qz.rope.data() + (r0 + i) * s.rope, s.rope * sizeof(std::uint16_t));
+    if (kl.pairs && s.qk % 2) kr[s.qk] = 0;
     float* vr = vh + (r0 + i) * s.v;
     for (std::size_t d = 0; d < s.v; ++d) vr[d] = bf16_to_f32(f32_to_bf16(a[s.nope + d]));
   }
+  if (kl.pairs)
+    for (std::size_t p = 0; p < kl.npairs; ++p) {
+      std::uint16_t* dst = kh + 2 * (p * kl.ldr + r0);
+      for (std::size_t i = 0; i < m; ++i) std::memcpy(dst + 2 * i, ktile + i * ldt + 2 * p, 2 * sizeof(std::uint16_t));
+    }
 }
 
 // Step 7 for head h (local index hl) and queries [i0, i1) of a sequence whose query i sees keys
 // [0, visible(i)).
 template <class Visible>
 void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, std::size_t h, std::size_t hl,
-            std::size_t rows, const std::uint16_t* k, const float* v, std::size_t first_t, std::size_t i0,
+            const KLayout& kl, const std::uint16_t* k, const float* v, std::size_t first_t, std::size_t i0,
             std::size_t i1, float scale, Visible visible, std::uint16_t* out) {
   const std::size_t mq = i1 - i0;
-  const std::uint16_t* kh = k + hl * rows * s.ldk;
-  const float* vh = v + hl * rows * s.v;
+  const std::uint16_t* kh = k + hl * kl.head_words;
+  const float* vh = v + hl * kl.rows * s.v;
   auto* sbuf = static_cast<float*>(thread_scratch((kQueryTile * kKeyChunk + kQueryTile * s.v + 2 * kQueryTile) *
                                                       sizeof(float), 2));
   float* o = sbuf + kQueryTile * kKeyChunk;
@@ -109,7 +129,8 @@ void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, 
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
   for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
     const std::size_t cnt = std::min(kKeyChunk, keys - j0);
-    g.bf16_bf16(mq, cnt, s.qk, qt, s.H * s.qk, kh + j0 * s.ldk, s.ldk, sbuf, kKeyChunk, false);
+    if (kl.pairs) g.bf16_nn(mq, cnt, s.qk, qt, s.H * s.qk, kh + 2 * j0, 2 * kl.ldr, sbuf, kKeyChunk, false);
+    else g.bf16_bf16(mq, cnt, s.qk, qt, s.H * s.qk, kh + j0 * s.ldk, s.ldk, sbuf, kKeyChunk, false);
     for (std::size_t r = 0; r < mq; ++r) {
       float* sr = sbuf + r * kKeyChunk;
       const std::size_t vis_all = visible(i0 + r);
@@ -210,9 +231,15 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     });
 
     // Heads in groups whose K and V fit the workspace budget.
-    const std::size_t head_bytes = std::max<std::size_t>(1, rows) * (s.ldk * sizeof(std::uint16_t) + s.v * sizeof(float));
+    KLayout kl{};
+    kl.pairs = g.bf16_nn != nullptr;
+    kl.rows = rows;
+    kl.ldr = round_up(std::max<std::size_t>(1, rows), 16);
+    kl.npairs = (s.qk + 1) / 2;
+    kl.head_words = kl.pairs ? 2 * kl.npairs * kl.ldr : std::max<std::size_t>(1, rows) * s.ldk;
+    const std::size_t head_bytes = kl.head_words * sizeof(std::uint16_t) + std::max<std::size_t>(1, rows) * s.v * sizeof(float);
     const std::size_t hg = items_within_budget(head_bytes, s.H);
-    const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * std::max<std::size_t>(1, rows) * s.ldk);
+    const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * kl.head_words);
     const auto v = std::make_unique_for_overwrite<float[]>(hg * std::max<std::size_t>(1, rows) * s.v);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
@@ -220,14 +247,14 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       parallel_for_tiles(row_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / row_tiles, r0 = (t % row_tiles) * kRowTile;
-          project(s, g, qz, w, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile), rows, k.get(), v.get());
+          project(s, g, qz, w, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile), kl, k.get(), v.get());
         }
       });
       const std::size_t q_tiles = num_tiles(seq_len, kQueryTile);
       parallel_for_tiles(q_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / q_tiles, i0 = (t % q_tiles) * kQueryTile;
-          attend(s, g, q, h0 + hl, hl, rows, k.get(), v.get(), first_t, i0, std::min(seq_len, i0 + kQueryTile),
+          attend(s, g, q, h0 + hl, hl, kl, k.get(), v.get(), first_t, i0, std::min(seq_len, i0 + kQueryTile),
                  d.scale, visible, out);
         }
       });
