@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cpu/common/kernels.hpp"
+#include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
 #include "reference/mla_prefill_fp8.hpp"
@@ -136,19 +137,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, 
       const std::size_t vis_all = visible(i0 + r);
       const std::size_t vis = vis_all <= j0 ? 0 : std::min(cnt, vis_all - j0);
       std::fill(sr + vis, sr + cnt, 0.0f);  // keys this query does not see weigh 0
-      if (vis == 0) continue;
-      const float cm = g.scale_max(sr, nullptr, scale, vis);
-      const float mo = m[r];
-      const float mn = std::isnan(mo) || std::isnan(cm) ? std::numeric_limits<float>::quiet_NaN() : std::max(mo, cm);
-      if (mn == -std::numeric_limits<float>::infinity()) {  // every score so far is -inf
-        std::fill(sr, sr + vis, 0.0f);
-        continue;
-      }
-      const float alpha = mo == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(mo - mn);
-      l[r] = l[r] * alpha + g.exp_sum(sr, mn, vis);
-      m[r] = mn;
-      if (alpha != 1.0f)
-        for (std::size_t d = 0; d < s.v; ++d) o[r * s.v + d] *= alpha;
+      if (vis > 0) online_softmax_step(g, sr, nullptr, scale, vis, m[r], l[r], o + r * s.v, s.v);
     }
     g.f32_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
   }

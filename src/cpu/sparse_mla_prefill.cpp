@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "cpu/common/kernels.hpp"
+#include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -159,21 +160,7 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
 
     for (std::size_t h = 0; h < hn; ++h) {
       float* s = sbuf + h * kSlotChunk;
-      const float cm = g.scale_max(s, p.fp8 ? rscale + c0 : nullptr, scale, cnt);
-      const float mo = m[h];
-      const float mn = std::isnan(mo) || std::isnan(cm) ? std::numeric_limits<float>::quiet_NaN() : std::max(mo, cm);
-      if (mn == -std::numeric_limits<float>::infinity()) {  // every score so far is -inf: nothing to add yet
-        std::fill(s, s + cnt, 0.0f);
-        if constexpr (kBf16) std::fill(pbuf + h * kSlotChunk, pbuf + h * kSlotChunk + cnt, std::uint16_t{0});
-        continue;
-      }
-      const float alpha = mo == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(mo - mn);
-      l[h] = l[h] * alpha + g.exp_sum(s, mn, cnt);
-      m[h] = mn;
-      if (alpha != 1.0f) {
-        float* o = obuf + h * ldv;
-        for (std::size_t j = 0; j < vd; ++j) o[j] *= alpha;
-      }
+      online_softmax_step(g, s, p.fp8 ? rscale + c0 : nullptr, scale, cnt, m[h], l[h], obuf + h * ldv, vd);
       if constexpr (kBf16) {
         g.to_bf16_scaled(s, p.fp8 ? rscale + c0 : nullptr, pbuf + h * kSlotChunk, cnt);
       } else if (p.fp8) {
