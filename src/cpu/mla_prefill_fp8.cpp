@@ -60,15 +60,29 @@ struct KLayout {
 // rope parts [rows x rope].
 struct Quantized {
   std::vector<std::uint8_t> codes;
+  std::vector<std::uint16_t> xb;  // the codes as bf16 (exact), where the KV GEMM runs on the NN tile
   std::vector<float> sa;
   std::vector<std::uint16_t> rope;
 };
 
-// Steps 5-6 for heads [h0, h0 + hn) and buffer rows [r0, r1): K (bf16, [latent-projected nope |
-// rope], ldk) and V (f32, v) of each head, row-major per head.
+// Head h's kv_b_proj rows (cols of them) widened to bf16 and zipped in pairs along latent: the B
+// of bf16_nn, wz[q * 2 cols + 2 n + e] = W[n][2q + e] (a missing last element 0).
+void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::uint8_t* w, std::size_t h,
+                 std::uint16_t* wz) {
+  const std::size_t cols = s.kv_cols, npairs = (s.latent + 1) / 2;
+  auto* row = static_cast<std::uint16_t*>(thread_scratch(2 * npairs * sizeof(std::uint16_t), 0));
+  row[2 * npairs - 1] = 0;
+  for (std::size_t n = 0; n < cols; ++n) {
+    dec.to_bf16(w + (h * cols + n) * s.latent, row, s.latent);
+    for (std::size_t q = 0; q < npairs; ++q) std::memcpy(wz + q * 2 * cols + 2 * n, row + 2 * q, 2 * sizeof(std::uint16_t));
+  }
+}
+
+// Steps 5-6 for head h and buffer rows [r0, r1): K (bf16, [latent-projected nope | rope]) and V
+// (f32, v) of the head. wz: the head's zipped weights (the NN tile), or null (the dot tiles).
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, const std::uint8_t* w,
-             const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, const KLayout& kl,
-             std::uint16_t* k, float* v) {
+             const std::uint16_t* wz, const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0,
+             std::size_t r1, const KLayout& kl, std::uint16_t* k, float* v) {
   const std::size_t rows = kl.rows;
   const std::size_t m = r1 - r0, cols = s.kv_cols;
   auto* tmp = static_cast<float*>(thread_scratch((2 * kRowTile + 1) * cols * sizeof(float), 3));
@@ -78,8 +92,9 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, co
   const std::size_t n0 = h * cols;
   for (std::size_t gi = 0; gi < s.groups; ++gi) {
     const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
-    g.f8_f8(m, cols, kn, qz.codes.data() + r0 * s.latent + k0, s.latent, w + n0 * s.latent + k0, s.latent, tmp, cols,
-            false);
+    if (wz) g.bf16_nn(m, cols, kn, qz.xb.data() + r0 * s.latent + k0, s.latent, wz + k0 * cols, 2 * cols, tmp, cols, false);
+    else g.f8_f8(m, cols, kn, qz.codes.data() + r0 * s.latent + k0, s.latent, w + n0 * s.latent + k0, s.latent, tmp,
+                 cols, false);
     for (std::size_t n = 0; n < cols; ++n) ws[n] = w_scale[((n0 + n) / s.bn) * s.groups + gi];
     for (std::size_t i = 0; i < m; ++i) {
       const float sa = qz.sa[(r0 + i) * s.groups + gi];
@@ -173,6 +188,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   reference::mla_prefill_fp8_update(d, a);  // steps 1-2, in place
 
   const simd::GemmKernels& g = gemm_kernels();
+  const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();
+  // The KV GEMM on the bf16 NN tile where the level has it and no pair straddles a scale group.
+  const bool nn = g.bf16_nn != nullptr && s.bk % 2 == 0;
+  const std::size_t wz_words = nn ? (s.latent + 1) / 2 * 2 * s.kv_cols : 0;
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const auto* bro = a.buffer_row_offsets.as<const std::uint32_t>();
@@ -204,6 +223,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     qz.codes.resize(rows * s.latent);
     qz.sa.resize(rows * s.groups);
     qz.rope.resize(rows * s.rope);
+    qz.xb.resize(nn ? rows * s.latent : 0);
     parallel_for_tiles(rows, kRowTile, [&](std::size_t r0, std::size_t r1) {
       auto* x = static_cast<float*>(thread_scratch(s.latent * sizeof(float), 0));
       for (std::size_t j = r0; j < r1; ++j) {
@@ -216,6 +236,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
           qz.sa[j * s.groups + gi] = quant::quantize_group(x + k0, static_cast<std::int64_t>(kn), qz.codes.data() + j * s.latent + k0);
         }
         std::memcpy(qz.rope.data() + j * s.rope, row + s.latent, s.rope * sizeof(std::uint16_t));
+        if (nn) dec.to_bf16(qz.codes.data() + j * s.latent, qz.xb.data() + j * s.latent, s.latent);
       }
     });
 
@@ -226,17 +247,24 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     kl.ldr = round_up(std::max<std::size_t>(1, rows), 16);
     kl.npairs = (s.qk + 1) / 2;
     kl.head_words = kl.pairs ? 2 * kl.npairs * kl.ldr : std::max<std::size_t>(1, rows) * s.ldk;
-    const std::size_t head_bytes = kl.head_words * sizeof(std::uint16_t) + std::max<std::size_t>(1, rows) * s.v * sizeof(float);
+    const std::size_t head_bytes = (kl.head_words + wz_words) * sizeof(std::uint16_t) +
+                                   std::max<std::size_t>(1, rows) * s.v * sizeof(float);
     const std::size_t hg = items_within_budget(head_bytes, s.H);
     const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * kl.head_words);
     const auto v = std::make_unique_for_overwrite<float[]>(hg * std::max<std::size_t>(1, rows) * s.v);
+    const auto wz = std::make_unique_for_overwrite<std::uint16_t[]>(hg * wz_words);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
+      if (nn && rows > 0)
+        parallel_for_tiles(hn, 1, [&](std::size_t hb, std::size_t he) {
+          for (std::size_t hl = hb; hl < he; ++hl) zip_weights(s, dec, w, h0 + hl, wz.get() + hl * wz_words);
+        });
       const std::size_t row_tiles = num_tiles(rows, kRowTile);
       parallel_for_tiles(row_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / row_tiles, r0 = (t % row_tiles) * kRowTile;
-          project(s, g, qz, w, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile), kl, k.get(), v.get());
+          project(s, g, qz, w, nn ? wz.get() + hl * wz_words : nullptr, w_scale, h0 + hl, hl, r0,
+                  std::min(rows, r0 + kRowTile), kl, k.get(), v.get());
         }
       });
       const std::size_t q_tiles = num_tiles(seq_len, kQueryTile);

@@ -1,5 +1,5 @@
 // mla_prefill_fp8, cpu back-end: shapes that span several query tiles and key chunks (64), KV row
-// tiles (64) and, under a small workspace budget, several head groups, at every ISA level this CPU
+// tiles (128), odd reductions (latent, nope + rope) and scale groups and, under a small workspace budget, several head groups, at every ISA level this CPU
 // runs: against the reference, bitwise identical for 1, 2 and 4 threads and under concurrent
 // callers, and the same bits whatever the budget (head groups change nothing but the schedule).
 #include <gtest/gtest.h>
@@ -27,6 +27,11 @@ std::vector<BigCase> big_cases() {
         {"page_size", 64}, {"seq_lens", {130, 70}}, {"cache_lens", {70, 40}}}},
       {"small_dims_chunked",  // cache_offsets inside the cache, latent not a multiple of bk, 7 heads
        {{"num_heads", 7}, {"seq_lens", {90, 3, 0}}, {"cache_lens", {100, 5, 9}}, {"cache_offsets", "chunked"}}},
+      {"odd_latent_and_qk",  // latent 81: the last scale group and its last weight pair half empty; qk 23
+       {{"num_heads", 2}, {"nope", 15}, {"rope", 8}, {"v", 12}, {"latent", 81}, {"bn", 16}, {"bk", 32},
+        {"seq_lens", {70}}, {"cache_lens", {30}}}},
+      {"odd_scale_groups",  // bk 5: pairs would straddle groups, so the KV GEMM stays on the dot tiles
+       {{"num_heads", 2}, {"latent", 40}, {"bk", 5}, {"bn", 7}, {"seq_lens", {66}}, {"cache_lens", {4}}}},
   };
 }
 
