@@ -6,12 +6,15 @@
 // back-end. Then per sequence:
 //   gather + quantize  the attended buffer rows' latent parts, per bk group, with the spec's exact
 //                      f32 steps (the quantizer shared with the reference): fp8 codes and scales
-//   KV                 per (128-row tile, head) on the simd fp8 x fp8 dot tiles, one call per bk
-//                      group, scaled by sa · w_scale and summed in f32, rounded once to bf16; K
-//                      rows get the shared rope part appended, V rows are kept as f32
+//   KV                 per (128-row tile, head), one call per bk group, scaled by sa · w_scale and
+//                      summed in f32, rounded once to bf16: on the bf16 NN tile against weights
+//                      widened and zipped once per call where the level has the pair dot and bk is
+//                      even, on the fp8 x fp8 dot tiles otherwise; K rows get the shared rope part
+//                      appended, V rows are kept as f32
 //   attention          per (head, 64-query tile): 64-key chunks up to the tile's last visible key,
-//                      scores on the bf16 NN tile against pair-major K (the dot tiles elsewhere), online softmax in f32 (simd scale_max / exp_sum,
-//                      2 ulp), P·V on the f32 NN tile (P stays f32: the spec allows no rounding)
+//                      scores on the bf16 NN tile against pair-major K (the dot tiles elsewhere),
+//                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
+//                      tile (P stays f32: the spec allows no rounding)
 // Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
 // writes 0 (as the reference); scores that are all -inf give NaN (as the reference's
 // exp(-inf - (-inf))). Each output depends only on its own head's fixed chunk order: the same
@@ -40,8 +43,6 @@ namespace {
 constexpr std::size_t kRowTile = 128;   // buffer rows per KV task (each call widens its weight block once)
 constexpr std::size_t kQueryTile = 64;  // queries per attention task
 constexpr std::size_t kKeyChunk = 64;   // keys per attention step
-
-inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
 struct Shape {
   std::size_t H, nope, rope, v, latent, bn, bk, qk, kv_cols, groups, ldk;
@@ -207,6 +208,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   auto* out = a.output.as<std::uint16_t>();
 
   Quantized qz;
+  // Zipped weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
+  // group that fits every sequence is zipped once per call.
+  std::vector<std::uint16_t> wz;
+  std::size_t wz_h0 = 0, wz_hn = 0;
   for (std::size_t b = 0; b < B; ++b) {
     const std::size_t first_t = iro[b], seq_len = iro[b + 1] - first_t;
     if (seq_len == 0) continue;
@@ -252,18 +257,21 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     const std::size_t hg = items_within_budget(head_bytes, s.H);
     const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * kl.head_words);
     const auto v = std::make_unique_for_overwrite<float[]>(hg * std::max<std::size_t>(1, rows) * s.v);
-    const auto wz = std::make_unique_for_overwrite<std::uint16_t[]>(hg * wz_words);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
-      if (nn && rows > 0)
+      if (nn && rows > 0 && (wz_h0 != h0 || wz_hn != hn)) {
+        wz.resize(hn * wz_words);
         parallel_for_tiles(hn, 1, [&](std::size_t hb, std::size_t he) {
-          for (std::size_t hl = hb; hl < he; ++hl) zip_weights(s, dec, w, h0 + hl, wz.get() + hl * wz_words);
+          for (std::size_t hl = hb; hl < he; ++hl) zip_weights(s, dec, w, h0 + hl, wz.data() + hl * wz_words);
         });
+        wz_h0 = h0;
+        wz_hn = hn;
+      }
       const std::size_t row_tiles = num_tiles(rows, kRowTile);
       parallel_for_tiles(row_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / row_tiles, r0 = (t % row_tiles) * kRowTile;
-          project(s, g, qz, w, nn ? wz.get() + hl * wz_words : nullptr, w_scale, h0 + hl, hl, r0,
+          project(s, g, qz, w, nn ? wz.data() + hl * wz_words : nullptr, w_scale, h0 + hl, hl, r0,
                   std::min(rows, r0 + kRowTile), kl, k.get(), v.get());
         }
       });

@@ -39,8 +39,6 @@ namespace {
 constexpr std::size_t kSlotChunk = 64;  // gathered rows per step: K chunk + V chunk ~200 KiB at qk 576
 constexpr std::size_t kHeadTile = 128;  // heads per tile (fewer for short calls, so threads have tiles)
 
-inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
-
 struct Plan {
   const SparseMlaPrefillDesc* d;
   const SparseMlaPrefillArgs* a;

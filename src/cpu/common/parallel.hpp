@@ -33,6 +33,8 @@ void run_tiles(std::size_t num_tiles, TileBody body, void* ctx);
 }  // namespace detail
 
 inline std::size_t num_tiles(std::size_t n, std::size_t tile) { return tile == 0 ? 0 : (n + tile - 1) / tile; }
+// n rounded up to a multiple of `to` (> 0): row strides of scratch buffers.
+inline std::size_t round_up(std::size_t n, std::size_t to) { return num_tiles(n, to) * to; }
 
 // body(begin, end) for the tiles [t*tile, min(n, (t+1)*tile)), t = 0 .. num_tiles-1, in parallel.
 template <class Body>
