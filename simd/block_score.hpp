@@ -10,9 +10,10 @@
 // `lanes` rows, transposed so that one vector holds one step of every row of a group (rows past
 // the end are 0). A step is 4 bytes per lane: one element as f32 (exact from bf16) on levels that
 // multiply in f32, one pair of elements (2s, 2s+1) as bf16 on levels with a bf16 pair dot
-// (vdpbf16ps; dim odd: the last pair's second element is 0). On the pair-dot levels a call of at
-// most `pair_rows` rows (a decode token of Hi <= 8 index heads) packs each row twice (lanes 2h and
-// 2h+1 hold row h) and scores two keys per vector; block_max must get the `rows` pack_q got.
+// (vdpbf16ps; dim odd: the last pair's second element is 0). On the vector levels (avx2,
+// avx512, avx512bf16) a call of at most `pair_rows` = lanes / 2 rows (a decode token of Hi <= 8
+// index heads; Hi <= 4 on avx2) packs each row twice (lanes 2h and 2h+1 hold row h) and scores
+// two keys per vector; block_max must get the `rows` pack_q got.
 // The amx level packs every call as the pair-dot levels pack their many-row calls, each group
 // padded with zero steps to a whole number of 16 (its tiles read 16 steps at a time); it has no
 // two-keys-per-vector path (pair_rows 0): a decode token's rows run on the tiles too.

@@ -31,6 +31,7 @@ using KE = std::uint16_t;        // element type of the key rows the tiles read 
 using QV = B;
 inline QV q_step(const QE* p) { return bload(p); }
 inline QV k_step(const KE* p) { return bsplat_pair(p); }
+inline QV k_two_steps(const KE* p) { return bsplat_two_pairs(p); }  // step of key a, then of key b
 inline F mac(F acc, QV q, QV k) { return bf16_dot(acc, q, k); }
 inline QE q_elem(std::uint16_t bf16) { return bf16; }
 #else
@@ -40,6 +41,9 @@ using KE = float;
 using QV = F;
 inline QV q_step(const QE* p) { return fload(p); }
 inline QV k_step(const KE* p) { return fsplat(*p); }
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
+inline QV k_two_steps(const KE* p) { return fsplat_two(p); }
+#endif
 inline F mac(F acc, QV q, QV k) { return fmadd(q, k, acc); }
 inline QE q_elem(std::uint16_t bf16) {
   const std::uint32_t u = static_cast<std::uint32_t>(bf16) << 16;
@@ -229,15 +233,19 @@ inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const QE* qt, 
   }
 }
 
-// ---- few rows: two keys per vector (levels with the bf16 pair dot) --------------------------------
-// A call whose rows fill at most half the lanes (a decode token of Hi <= 8 index heads) would leave
-// half of every pair dot idle. Its rows are packed twice instead, lane 2h + e holding row h, and
-// one pair dot scores row h against key 2i + e: the broadcast operand is a 64-bit lane with pair s
-// of key 2i then of key 2i+1, read from a copy of a 32-key tile zipped per key pair. The dot
-// chain of (row, key) is the same pairs in the same order as in the full-lane sweep, so scores
-// are bitwise those of a prefill call. Per key this costs 32 pair dots, 33 L1 loads and 4
-// shuffles (the zip), against 64 half-idle dots for the full-lane sweep of one group. The zip of
-// tile t + 1 runs inside the dot loop of tile t (double-buffered), and so does the prefetch of the
+// ---- few rows: two keys per vector (every vector level) ------------------------------------------
+// A call whose rows fill at most half the lanes (a decode token of Hi <= 8 index heads on 16 lanes,
+// Hi <= 4 on avx2's 8) would leave half of every multiply idle. Its rows are packed twice instead,
+// lane 2h + e holding row h, and one step scores row h against key 2i + e: the broadcast operand
+// is a 64-bit lane with step s of key 2i then of key 2i+1 (a bf16 pair each on the pair-dot
+// levels, an f32 element each on the f32 levels), read from a copy of a tile of keys zipped per key
+// pair. The dot chain of (row, key) is the same steps in the same order as in the full-lane sweep,
+// so scores are bitwise those of a prefill call. With bf16 pairs a key costs 32 pair dots, 33 L1
+// loads and 4 shuffles (the zip) against 64 half-idle dots for the full-lane sweep of one group;
+// in f32 it costs 64 FMAs against 128 half-idle ones, and the zip widens the keys to f32 as it
+// interleaves them, so the separate conversion pass of the sweep is gone too (avx512 f32, Zen 5,
+// 8 rows x 128 keys in L1: see bench/RESULTS.md). The zip of tile t + 1 runs inside the dot loop
+// of tile t (double-buffered), and so does the prefetch of the
 // caller's next page: as a separate pass the zip waited for each page's lines and its shuffles
 // could not overlap the dots (one thread sweeping shuffled fp8 pages: 186-190 -> 220 GFLOP/s;
 // bf16 152-155 -> 160-177). Not taken: keys in lanes (a 16 x 16 dword transpose per 16-step
@@ -245,18 +253,21 @@ inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const QE* qt, 
 // with the dots for the vector pipes; measured on Zen 5 with the fp8 decode fused into the
 // transpose, same bits: 245 against 328 GFLOP/s in L1) and dot products over d with a horizontal
 // sum (a different summation order from the prefill path, so not bitwise the same).
-#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
 constexpr bool kHasPairPath = true;
 constexpr std::size_t kPairRows = kLanes / 2;  // rows of a call that takes the pair path, at most
-constexpr std::size_t kPairTile = 16;          // key pairs per register tile (16 accumulators)
+// Key pairs per register tile, one accumulator each: 16 of 32 zmm; 8 of avx2's 16 ymm, which also
+// hold the query step, the broadcast and the zip's temporaries.
+constexpr std::size_t kPairTile = kLanes >= 16 ? 16 : 8;
 constexpr std::size_t kPairChunk = 2 * kPairTile;  // keys zipped per pass
-constexpr std::size_t kZipSteps = kLanes;      // steps of one zip group (32 elements of each key)
+constexpr std::size_t kZipSteps = kLanes;      // steps of one zip group
+constexpr std::size_t kZipElems = kZipSteps * kPer;  // elements of each key in one zip group
 
 // Zipped tiles are group-major: group g (steps [16g, 16g + 16), elements [32g, 32g + 32) of each
 // key) of pair c sits at kz + (g * kPairTile + c) * kGroupWords, so that within a group every
 // broadcast of a step is one base register plus a constant displacement.
-constexpr std::size_t kGroupWords = 4 * kZipSteps;  // 16 steps x 2 keys x 2 elements
-inline std::size_t zip_groups(std::size_t dim) { return (dim + 2 * kZipSteps - 1) / (2 * kZipSteps); }
+constexpr std::size_t kGroupWords = 2 * kZipElems;  // kZipSteps steps x 2 keys x kPer elements
+inline std::size_t zip_groups(std::size_t dim) { return (dim + kZipElems - 1) / kZipElems; }
 inline std::size_t zip_tile_words(std::size_t dim) { return zip_groups(dim) * kPairTile * kGroupWords; }
 // The tile being written starts half a group past a multiple of 4 KiB from the one being read.
 // The zip of step s of group g stores into group g of one tile while the pair dots of the same
@@ -270,24 +281,49 @@ inline std::size_t zip_second_tile_words(std::size_t dim) {
   return (at >= bytes ? at : at + 4096) / sizeof(KE);
 }
 
-// One zip group: elements [0, cnt) (cnt <= 32) of keys a and b (b null: zeros) -> the 16 steps
-// at dst, each pair s of a then pair s of b, as bf16 (elements past cnt read as 0). fp8 keys are
-// decoded by the same byte permutes that zip them.
-inline void zip_group(const std::uint16_t* a, const std::uint16_t* b, std::size_t cnt, KE* dst) {
-  constexpr std::size_t kElems = 2 * kZipSteps;
-  const B x = cnt == kElems ? bload(a) : bload_n(a, cnt);
-  const B y = b == nullptr ? bzero() : (cnt == kElems ? bload(b) : bload_n(b, cnt));
+// One zip group: elements [0, cnt) (cnt <= kZipElems) of keys a and b (b null: zeros) -> the
+// kZipSteps steps at dst, each step s of a then step s of b (elements past cnt read as 0).
+// kWatched: fp8 codes may take a decode that is exact but for NaN codes, which it flags in
+// `watch` instead (fp8_lanes_to_f32_watched); the caller then redoes the call exactly.
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+// As bf16 pairs; fp8 keys are decoded, exactly, by the same byte permutes that zip them.
+template <bool kWatched>
+inline void zip_group(const std::uint16_t* a, const std::uint16_t* b, std::size_t cnt, KE* dst, I&) {
+  const B x = cnt == kZipElems ? bload(a) : bload_n(a, cnt);
+  const B y = b == nullptr ? bzero() : (cnt == kZipElems ? bload(b) : bload_n(b, cnt));
   B lo, hi;
   bzip_pairs(x, y, &lo, &hi);
   bstore(dst, lo);
-  bstore(dst + kElems, hi);
+  bstore(dst + kZipElems, hi);
 }
-inline void zip_group(const std::uint8_t* a, const std::uint8_t* b, std::size_t cnt, KE* dst) {
+template <bool kWatched>
+inline void zip_group(const std::uint8_t* a, const std::uint8_t* b, std::size_t cnt, KE* dst, I&) {
   fp8_zip32_to_bf16(a, b, cnt, dst);
 }
+#else
+// As f32, widened on the way.
+template <bool kWatched>
+inline F widen(const std::uint16_t* p, std::size_t cnt, I&) {
+  return cnt == kZipElems ? fload_bf16(p) : fload_bf16_n(p, cnt);
+}
+template <bool kWatched>
+inline F widen(const std::uint8_t* p, std::size_t cnt, I& watch) {
+  if constexpr (kWatched) return fp8_lanes_to_f32_watched(cnt == kZipElems ? iload_s8(p) : iload_s8_n(p, cnt), watch);
+  else return floats(fp8_lanes_to_f32_bits(cnt == kZipElems ? iload_u8(p) : iload_u8_n(p, cnt)));
+}
+template <bool kWatched, class TK>
+inline void zip_group(const TK* a, const TK* b, std::size_t cnt, KE* dst, I& watch) {
+  const F x = widen<kWatched>(a, cnt, watch);
+  const F y = b == nullptr ? fzero() : widen<kWatched>(b, cnt, watch);
+  F lo, hi;
+  fzip(x, y, &lo, &hi);
+  fstore(dst, lo);
+  fstore(dst + kLanes, hi);
+}
+#endif
 
 // The keys of one tile to zip: `keys` rows from k (ldk apart) into the zipped tile at dst.
-template <class TK>
+template <class TK, bool kWatched>
 struct ZipJob {
   const TK* k;
   std::size_t ldk, dim, keys;
@@ -295,15 +331,15 @@ struct ZipJob {
 
   std::size_t pairs() const { return (keys + 1) / 2; }
   // Group g of pair c.
-  void zip(std::size_t c, std::size_t g) const {
-    const std::size_t e = g * 2 * kZipSteps;
+  void zip(std::size_t c, std::size_t g, I& watch) const {
+    const std::size_t e = g * kZipElems;
     const TK* a = k + 2 * c * ldk + e;
-    zip_group(a, 2 * c + 1 < keys ? a + ldk : nullptr, dim - e < 2 * kZipSteps ? dim - e : 2 * kZipSteps,
-              dst + (g * kPairTile + c) * kGroupWords);
+    zip_group<kWatched>(a, 2 * c + 1 < keys ? a + ldk : nullptr, dim - e < kZipElems ? dim - e : kZipElems,
+                        dst + (g * kPairTile + c) * kGroupWords, watch);
   }
-  void zip_all() const {
+  void zip_all(I& watch) const {
     for (std::size_t g = 0; g < zip_groups(dim); ++g)
-      for (std::size_t c = 0; c < pairs(); ++c) zip(c, g);
+      for (std::size_t c = 0; c < pairs(); ++c) zip(c, g, watch);
   }
 };
 
@@ -319,12 +355,13 @@ struct PairPrefetch {
 // at most one per step) and the prefetch of the next page, a few lines per step. The shuffles of
 // the zip then fill issue slots the pair dots leave, and the misses of the prefetches overlap the
 // arithmetic, where separate passes would add their whole time.
-template <std::size_t C, class TK>
-inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, F (&acc)[C], PairPrefetch& pf,
-                      const ZipJob<TK>& next) {
+template <std::size_t C, class Zip>
+inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, F (&acc)[C], PairPrefetch& pf, const Zip& next,
+                      I& watch_ref) {
 #pragma GCC unroll 32
   for (std::size_t c = 0; c < C; ++c) acc[c] = fzero();
   const char* p = pf.at;
+  I watch = watch_ref;  // a local copy stays in a register
   const std::size_t next_pairs = next.pairs();
   for (std::size_t g = 0, s0 = 0; s0 < steps; ++g, s0 += kZipSteps) {
     const KE* kg = kz + g * kPairTile * kGroupWords;
@@ -332,18 +369,20 @@ inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, F (&acc)[C]
     const std::size_t n = steps - s0 < kZipSteps ? steps - s0 : kZipSteps;
     for (std::size_t s = 0; s < n; ++s) {
       for (std::size_t u = 0; u < pf.per_step && p < pf.end; ++u, p += 64) __builtin_prefetch(p, 0, 2);
-      if (s < next_pairs) next.zip(s, g);
+      if (s < next_pairs) next.zip(s, g, watch);
       const QV q = q_step(qg + s * kLanes * kPer);
 #pragma GCC unroll 32
-      for (std::size_t c = 0; c < C; ++c) acc[c] = mac(acc[c], q, bsplat_two_pairs(kg + c * kGroupWords + s * 2 * kPer));
+      for (std::size_t c = 0; c < C; ++c) acc[c] = mac(acc[c], q, k_two_steps(kg + c * kGroupWords + s * 2 * kPer));
     }
-    for (std::size_t s = n; s < next_pairs; ++s) next.zip(s, g);  // a short last group
+    for (std::size_t s = n; s < next_pairs; ++s) next.zip(s, g, watch);  // a short last group
   }
   pf.at = p;
+  watch_ref = watch;
 }
 
-// Lane 2h + e of a vector of key pairs holds key 2i + e: the key offsets of the lanes.
-alignas(64) constexpr std::int32_t kLaneParity[kLanes] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+// Lane 2h + e of a vector of key pairs holds key 2i + e: the key offsets of the lanes (the first
+// kLanes are read).
+alignas(64) constexpr std::int32_t kLaneParity[16] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
 
 // How the pair path folds its scores into the block maxima. `keys`: the order key of every scaled
 // score, as the many-group sweep does (any scale). `max` / `min`, for a finite nonzero scale: the
@@ -359,6 +398,7 @@ struct PairBest {
   I key;   // keys: running maximum order key per lane
   F best;  // max / min: running maximum (minimum) dot per lane
   F sum;   // max / min: running sum of every dot, the NaN watch
+  I codes;  // max / min on the f32 levels: the watch over fp8 codes of the watched decode
 };
 
 template <PairFold Fold>
@@ -395,19 +435,19 @@ inline void fold_pairs(const F (&acc)[1][C], F scale, I lim, I jv, PairBest& b) 
 }
 
 // Key pairs [0, C) of kz, whose first key is key j of the call.
-template <std::size_t C, PairFold Fold, class TK>
+template <std::size_t C, PairFold Fold, class Zip>
 inline void run_pairs(std::size_t steps, const QE* qd, const KE* kz, F scale, I lim, std::int32_t lo, std::size_t j,
-                      PairBest& b, PairPrefetch& pf, const ZipJob<TK>& next) {
+                      PairBest& b, PairPrefetch& pf, const Zip& next) {
   F acc[1][C];
-  dot_pairs<C>(steps, qd, kz, acc[0], pf, next);
+  dot_pairs<C>(steps, qd, kz, acc[0], pf, next, b.codes);
   const I jv = isplat(static_cast<std::int32_t>(j)) + iload(kLaneParity);
   if (static_cast<std::int64_t>(j + 2 * C) <= lo) fold_pairs<C, Fold, false>(acc, scale, lim, jv, b);
   else fold_pairs<C, Fold, true>(acc, scale, lim, jv, b);
 }
 
-template <std::size_t R, PairFold Fold, class TK>
+template <std::size_t R, PairFold Fold, class Zip>
 inline void run_pairs_tail(std::size_t r, std::size_t steps, const QE* qd, const KE* kz, F scale, I lim,
-                           std::int32_t lo, std::size_t j, PairBest& b, PairPrefetch& pf, const ZipJob<TK>& next) {
+                           std::int32_t lo, std::size_t j, PairBest& b, PairPrefetch& pf, const Zip& next) {
   if constexpr (R > 0) {
     if (r == R) run_pairs<R, Fold>(steps, qd, kz, scale, lim, lo, j, b, pf, next);
     else run_pairs_tail<R - 1, Fold>(r, steps, qd, kz, scale, lim, lo, j, b, pf, next);
@@ -434,7 +474,7 @@ inline Layout layout_of(std::size_t groups, std::size_t dim) {
   L.chunk = chunk;
   const std::size_t rows_bytes = round_up(chunk * L.ld * sizeof(KE), 64);
   std::size_t zip_bytes = 0;
-#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
   zip_bytes = (zip_second_tile_words(dim) + zip_tile_words(dim)) * sizeof(KE);  // one tile read, one written
 #endif
   const LimitArrays a = limit_arrays(groups);
@@ -479,8 +519,10 @@ void pack_q(const std::uint16_t* q, std::size_t rows, std::size_t dim, std::size
     pack_group(qt + g * steps * kLanes * kPer, [g](std::size_t l) { return g * kLanes + l; });
 }
 
-#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-// False (out untouched) when a max / min fold saw a NaN in its watch: rerun with `keys`.
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
+// False (out untouched) when a max / min fold saw a NaN in its watches: rerun with `keys`. The
+// max / min folds also take the watched fp8 decode on the f32 levels (the keys fold, exact, gives
+// the NaN codes' NaN scores).
 template <class TK, PairFold Fold>
 bool block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* k, std::size_t ldk, std::size_t n,
                      const std::int32_t* limit, float scale, float* out, unsigned char* base, const Layout& L,
@@ -501,7 +543,9 @@ bool block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
     lanes[2 * h] = lanes[2 * h + 1] = v;
   }
   const I lim = iload(lanes);
-  PairBest b{isplat(kNoKey), pair_fold_start<Fold>(), fzero()};
+  PairBest b{isplat(kNoKey), pair_fold_start<Fold>(), fzero(), isplat(0)};
+  constexpr bool kWatched = Fold != PairFold::keys;
+  using Zip = ZipJob<TK, kWatched>;
   const F fscale = fsplat(scale);
   const std::size_t tiles = (static_cast<std::size_t>(hi) + kPairChunk - 1) / kPairChunk;
   PairPrefetch pf;
@@ -515,16 +559,16 @@ bool block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
   KE* const kz[2] = {reinterpret_cast<KE*>(base + L.kz_at), reinterpret_cast<KE*>(base + L.kz_at) + zip_second_tile_words(dim)};
   const std::size_t keys = static_cast<std::size_t>(hi);
   const auto tile_keys = [&](std::size_t j0) { return j0 >= keys ? 0 : (keys - j0 < kPairChunk ? keys - j0 : kPairChunk); };
-  ZipJob<TK>{k, ldk, dim, tile_keys(0), kz[0]}.zip_all();
+  Zip{k, ldk, dim, tile_keys(0), kz[0]}.zip_all(b.codes);
   for (std::size_t t = 0, j0 = 0; j0 < keys; ++t, j0 += kPairChunk) {
     const std::size_t np = (tile_keys(j0) + 1) / 2;
     const std::size_t next_keys = tile_keys(j0 + kPairChunk);  // 0: no next tile (and no pointer past the keys)
-    const ZipJob<TK> next{next_keys ? k + (j0 + kPairChunk) * ldk : k, ldk, dim, next_keys, kz[(t + 1) % 2]};
+    const Zip next{next_keys ? k + (j0 + kPairChunk) * ldk : k, ldk, dim, next_keys, kz[(t + 1) % 2]};
     if (np == kPairTile) run_pairs<kPairTile, Fold>(steps, qd, kz[t % 2], fscale, lim, lo, j0, b, pf, next);
     else run_pairs_tail<kPairTile - 1, Fold>(np, steps, qd, kz[t % 2], fscale, lim, lo, j0, b, pf, next);
   }
   if constexpr (Fold != PairFold::keys) {
-    if (any(is_nan(b.sum))) return false;
+    if (any(is_nan(b.sum)) || fp8_watch_saw_nan(b.codes)) return false;
     b.key = order_key(b.best * fscale);  // lanes that saw no key: -inf, as kNoKey reads
   }
   // Row h: the larger of lanes 2h and 2h + 1; rows past kPairRows see nothing.
@@ -546,7 +590,7 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   const Layout L = layout_of(groups, dim);
   auto* base = cache_line_start(scratch);
   const auto* qt = static_cast<const QE*>(packed);
-#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
   if (takes_pairs(rows)) {
     const auto pairs = [&](auto fold) {
       return block_max_pairs<TK, decltype(fold)::value>(rows, dim, qt, k, ldk, n, limit, scale, out, base, L, next_k,

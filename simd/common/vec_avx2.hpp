@@ -6,10 +6,12 @@
 //     lanes, the rest zero on load / untouched on store)
 //   F+F F-F F*F fmadd(a,b,c)=a*b+c  fmax fmin (NaN: either operand may come out)  is_nan flt bits floats
 //     reduce_add reduce_add4
-//   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
+//   isplat iload istore istore_n iload_u8 iload_u8_n iload_s8 iload_s8_n (bytes zero / sign extended)
+//     istore_u16 istore_u16_pair istore_u16_n
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) (I or F)
 //     any(m) movemask
 //   igather(table, idx) (levels with a gather instruction: avx2 and above)
+//   fsplat_two fzip (vector levels, avx2 and above: two keys per vector in block_score)
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__) || !defined(__BMI2__)
@@ -55,6 +57,17 @@ inline F fload_bf16_n(const std::uint16_t* p, std::size_t n) {
 }
 inline void fstore(float* p, F a) { _mm256_storeu_ps(p, a.v); }
 inline void fstore_n(float* p, F a, std::size_t n) { _mm256_maskstore_ps(p, detail::first_n_mask(n), a.v); }
+// p[0] in the even lanes, p[1] in the odd ones (one load-port broadcast of 64 bits).
+inline F fsplat_two(const float* p) {
+  return {_mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(p)))};
+}
+// Interleaves a and b: lo = a0 b0 a1 b1 a2 b2 a3 b3, hi = a4 b4 .. a7 b7.
+inline void fzip(F a, F b, F* lo, F* hi) {
+  const __m256 l = _mm256_unpacklo_ps(a.v, b.v);  // a0 b0 a1 b1 | a4 b4 a5 b5
+  const __m256 h = _mm256_unpackhi_ps(a.v, b.v);  // a2 b2 a3 b3 | a6 b6 a7 b7
+  lo->v = _mm256_permute2f128_ps(l, h, 0x20);
+  hi->v = _mm256_permute2f128_ps(l, h, 0x31);
+}
 inline F operator+(F a, F b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm256_mul_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
@@ -93,6 +106,14 @@ inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   std::uint8_t tmp[8] = {};
   std::memcpy(tmp, p, n);
   return iload_u8(tmp);
+}
+inline I iload_s8(const std::uint8_t* p) {
+  return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))};
+}
+inline I iload_s8_n(const std::uint8_t* p, std::size_t n) {
+  std::uint8_t tmp[8] = {};
+  std::memcpy(tmp, p, n);
+  return iload_s8(tmp);
 }
 // Lanes must hold values in [0, 65535] (packus saturates).
 inline void istore_u16(std::uint16_t* p, I a) {

@@ -49,6 +49,19 @@ inline F fload_bf16_n(const std::uint16_t* p, std::size_t n) {
 }
 inline void fstore(float* p, F a) { _mm512_storeu_ps(p, a.v); }
 inline void fstore_n(float* p, F a, std::size_t n) { _mm512_mask_storeu_ps(p, detail::first_n(n), a.v); }
+// p[0] in the even lanes, p[1] in the odd ones (one load-port broadcast of 64 bits).
+inline F fsplat_two(const float* p) {
+  std::int64_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return {_mm512_castsi512_ps(_mm512_set1_epi64(v))};
+}
+// Interleaves a and b: lo = a0 b0 a1 b1 .. a7 b7, hi = a8 b8 .. a15 b15.
+inline void fzip(F a, F b, F* lo, F* hi) {
+  const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  lo->v = _mm512_permutex2var_ps(a.v, il, b.v);
+  hi->v = _mm512_permutex2var_ps(a.v, ih, b.v);
+}
 inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
@@ -89,6 +102,12 @@ inline I iload_u8(const std::uint8_t* p) {
 inline I igather(const std::uint32_t* table, I idx) { return {_mm512_i32gather_epi32(idx.v, table, 4)}; }
 inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   return {_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
+}
+inline I iload_s8(const std::uint8_t* p) {
+  return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+}
+inline I iload_s8_n(const std::uint8_t* p, std::size_t n) {
+  return {_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
 }
 // Lanes must hold values in [0, 65535] (truncating narrow).
 inline void istore_u16(std::uint16_t* p, I a) {

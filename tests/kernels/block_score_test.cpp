@@ -275,7 +275,7 @@ TEST_P(BlockScore, LimitsCutPerRow) {
 
 // A NaN key element makes the maximum of exactly the rows that see that key NaN, whatever the
 // other keys; a key past a row's limit does not. Few rows (a decode token: the two-keys-per-vector
-// path on avx512bf16) and many, either sign of the scale.
+// path on the vector levels) and many, either sign of the scale.
 TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(8);
@@ -290,7 +290,7 @@ TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
     auto kb = make_keys<std::uint16_t>(n * dim, rng);
     kb[nan_at * dim + 5] = 0xFFC0;  // a negative quiet NaN
     auto k8 = make_keys<std::uint8_t>(n * dim, rng);
-    k8[nan_at * dim + 5] = 0x7F;
+    k8[nan_at * dim + 5] = nan_at % 2 ? 0xFF : 0x7F;  // both NaN codes
     const auto gb = run<std::uint16_t>(table(), p, kb, 0);
     const auto g8 = run<std::uint8_t>(table(), p, k8, 0);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -328,7 +328,7 @@ TEST_P(BlockScore, Infinities) {
 
 // Every kind of scale (either sign, zero, infinite, NaN, one that overflows the scores) and keys
 // whose scores are infinite of both signs, bitwise against the model. A decode token's rows on
-// avx512bf16 fold unscaled maxima (minima for a negative scale) and watch a running sum for NaN:
+// the vector levels fold unscaled maxima (minima for a negative scale) and watch a running sum for NaN:
 // these are the cases that send such a call back to the order-key fold, and those whose results
 // the shortcut must not change.
 TEST_P(BlockScore, ScalesAndInfiniteScores) {
@@ -424,13 +424,14 @@ TEST_P(BlockScore, TilingInvariance) {
 }
 
 // The packed layout the header documents: per group, steps of 4 bytes per lane (an f32 element,
-// or a bf16 pair on the pair-dot levels, odd dim padded with 0); on the pair-dot levels a call of
-// at most pair_rows rows holds row h in lanes 2h and 2h + 1.
+// or a bf16 pair on the pair-dot levels, odd dim padded with 0); on the vector levels but amx a
+// call of at most pair_rows rows holds row h in lanes 2h and 2h + 1.
 TEST_P(BlockScore, PackLayout) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
   const bool pairs = pair_dot_level(level());
-  EXPECT_EQ(t.pair_rows, level() == Isa::avx512bf16 ? t.lanes / 2 : 0u);  // amx: tiles for every call
+  // generic: its 4 lanes hold a decode token whole; amx: tiles for every call.
+  EXPECT_EQ(t.pair_rows, level() == Isa::generic || level() == Isa::amx ? 0u : t.lanes / 2);
   const std::size_t lanes = t.lanes, dim = 5, ldq = 7, steps = pairs ? 3 : 5;
   for (std::size_t rows : {2 * lanes + 1, lanes / 2, lanes / 2 - 1}) {
     std::vector<std::uint16_t> q(rows * ldq);
@@ -443,7 +444,7 @@ TEST_P(BlockScore, PackLayout) {
     std::vector<unsigned char> qt(bytes + 1, 0xEE);
     t.pack_q(q.data(), rows, dim, ldq, qt.data());
     EXPECT_EQ(qt.back(), 0xEE) << "wrote past the packed groups";
-    const bool twice = pairs && rows <= t.pair_rows;
+    const bool twice = rows <= t.pair_rows;
     for (std::size_t g = 0; g < groups; ++g)
       for (std::size_t d = 0; d < steps * (pairs ? 2 : 1); ++d)
         for (std::size_t l = 0; l < lanes; ++l) {
@@ -464,8 +465,8 @@ TEST_P(BlockScore, PackLayout) {
 
 // A call of few rows (a decode token) must give its rows bitwise the maxima a many-row call (a
 // prefill tile) gives them, for both key types, odd key counts, odd dims, per-row limits and
-// several seeds: on avx512bf16 through its two-keys-per-vector path (calls of at most pair_rows
-// rows), on the other levels through the same sweep or tiles as any call.
+// several seeds: on the vector levels through the two-keys-per-vector path (calls of at most
+// pair_rows rows), on generic and amx through the same sweep or tiles as any call.
 TEST_P(BlockScore, FewRowsMatchManyRows) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
