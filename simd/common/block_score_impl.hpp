@@ -252,7 +252,10 @@ inline void sweep_rest(std::size_t rest, Sweep& s, std::size_t g, const QE* qt, 
 // group to the dot layout, then query pairs broadcast: twice the shuffles of the zip, which compete
 // with the dots for the vector pipes; measured on Zen 5 with the fp8 decode fused into the
 // transpose, same bits: 245 against 328 GFLOP/s in L1) and dot products over d with a horizontal
-// sum (a different summation order from the prefill path, so not bitwise the same).
+// sum (a different summation order from the prefill path, so not bitwise the same). Nor the same
+// pipeline with one key per vector for a call of one full group on avx2 (a decode token of 8
+// heads): with 8 of its 16 ymm as accumulators beside the zip's temporaries, the FMA latency shows
+// (Zen 5, 8 rows x 128 keys in L1: bf16 88 -> 59 GFLOP/s, fp8 60 -> 55 against the sweep).
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
 constexpr bool kHasPairPath = true;
 constexpr std::size_t kPairRows = kLanes / 2;  // rows of a call that takes the pair path, at most
@@ -263,9 +266,9 @@ constexpr std::size_t kPairChunk = 2 * kPairTile;  // keys zipped per pass
 constexpr std::size_t kZipSteps = kLanes;      // steps of one zip group
 constexpr std::size_t kZipElems = kZipSteps * kPer;  // elements of each key in one zip group
 
-// Zipped tiles are group-major: group g (steps [16g, 16g + 16), elements [32g, 32g + 32) of each
-// key) of pair c sits at kz + (g * kPairTile + c) * kGroupWords, so that within a group every
-// broadcast of a step is one base register plus a constant displacement.
+// Zipped tiles are group-major: group g (steps [g, g + 1) * kZipSteps, elements
+// [g, g + 1) * kZipElems of each key) of pair c sits at kz + (g * kPairTile + c) * kGroupWords, so
+// that within a group every broadcast of a step is one base register plus a constant displacement.
 constexpr std::size_t kGroupWords = 2 * kZipElems;  // kZipSteps steps x 2 keys x kPer elements
 inline std::size_t zip_groups(std::size_t dim) { return (dim + kZipElems - 1) / kZipElems; }
 inline std::size_t zip_tile_words(std::size_t dim) { return zip_groups(dim) * kPairTile * kGroupWords; }
@@ -274,7 +277,7 @@ inline std::size_t zip_tile_words(std::size_t dim) { return zip_groups(dim) * kP
 // step load from group g of the other; at a distance that is a multiple of 4 KiB (as two tiles of
 // dim 128 back to back are) those loads share their low 12 address bits with the stores just
 // issued, and the loads wait on them (4K aliasing).
-constexpr std::size_t kGroupBytes = kPairTile * kGroupWords * sizeof(KE);  // 2 KiB
+constexpr std::size_t kGroupBytes = kPairTile * kGroupWords * sizeof(KE);  // 2 KiB (avx2: 512 bytes)
 inline std::size_t zip_second_tile_words(std::size_t dim) {
   const std::size_t bytes = zip_tile_words(dim) * sizeof(KE);
   const std::size_t at = (bytes + kGroupBytes + 4095) / 4096 * 4096 - kGroupBytes;

@@ -275,18 +275,18 @@ TEST_P(BlockScore, LimitsCutPerRow) {
 
 // A NaN key element makes the maximum of exactly the rows that see that key NaN, whatever the
 // other keys; a key past a row's limit does not. Few rows (a decode token: the two-keys-per-vector
-// path on the vector levels) and many, either sign of the scale.
+// path on the vector levels), one full group and many, either sign of the scale.
 TEST_P(BlockScore, NanKeysAreStickyOnlyWhereSeen) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(8);
   const std::size_t lanes = table().lanes, n = 50, dim = 24;
-  for (std::size_t rows : {lanes / 2, 4 * lanes})
+  for (std::size_t rows : {lanes / 2, lanes, 4 * lanes})
   for (float scale : {0.125f, -0.5f})
   for (std::size_t nan_at : {0u, 13u, 29u, 49u}) {
     Problem p = make_problem(rows, dim, n, dim, rng);
     p.scale = scale;
     p.limit.resize((rows + lanes - 1) / lanes * lanes);
-    for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = static_cast<std::int32_t>(rows < lanes ? r * 7 : r * 2);
+    for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = static_cast<std::int32_t>(rows <= lanes ? r * 7 : r * 2);
     auto kb = make_keys<std::uint16_t>(n * dim, rng);
     kb[nan_at * dim + 5] = 0xFFC0;  // a negative quiet NaN
     auto k8 = make_keys<std::uint8_t>(n * dim, rng);
@@ -336,7 +336,7 @@ TEST_P(BlockScore, ScalesAndInfiniteScores) {
   Rng rng(41);
   const std::size_t lanes = table().lanes, dim = 40, n = 70;
   const float scales[] = {0.125f, -0.75f, 0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 1e38f};
-  for (std::size_t rows : {std::size_t{1}, lanes / 2, lanes + 1}) {
+  for (std::size_t rows : {std::size_t{1}, lanes / 2, lanes, lanes + 1}) {
     for (int keyset = 0; keyset < 3; ++keyset) {
       Problem p = make_problem(rows, dim, n, dim, rng);
       auto k = make_keys<std::uint16_t>(n * dim, rng);
@@ -466,7 +466,8 @@ TEST_P(BlockScore, PackLayout) {
 // A call of few rows (a decode token) must give its rows bitwise the maxima a many-row call (a
 // prefill tile) gives them, for both key types, odd key counts, odd dims, per-row limits and
 // several seeds: on the vector levels through the two-keys-per-vector path (calls of at most
-// pair_rows rows), on generic and amx through the same sweep or tiles as any call.
+// pair_rows rows), one full group and generic and amx through the same sweep or tiles as any
+// call.
 TEST_P(BlockScore, FewRowsMatchManyRows) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
@@ -475,7 +476,7 @@ TEST_P(BlockScore, FewRowsMatchManyRows) {
     Rng rng(seed);
     for (std::size_t dim : {128u, 130u, 127u, 9u}) {
       for (std::size_t n : {128u, 97u, 33u, 1u}) {
-        for (std::size_t few : {most, most / 2, std::size_t{1}}) {
+        for (std::size_t few : {lanes, most + 1, most, most / 2, std::size_t{1}}) {
           Problem full = make_problem(lanes + 3, dim, n, dim + (seed % 2), rng);  // full-lane path
           Problem part = full;
           part.rows = few;
