@@ -94,6 +94,7 @@ struct BlockScoreKernels {
                        const std::uint8_t* next_k, std::size_t next_n);
   unsigned tile_groups, tile_keys;  // register tile of the many-group sweep (for `mlakit info`)
   unsigned pair_rows;  // calls of at most this many rows score two keys per vector (0: never)
+  bool bf16_dot;       // steps are bf16 pairs multiplied by a bf16 dot (else f32 elements, FMA)
 };
 
 }  // namespace mlakit::simd

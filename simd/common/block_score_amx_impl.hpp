@@ -257,7 +257,8 @@ constexpr BlockScoreKernels make_block_score_amx_kernels(const char* level) {
                            &block_max<Tiles, std::uint8_t>,
                            static_cast<unsigned>(kGroupTiles),
                            static_cast<unsigned>(kKeys),
-                           /*pair_rows=*/0u};
+                           /*pair_rows=*/0u,
+                           /*bf16_dot=*/true};
 }
 
 }  // namespace

@@ -650,7 +650,8 @@ constexpr BlockScoreKernels make_block_score_kernels() {
                            &block_max<std::uint8_t>,
                            static_cast<unsigned>(kT),
                            static_cast<unsigned>(kKeysOf<kT>),
-                           static_cast<unsigned>(kPairRows)};
+                           static_cast<unsigned>(kPairRows),
+                           /*bf16_dot=*/kPer == 2};
 }
 
 }  // namespace

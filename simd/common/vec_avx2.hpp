@@ -6,12 +6,12 @@
 //     lanes, the rest zero on load / untouched on store)
 //   F+F F-F F*F fmadd(a,b,c)=a*b+c  fmax fmin (NaN: either operand may come out)  is_nan flt bits floats
 //     reduce_add reduce_add4
-//   isplat iload istore istore_n iload_u8 iload_u8_n iload_s8 iload_s8_n (bytes zero / sign extended)
-//     istore_u16 istore_u16_pair istore_u16_n
+//   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) (I or F)
 //     any(m) movemask
 //   igather(table, idx) (levels with a gather instruction: avx2 and above)
-//   fsplat_two fzip (vector levels, avx2 and above: two keys per vector in block_score)
+//   fsplat_two fzip iload_s8 iload_s8_n (bytes sign extended) (vector levels, avx2 and above: two
+//     keys per vector in block_score)
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__) || !defined(__BMI2__)

@@ -57,10 +57,10 @@ inline B bsplat_two_pairs(const std::uint16_t* p) {
 }
 // Interleaves the bf16 pairs (32-bit units) of a and b: lo = a0 b0 a1 b1 .. a7 b7, hi = a8 b8 .. a15 b15.
 inline void bzip_pairs(B a, B b, B* lo, B* hi) {
-  const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-  lo->v = _mm512_permutex2var_epi32(a.v, il, b.v);
-  hi->v = _mm512_permutex2var_epi32(a.v, ih, b.v);
+  F l, h;
+  fzip(F{_mm512_castsi512_ps(a.v)}, F{_mm512_castsi512_ps(b.v)}, &l, &h);
+  lo->v = _mm512_castps_si512(l.v);
+  hi->v = _mm512_castps_si512(h.v);
 }
 
 // Interleaves the words of a and b: lo = a0 b0 a1 b1 .. a15 b15, hi = a16 b16 .. a31 b31.

@@ -76,15 +76,6 @@ inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   std::memcpy(tmp, p, n);
   return iload_u8(tmp);
 }
-inline I iload_s8(const std::uint8_t* p) {
-  const auto s = [p](int l) { return static_cast<std::int32_t>(static_cast<std::int8_t>(p[l])); };
-  return {v4i{s(0), s(1), s(2), s(3)}};
-}
-inline I iload_s8_n(const std::uint8_t* p, std::size_t n) {
-  std::uint8_t tmp[4] = {};
-  std::memcpy(tmp, p, n);
-  return iload_s8(tmp);
-}
 // Lanes must hold values in [0, 65535].
 inline void istore_u16(std::uint16_t* p, I a) {
   for (std::size_t l = 0; l < kLanes; ++l) p[l] = static_cast<std::uint16_t>(a.v[l]);

@@ -430,6 +430,7 @@ TEST_P(BlockScore, PackLayout) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   const auto& t = table();
   const bool pairs = pair_dot_level(level());
+  EXPECT_EQ(t.bf16_dot, pairs);  // what `mlakit info` reports
   // generic: its 4 lanes hold a decode token whole; amx: tiles for every call.
   EXPECT_EQ(t.pair_rows, level() == Isa::generic || level() == Isa::amx ? 0u : t.lanes / 2);
   const std::size_t lanes = t.lanes, dim = 5, ldq = 7, steps = pairs ? 3 : 5;

@@ -155,7 +155,7 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   } else {
     out.emplace_back("block_score", std::string(bs.level) + " (" + std::to_string(bs.lanes) + " query rows per vector, " +
                                         std::to_string(bs.tile_groups) + "x" + std::to_string(bs.tile_keys) + " tile, " +
-                                        (std::strcmp(bs.level, "avx512bf16") == 0 ? "bf16 pair dot" : "f32 FMA") +
+                                        (bs.bf16_dot ? "bf16 pair dot" : "f32 FMA") +
                                         (bs.pair_rows ? "; calls of <= " + std::to_string(bs.pair_rows) +
                                                             " rows: two keys per vector"
                                                       : "") +
