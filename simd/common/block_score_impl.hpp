@@ -291,7 +291,7 @@ inline std::size_t zip_second_tile_words(std::size_t dim) {
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 // As bf16 pairs; fp8 keys are decoded, exactly, by the same byte permutes that zip them.
 template <bool kWatched>
-inline void zip_group(const std::uint16_t* a, const std::uint16_t* b, std::size_t cnt, KE* dst, I&) {
+inline void zip_group(const std::uint16_t* a, const std::uint16_t* b, std::size_t cnt, KE* dst, H&) {
   const B x = cnt == kZipElems ? bload(a) : bload_n(a, cnt);
   const B y = b == nullptr ? bzero() : (cnt == kZipElems ? bload(b) : bload_n(b, cnt));
   B lo, hi;
@@ -300,22 +300,23 @@ inline void zip_group(const std::uint16_t* a, const std::uint16_t* b, std::size_
   bstore(dst + kZipElems, hi);
 }
 template <bool kWatched>
-inline void zip_group(const std::uint8_t* a, const std::uint8_t* b, std::size_t cnt, KE* dst, I&) {
+inline void zip_group(const std::uint8_t* a, const std::uint8_t* b, std::size_t cnt, KE* dst, H&) {
   fp8_zip32_to_bf16(a, b, cnt, dst);
 }
 #else
 // As f32, widened on the way.
 template <bool kWatched>
-inline F widen(const std::uint16_t* p, std::size_t cnt, I&) {
+inline F widen(const std::uint16_t* p, std::size_t cnt, H&) {
   return cnt == kZipElems ? fload_bf16(p) : fload_bf16_n(p, cnt);
 }
 template <bool kWatched>
-inline F widen(const std::uint8_t* p, std::size_t cnt, I& watch) {
-  if constexpr (kWatched) return fp8_lanes_to_f32_watched(cnt == kZipElems ? iload_s8(p) : iload_s8_n(p, cnt), watch);
-  else return floats(fp8_lanes_to_f32_bits(cnt == kZipElems ? iload_u8(p) : iload_u8_n(p, cnt)));
+inline F widen(const std::uint8_t* p, std::size_t cnt, H& watch) {
+  const H codes = cnt == kZipElems ? hload_s8(p) : hload_s8_n(p, cnt);
+  if constexpr (kWatched) return fp8_lanes_to_f32_watched(codes, watch);
+  else return fp8_lanes_to_f32(codes);
 }
 template <bool kWatched, class TK>
-inline void zip_group(const TK* a, const TK* b, std::size_t cnt, KE* dst, I& watch) {
+inline void zip_group(const TK* a, const TK* b, std::size_t cnt, KE* dst, H& watch) {
   const F x = widen<kWatched>(a, cnt, watch);
   const F y = b == nullptr ? fzero() : widen<kWatched>(b, cnt, watch);
   F lo, hi;
@@ -334,13 +335,13 @@ struct ZipJob {
 
   std::size_t pairs() const { return (keys + 1) / 2; }
   // Group g of pair c.
-  void zip(std::size_t c, std::size_t g, I& watch) const {
+  void zip(std::size_t c, std::size_t g, H& watch) const {
     const std::size_t e = g * kZipElems;
     const TK* a = k + 2 * c * ldk + e;
     zip_group<kWatched>(a, 2 * c + 1 < keys ? a + ldk : nullptr, dim - e < kZipElems ? dim - e : kZipElems,
                         dst + (g * kPairTile + c) * kGroupWords, watch);
   }
-  void zip_all(I& watch) const {
+  void zip_all(H& watch) const {
     for (std::size_t g = 0; g < zip_groups(dim); ++g)
       for (std::size_t c = 0; c < pairs(); ++c) zip(c, g, watch);
   }
@@ -360,11 +361,11 @@ struct PairPrefetch {
 // arithmetic, where separate passes would add their whole time.
 template <std::size_t C, class Zip>
 inline void dot_pairs(std::size_t steps, const QE* qd, const KE* kz, F (&acc)[C], PairPrefetch& pf, const Zip& next,
-                      I& watch_ref) {
+                      H& watch_ref) {
 #pragma GCC unroll 32
   for (std::size_t c = 0; c < C; ++c) acc[c] = fzero();
   const char* p = pf.at;
-  I watch = watch_ref;  // a local copy stays in a register
+  H watch = watch_ref;  // a local copy stays in a register
   const std::size_t next_pairs = next.pairs();
   for (std::size_t g = 0, s0 = 0; s0 < steps; ++g, s0 += kZipSteps) {
     const KE* kg = kz + g * kPairTile * kGroupWords;
@@ -401,7 +402,7 @@ struct PairBest {
   I key;   // keys: running maximum order key per lane
   F best;  // max / min: running maximum (minimum) dot per lane
   F sum;   // max / min: running sum of every dot, the NaN watch
-  I codes;  // max / min on the f32 levels: the watch over fp8 codes of the watched decode
+  H codes;  // max / min on the f32 levels: the watch over fp8 codes of the watched decode
 };
 
 template <PairFold Fold>
@@ -546,7 +547,7 @@ bool block_max_pairs(std::size_t rows, std::size_t dim, const QE* qd, const TK* 
     lanes[2 * h] = lanes[2 * h + 1] = v;
   }
   const I lim = iload(lanes);
-  PairBest b{isplat(kNoKey), pair_fold_start<Fold>(), fzero(), isplat(0)};
+  PairBest b{isplat(kNoKey), pair_fold_start<Fold>(), fzero(), hsplat(0)};
   constexpr bool kWatched = Fold != PairFold::keys;
   using Zip = ZipJob<TK, kWatched>;
   const F fscale = fsplat(scale);

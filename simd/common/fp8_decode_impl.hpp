@@ -10,53 +10,62 @@
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
 
-// kLanes fp8 codes (zero-extended into i32 lanes) -> f32 bit patterns.
-inline I fp8_lanes_to_f32_bits(I code) {
-  const I mag = code & isplat(0x7F);
-  I v = bits(floats(shl<20>(mag)) * fsplat(0x1p120f));
-  v = select(cmpeq(mag, isplat(0x7F)), isplat(0x7FC00000), v);
-  return v | (shl<24>(code) & isplat(static_cast<std::int32_t>(0x80000000u)));
+// The rebias decode goes through the f16 converter. E4M3's exponent and mantissa fields drop into
+// f16's as they are (shift left by 7), so every finite code becomes the f16 of its value times
+// 2^-8. Subnormal codes stay subnormal there, and the converter widens those exactly.
+// The f32 operands that follow are never subnormal. Moving the fields straight into f32 instead
+// needs a multiply whose operand is an f32 subnormal for the 14 subnormal codes, and CPUs slow
+// down on those: here that variant spent 30 % of an f8e4m3 block_score decode call on
+// N(0, 1) keys.
+// The NaN codes land on f16 +-1.875 (0x3F80 plus the sign), which no finite code shares.
+//
+// kLanes codes sign-extended into i16 lanes -> their f16 patterns times 2^-8 (NaN codes: +-1.875).
+inline H fp8_as_scaled_f16(H sext_code) {
+  return shl<7>(sext_code) & hsplat(static_cast<std::int16_t>(0xBF80));  // sign at 15, code bits 6..0 at 13..7
 }
 
-// kLanes codes, sign-extended into i32 lanes (iload_s8) -> their f32 values, exact for every code
-// but the two NaNs (0x7F, 0xFF), which come out as +-480 and set bit 27 of `watch`: 5 vector ops
-// where the exact form above takes 8, for callers that redo their work exactly when a NaN shows.
-// After the shift and mask, lane bits are sign | code bits 6..0 at 26..20, whose largest value
-// (0x7F, the NaN) is the only one that carries into bit 27 when one more is added.
-inline F fp8_lanes_to_f32_watched(I sext_code, I& watch) {
-  const I w = shl<20>(sext_code) & isplat(static_cast<std::int32_t>(0x87F00000u));
-  watch = watch | (w + isplat(1 << 20));
-  return floats(w) * fsplat(0x1p120f);
+// kLanes codes sign-extended into i16 lanes (hload_s8) -> their f32 values, bit-exact for all 256.
+inline F fp8_lanes_to_f32(H sext_code) {
+  H h = fp8_as_scaled_f16(sext_code);
+  const H nan = hcmpeq(h & hsplat(0x3F80), hsplat(0x3F80));
+  h = h ^ (nan & hsplat(0x4180));  // 0x3F80 -> 0x7E00, the f16 quiet NaN; the converter keeps its sign
+  return f16_to_f32(h) * fsplat(256.0f);
 }
-inline bool fp8_watch_saw_nan(I watch) {
-  const I bit = isplat(1 << 27);
-  return any(cmpeq(watch & bit, bit));
+
+// The same without the NaN fix: exact for every code but the two NaNs (0x7F, 0xFF), which come out
+// as +-480 and set bit 14 of `watch`. For callers that redo their work exactly when a NaN shows.
+// Lane bits 13..7 hold code bits 6..0 and bit 14 is clear, so adding one at bit 7 carries into bit
+// 14 for the NaN codes only.
+inline F fp8_lanes_to_f32_watched(H sext_code, H& watch) {
+  const H h = fp8_as_scaled_f16(sext_code);
+  watch = watch | (h + hsplat(0x80));
+  return f16_to_f32(h) * fsplat(256.0f);
 }
+inline bool fp8_watch_saw_nan(H watch) { return any_set(watch & hsplat(0x4000)); }
 
 void fp8_to_f32(const std::uint8_t* src, float* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
-    const I c0 = iload_u8(src + i), c1 = iload_u8(src + i + kLanes);
-    const I c2 = iload_u8(src + i + 2 * kLanes), c3 = iload_u8(src + i + 3 * kLanes);
-    fstore(dst + i, floats(fp8_lanes_to_f32_bits(c0)));
-    fstore(dst + i + kLanes, floats(fp8_lanes_to_f32_bits(c1)));
-    fstore(dst + i + 2 * kLanes, floats(fp8_lanes_to_f32_bits(c2)));
-    fstore(dst + i + 3 * kLanes, floats(fp8_lanes_to_f32_bits(c3)));
+    const H c0 = hload_s8(src + i), c1 = hload_s8(src + i + kLanes);
+    const H c2 = hload_s8(src + i + 2 * kLanes), c3 = hload_s8(src + i + 3 * kLanes);
+    fstore(dst + i, fp8_lanes_to_f32(c0));
+    fstore(dst + i + kLanes, fp8_lanes_to_f32(c1));
+    fstore(dst + i + 2 * kLanes, fp8_lanes_to_f32(c2));
+    fstore(dst + i + 3 * kLanes, fp8_lanes_to_f32(c3));
   }
-  for (; i + kLanes <= n; i += kLanes) fstore(dst + i, floats(fp8_lanes_to_f32_bits(iload_u8(src + i))));
-  if (i < n) fstore_n(dst + i, floats(fp8_lanes_to_f32_bits(iload_u8_n(src + i, n - i))), n - i);
+  for (; i + kLanes <= n; i += kLanes) fstore(dst + i, fp8_lanes_to_f32(hload_s8(src + i)));
+  if (i < n) fstore_n(dst + i, fp8_lanes_to_f32(hload_s8_n(src + i, n - i)), n - i);
 }
 
 // Every fp8 value has at most 4 significant bits, so its f32 pattern has 16 zero low bits and the
 // bf16 pattern is the high half: no rounding happens.
+inline I fp8_lanes_to_bf16_bits(H sext_code) { return shr<16>(bits(fp8_lanes_to_f32(sext_code))); }
 void fp8_to_bf16(const std::uint8_t* src, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    const I c0 = iload_u8(src + i), c1 = iload_u8(src + i + kLanes);
-    istore_u16_pair(dst + i, shr<16>(fp8_lanes_to_f32_bits(c0)), shr<16>(fp8_lanes_to_f32_bits(c1)));
-  }
-  for (; i + kLanes <= n; i += kLanes) istore_u16(dst + i, shr<16>(fp8_lanes_to_f32_bits(iload_u8(src + i))));
-  if (i < n) istore_u16_n(dst + i, shr<16>(fp8_lanes_to_f32_bits(iload_u8_n(src + i, n - i))), n - i);
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes)
+    istore_u16_pair(dst + i, fp8_lanes_to_bf16_bits(hload_s8(src + i)), fp8_lanes_to_bf16_bits(hload_s8(src + i + kLanes)));
+  for (; i + kLanes <= n; i += kLanes) istore_u16(dst + i, fp8_lanes_to_bf16_bits(hload_s8(src + i)));
+  if (i < n) istore_u16_n(dst + i, fp8_lanes_to_bf16_bits(hload_s8_n(src + i, n - i)), n - i);
 }
 
 // The 256 f32 patterns, computed without floating point (used by the table variants).

@@ -10,8 +10,9 @@
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) (I or F)
 //     any(m) movemask
 //   igather(table, idx) (levels with a gather instruction: avx2 and above)
-//   fsplat_two fzip iload_s8 iload_s8_n (bytes sign extended) (vector levels, avx2 and above: two
-//     keys per vector in block_score)
+//   H (kLanes i16): hsplat hload_s8 hload_s8_n (bytes sign extended) H&H H|H H^H H+H shl<S>
+//     hcmpeq (all-ones lanes) any_set f16_to_f32 (exact for every f16, subnormals included)
+//   fsplat_two fzip (vector levels, avx2 and above: two keys per vector in block_score)
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__) || !defined(__BMI2__)
@@ -35,6 +36,7 @@ constexpr const char* kLevelName = "avx2";
 struct F { __m256 v; };
 struct I { __m256i v; };
 struct M { __m256i v; };  // all-ones / all-zeros lanes
+struct H { __m128i v; };  // kLanes i16 lanes
 
 namespace detail {
 inline __m256i first_n_mask(std::size_t n) {
@@ -107,14 +109,6 @@ inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   std::memcpy(tmp, p, n);
   return iload_u8(tmp);
 }
-inline I iload_s8(const std::uint8_t* p) {
-  return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))};
-}
-inline I iload_s8_n(const std::uint8_t* p, std::size_t n) {
-  std::uint8_t tmp[8] = {};
-  std::memcpy(tmp, p, n);
-  return iload_s8(tmp);
-}
 // Lanes must hold values in [0, 65535] (packus saturates).
 inline void istore_u16(std::uint16_t* p, I a) {
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a.v, a.v), 0xD8);
@@ -142,6 +136,24 @@ inline M operator|(M a, M b) { return {_mm256_or_si256(a.v, b.v)}; }
 inline I select(M m, I a, I b) { return {_mm256_blendv_epi8(b.v, a.v, m.v)}; }
 inline F select(M m, F a, F b) { return {_mm256_blendv_ps(b.v, a.v, _mm256_castsi256_ps(m.v))}; }
 inline bool any(M m) { return !_mm256_testz_si256(m.v, m.v); }
+
+inline H hsplat(std::int16_t x) { return {_mm_set1_epi16(x)}; }
+inline H hload_s8(const std::uint8_t* p) {
+  return {_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))};
+}
+inline H hload_s8_n(const std::uint8_t* p, std::size_t n) {
+  std::uint8_t tmp[8] = {};
+  std::memcpy(tmp, p, n);
+  return hload_s8(tmp);
+}
+inline H operator&(H a, H b) { return {_mm_and_si128(a.v, b.v)}; }
+inline H operator|(H a, H b) { return {_mm_or_si128(a.v, b.v)}; }
+inline H operator^(H a, H b) { return {_mm_xor_si128(a.v, b.v)}; }
+inline H operator+(H a, H b) { return {_mm_add_epi16(a.v, b.v)}; }
+template <int S> inline H shl(H a) { return {_mm_slli_epi16(a.v, S)}; }
+inline H hcmpeq(H a, H b) { return {_mm_cmpeq_epi16(a.v, b.v)}; }
+inline bool any_set(H a) { return !_mm_testz_si128(a.v, a.v); }
+inline F f16_to_f32(H a) { return {_mm256_cvtph_ps(a.v)}; }
 inline std::uint32_t movemask(M m) {
   return static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m.v)));
 }

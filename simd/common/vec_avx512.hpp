@@ -30,6 +30,7 @@ constexpr std::size_t kLanes = 16;
 struct F { __m512 v; };
 struct I { __m512i v; };
 struct M { __mmask16 v; };
+struct H { __m256i v; };  // kLanes i16 lanes
 
 namespace detail {
 inline __mmask16 first_n(std::size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }  // n < 16
@@ -103,12 +104,6 @@ inline I igather(const std::uint32_t* table, I idx) { return {_mm512_i32gather_e
 inline I iload_u8_n(const std::uint8_t* p, std::size_t n) {
   return {_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
 }
-inline I iload_s8(const std::uint8_t* p) {
-  return {_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
-}
-inline I iload_s8_n(const std::uint8_t* p, std::size_t n) {
-  return {_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
-}
 // Lanes must hold values in [0, 65535] (truncating narrow).
 inline void istore_u16(std::uint16_t* p, I a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a.v));
@@ -133,6 +128,22 @@ inline M operator|(M a, M b) { return {static_cast<__mmask16>(a.v | b.v)}; }
 inline I select(M m, I a, I b) { return {_mm512_mask_blend_epi32(m.v, b.v, a.v)}; }
 inline F select(M m, F a, F b) { return {_mm512_mask_blend_ps(m.v, b.v, a.v)}; }
 inline bool any(M m) { return m.v != 0; }
+
+inline H hsplat(std::int16_t x) { return {_mm256_set1_epi16(x)}; }
+inline H hload_s8(const std::uint8_t* p) {
+  return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+}
+inline H hload_s8_n(const std::uint8_t* p, std::size_t n) {
+  return {_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(detail::first_n(n), p))};
+}
+inline H operator&(H a, H b) { return {_mm256_and_si256(a.v, b.v)}; }
+inline H operator|(H a, H b) { return {_mm256_or_si256(a.v, b.v)}; }
+inline H operator^(H a, H b) { return {_mm256_xor_si256(a.v, b.v)}; }
+inline H operator+(H a, H b) { return {_mm256_add_epi16(a.v, b.v)}; }
+template <int S> inline H shl(H a) { return {_mm256_slli_epi16(a.v, S)}; }
+inline H hcmpeq(H a, H b) { return {_mm256_cmpeq_epi16(a.v, b.v)}; }
+inline bool any_set(H a) { return !_mm256_testz_si256(a.v, a.v); }
+inline F f16_to_f32(H a) { return {_mm512_cvtph_ps(a.v)}; }
 inline std::uint32_t movemask(M m) { return static_cast<std::uint32_t>(m.v); }
 
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -22,10 +22,12 @@ constexpr const char* kLevelName = "generic";
 typedef float v4f __attribute__((vector_size(16)));
 typedef std::int32_t v4i __attribute__((vector_size(16)));
 typedef std::uint32_t v4u __attribute__((vector_size(16)));
+typedef std::int16_t v4h __attribute__((vector_size(8)));
 
 struct F { v4f v; };
 struct I { v4i v; };
 struct M { v4i v; };  // all-ones / all-zeros lanes
+struct H { v4h v; };  // kLanes i16 lanes
 
 inline F fzero() { return {v4f{0.0f, 0.0f, 0.0f, 0.0f}}; }
 inline F fsplat(float x) { return {v4f{x, x, x, x}}; }
@@ -100,6 +102,41 @@ inline M operator|(M a, M b) { return {a.v | b.v}; }
 inline I select(M m, I a, I b) { return {(m.v & a.v) | (~m.v & b.v)}; }
 inline F select(M m, F a, F b) { return floats(select(m, bits(a), bits(b))); }
 inline bool any(M m) { return (m.v[0] | m.v[1] | m.v[2] | m.v[3]) != 0; }
+
+inline H hsplat(std::int16_t x) { return {v4h{x, x, x, x}}; }
+inline H hload_s8(const std::uint8_t* p) {
+  return {v4h{static_cast<std::int8_t>(p[0]), static_cast<std::int8_t>(p[1]), static_cast<std::int8_t>(p[2]),
+              static_cast<std::int8_t>(p[3])}};
+}
+inline H hload_s8_n(const std::uint8_t* p, std::size_t n) {
+  std::uint8_t tmp[4] = {};
+  std::memcpy(tmp, p, n);
+  return hload_s8(tmp);
+}
+inline H operator&(H a, H b) { return {a.v & b.v}; }
+inline H operator|(H a, H b) { return {a.v | b.v}; }
+inline H operator^(H a, H b) { return {a.v ^ b.v}; }
+inline H operator+(H a, H b) {
+  typedef std::uint16_t v4uh __attribute__((vector_size(8)));
+  return {reinterpret_cast<v4h>(reinterpret_cast<v4uh>(a.v) + reinterpret_cast<v4uh>(b.v))};
+}
+template <int S> inline H shl(H a) {
+  typedef std::uint16_t v4uh __attribute__((vector_size(8)));
+  return {reinterpret_cast<v4h>(static_cast<v4uh>(reinterpret_cast<v4uh>(a.v) << S))};
+}
+inline H hcmpeq(H a, H b) { return {a.v == b.v}; }
+inline bool any_set(H a) { return (a.v[0] | a.v[1] | a.v[2] | a.v[3]) != 0; }
+// No converter at this level: the f16 fields moved by hand. Subnormals (exponent 0) go through an
+// exact int -> f32 conversion, so no f32 subnormal is ever an operand.
+inline F f16_to_f32(H a) {
+  const v4i h = __builtin_convertvector(a.v, v4i) & 0xFFFF;
+  const v4i e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const v4i normal = ((h & 0x7FFF) << 13) + (112 << 23);
+  const v4i special = (m << 13) | 0x7F800000;  // infinities and NaNs, payload kept
+  const v4i sub = reinterpret_cast<v4i>(__builtin_convertvector(m, v4f) * 0x1p-24f);
+  const v4i mag = e == 0 ? sub : (e == 31 ? special : normal);
+  return {reinterpret_cast<v4f>(mag | ((h & 0x8000) << 16))};
+}
 inline std::uint32_t movemask(M m) {
   std::uint32_t r = 0;
   for (std::size_t l = 0; l < kLanes; ++l) r |= (static_cast<std::uint32_t>(m.v[l]) >> 31) << l;

@@ -18,5 +18,5 @@ extern const Fp8DecodeKernels fp8_decode_generic;
 // Without vector ISA flags the table lookup is the faster method (measured: bench/RESULTS.md).
 const Fp8DecodeKernels fp8_decode_generic = {"generic",         generic::fp8_to_f32_lut, generic::fp8_to_bf16_lut,
                                              "scalar table",    generic::fp8_to_f32,     generic::fp8_to_bf16,
-                                             "rebias"};
+                                             "via f16"};
 }  // namespace mlakit::simd

@@ -5,6 +5,10 @@
 
 #include <vector>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "kernels/kernel_list.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -92,6 +96,23 @@ TEST_P(Fp8Decode, AltMethodBitExactAllCodes) {
   check_f32(table().to_f32_alt, "to_f32_alt");
   check_bf16(table().to_bf16_alt, "to_bf16_alt");
 }
+
+#if defined(__x86_64__)
+// Serving processes often run with denormals flushed (MXCSR DAZ and FTZ, as torch.set_flush_denormal
+// sets them). No method may depend on that: the subnormal codes still decode exactly.
+TEST_P(Fp8Decode, BitExactWithDenormalsFlushed) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  struct FlushDenormals {
+    unsigned saved = _mm_getcsr();
+    FlushDenormals() { _mm_setcsr(saved | 0x8040u); }  // FTZ (bit 15) | DAZ (bit 6)
+    ~FlushDenormals() { _mm_setcsr(saved); }
+  } flush;
+  check_f32(table().to_f32, "to_f32 under DAZ/FTZ");
+  check_bf16(table().to_bf16, "to_bf16 under DAZ/FTZ");
+  check_f32(table().to_f32_alt, "to_f32_alt under DAZ/FTZ");
+  check_bf16(table().to_bf16_alt, "to_bf16_alt under DAZ/FTZ");
+}
+#endif
 
 // The cases two widely used CPU decoders get wrong, spelled out.
 TEST_P(Fp8Decode, SubnormalsNegativeZeroAndNan) {
