@@ -18,7 +18,7 @@
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
-#include "harness/common/cache_line_allocator.hpp"
+#include "harness/common/engine_allocator.hpp"
 #include "mlakit/dtype.hpp"
 
 namespace mlakit::bench {
@@ -249,18 +249,18 @@ void register_block_score(Isa level) {
     }
   }
   // A decode worker's sweep: one token (8 index heads) against 16384 blocks of 128 keys (256 MiB
-  // of fp8, 512 MiB of bf16: far past the L3 and the TLB's reach) visited in a shuffled page order,
-  // each call told the next page so it can prefetch it; what the single-block shape above cannot
-  // show is the wait for DRAM.
+  // of fp8, 512 MiB of bf16: far past the L3) visited in a shuffled page order, each call told the
+  // next page so it can prefetch it; what the single-block shape above cannot show is the wait for
+  // DRAM. The pages lie on huge pages unless MLAKIT_HUGE_PAGES=0, which adds the TLB's misses.
   for (bool f8 : {false, true}) {
     constexpr std::size_t kRows = 8, kN = 128, kDim = 128, kPages = 16384;
     const std::string name = std::string("block_score/") + (f8 ? "f8" : "bf16") + "_rows8_sweep16384_n128_d128/" + lv;
     add(name, level, [k, f8, level](benchmark::State& st) {
       const auto q = random_operand<std::uint16_t>(kRows * kDim, 1);
-      // Pages on cache-line boundaries, as a serving engine allocates its cache.
-      using harness::CacheLineAllocator;
-      const auto kb = random_operand<std::uint16_t, CacheLineAllocator<std::uint16_t>>(f8 ? 0 : kPages * kN * kDim, 2);
-      const auto k8 = random_operand<std::uint8_t, CacheLineAllocator<std::uint8_t>>(f8 ? kPages * kN * kDim : 0, 3);
+      // Placed as a serving engine places its cache (engine_allocator.hpp).
+      using harness::EngineAllocator;
+      const auto kb = random_operand<std::uint16_t, EngineAllocator<std::uint16_t>>(f8 ? 0 : kPages * kN * kDim, 2);
+      const auto k8 = random_operand<std::uint8_t, EngineAllocator<std::uint8_t>>(f8 ? kPages * kN * kDim : 0, 3);
       std::vector<std::size_t> order(kPages);
       for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
       std::mt19937_64 rng(4);
@@ -358,7 +358,7 @@ void register_peak(Isa level) {
                      PageRead{"shuffled_prefetch_next", true, true}}) {
     add(std::string("peak/page_read_16k_") + r.name + "/" + lv, level, [p, r](benchmark::State& st) {
       constexpr std::size_t kPages = 16384, kPageFloats = 4096, kChunk = 256;  // 16 KiB pages, 1 KiB chunks
-      std::vector<float, harness::CacheLineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
+      std::vector<float, harness::EngineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
       std::vector<std::size_t> order(kPages);
       for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
       if (r.shuffled) std::shuffle(order.begin(), order.end(), std::mt19937_64(4));

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/common/cache_line_allocator.hpp"
+#include "harness/common/engine_allocator.hpp"
 
 #include "mlakit/paged_kv_cache.hpp"
 #include "mlakit/tensor_view.hpp"
@@ -52,7 +52,7 @@ class Tensor {
  private:
   DType dtype_ = DType::u8;
   std::vector<std::int64_t> shape_;
-  std::vector<std::uint8_t, CacheLineAllocator<std::uint8_t>> storage_;
+  std::vector<std::uint8_t, EngineAllocator<std::uint8_t>> storage_;
 };
 
 struct Bundle {
