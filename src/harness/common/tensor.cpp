@@ -8,14 +8,9 @@
 namespace mlakit::harness {
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (std::int64_t d : shape_) numel_ *= d;
   storage_.assign(nbytes() + kGuardBytes, 0);
   std::memset(storage_.data() + nbytes(), kGuardByte, kGuardBytes);
-}
-
-std::int64_t Tensor::numel() const {
-  std::int64_t n = 1;
-  for (std::int64_t d : shape_) n *= d;
-  return n;
 }
 
 TensorView Tensor::view() const {

@@ -28,7 +28,7 @@ class Tensor {
 
   DType dtype() const { return dtype_; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
-  std::int64_t numel() const;
+  std::int64_t numel() const { return numel_; }  // kept: fill and compare loops ask per element
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
 
   std::uint8_t* bytes() { return storage_.data(); }
@@ -52,6 +52,7 @@ class Tensor {
  private:
   DType dtype_ = DType::u8;
   std::vector<std::int64_t> shape_;
+  std::int64_t numel_ = 1;
   std::vector<std::uint8_t, EngineAllocator<std::uint8_t>> storage_;
 };
 
