@@ -4,8 +4,9 @@
 //  - Buffers of 4 MiB and more start on a 2 MiB boundary and are advised onto transparent huge
 //    pages, as PyTorch's CPU allocator does under THP_MEM_ALLOC_ENABLE and as engines place their KV
 //    cache. A decode worker reads the cache in a shuffled page order far past the TLB's reach: on
-//    4 KiB pages every 16 KiB cache page costs page walks, measured at 18 % of an op 2 decode sweep
-//    on Zen 5 (bench/RESULTS.md). MLAKIT_HUGE_PAGES=0 keeps 4 KiB pages, to measure that.
+//    4 KiB pages every 16 KiB cache page costs page walks: 15-18 % of the kernel's sweep of
+//    shuffled pages, 10-15 % of op 2 decode on Zen 5 (bench/RESULTS.md). MLAKIT_HUGE_PAGES=0 keeps
+//    4 KiB pages, to measure that.
 // Used by the harness tensors and the benchmarks; unaligned pointers are the kernel tests' business.
 #pragma once
 
