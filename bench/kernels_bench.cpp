@@ -357,24 +357,13 @@ void register_peak(Isa level) {
   for (PageRead r : {PageRead{"in_order", false, false}, PageRead{"shuffled", true, false},
                      PageRead{"shuffled_prefetch_next", true, true}}) {
     add(std::string("peak/page_read_16k_") + r.name + "/" + lv, level, [p, r](benchmark::State& st) {
-      constexpr std::size_t kPages = 16384, kPageFloats = 4096, kChunk = 256;  // 16 KiB pages, 1 KiB chunks
+      constexpr std::size_t kPages = 16384, kPageFloats = kPagedReadPageFloats;
       std::vector<float, harness::EngineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
       std::vector<std::size_t> order(kPages);
       for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
       if (r.shuffled) std::shuffle(order.begin(), order.end(), std::mt19937_64(4));
-      float sum = 0;
-      for (auto _ : st) {
-        for (std::size_t i = 0; i < kPages; ++i) {
-          const float* page = buf.data() + order[i] * kPageFloats;
-          const char* next = r.prefetch && i + 1 < kPages ? reinterpret_cast<const char*>(buf.data() + order[i + 1] * kPageFloats) : nullptr;
-          for (std::size_t c = 0; c < kPageFloats; c += kChunk) {
-            if (next)
-              for (std::size_t line = 0; line < kChunk * sizeof(float); line += 64) __builtin_prefetch(next + c * sizeof(float) + line, 0, 2);
-            sum += p->read_sum(page + c, kChunk);
-          }
-        }
-        benchmark::DoNotOptimize(sum);
-      }
+      for (auto _ : st)
+        benchmark::DoNotOptimize(page_walk_sum(p->read_sum, buf.data(), order.data(), 0, kPages, kPageFloats, r.prefetch));
       set_rate(st, "gbps", static_cast<double>(kPages * kPageFloats * sizeof(float)), peak().dram_gbps_1t * 1e9);
     });
   }

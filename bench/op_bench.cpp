@@ -113,6 +113,10 @@ void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const
   const Isa level = be.backend == Backend::cpu ? be.isa : Isa::generic;
   state.counters["pct_peak"] = w.flops / t.seconds_per_call / (relevant_gflops(peak(), level, true) * 1e9) * 100.0;
   state.counters["pct_f32_peak"] = w.flops / t.seconds_per_call / (peak().f32_gflops_all * 1e9) * 100.0;
+  // pct_paged_read: the bytes the call reads against a plain read of shuffled 16 KiB pages on as
+  // many threads, no arithmetic: for a decode call, which reads each cache page once through its
+  // lookup table, 100 is what memory allows.
+  state.counters["pct_paged_read"] = w.bytes / t.seconds_per_call / (peak().paged_gbps_all * 1e9) * 100.0;
 }
 
 void register_op_benchmarks() {

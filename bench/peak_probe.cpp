@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -12,6 +12,7 @@
 
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/parallel.hpp"
+#include "harness/common/engine_allocator.hpp"
 
 namespace mlakit::bench {
 namespace {
@@ -62,20 +63,53 @@ double loop_gflops(float (*loop)(std::size_t, float), double flops_per_iter, int
   return best;
 }
 
-double dram_gbps(float (*read_sum)(const float*, std::size_t), int threads) {
-  const std::size_t n = (std::size_t{512} << 20) / sizeof(float);
-  std::unique_ptr<float[]> buf(new float[n]);
-  const std::size_t per = (n / threads + 15) / 16 * 16;
-  // First touch by the reading threads (their memory nodes).
-  rate_on_threads(threads, 1.0, [&](int t) {
-    const std::size_t b = std::min(n, per * t), e = std::min(n, b + per);
-    for (std::size_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 0xFF);
-  });
+// The 512 MiB the memory probes read, on the pages the harness gives a KV cache (huge pages
+// unless MLAKIT_HUGE_PAGES=0), first touched by the `threads` reading threads (their memory
+// nodes), not by the allocating one.
+class ProbeBuffer {
+ public:
+  ProbeBuffer(std::size_t n, int threads) : n_(n), p_(harness::EngineAllocator<float>().allocate(n)) {
+    const std::size_t per = (n / threads + 15) / 16 * 16;
+    rate_on_threads(threads, 1.0, [&](int t) {
+      const std::size_t b = std::min(n, per * t), e = std::min(n, b + per);
+      for (std::size_t i = b; i < e; ++i) p_[i] = static_cast<float>(i & 0xFF);
+    });
+  }
+  ~ProbeBuffer() { harness::EngineAllocator<float>().deallocate(p_, n_); }
+  ProbeBuffer(const ProbeBuffer&) = delete;
+  ProbeBuffer& operator=(const ProbeBuffer&) = delete;
+  const float* data() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  std::size_t n_;
+  float* p_;
+};
+constexpr std::size_t kProbeFloats = (std::size_t{512} << 20) / sizeof(float);
+
+double dram_gbps(float (*read_sum)(const float*, std::size_t), const ProbeBuffer& buf, int threads) {
+  const std::size_t n = buf.size(), per = (n / threads + 15) / 16 * 16;
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const double r = rate_on_threads(threads, static_cast<double>(per * sizeof(float)), [&](int i) {
       const std::size_t b = std::min(n, per * i), e = std::min(n, b + per);
-      g_sink = read_sum(buf.get() + b, e - b);
+      g_sink = read_sum(buf.data() + b, e - b);
+    });
+    best = std::max(best, r * 1e-9);
+  }
+  return best;
+}
+
+double paged_gbps(float (*read_sum)(const float*, std::size_t), const ProbeBuffer& buf, int threads) {
+  const std::size_t pages = buf.size() / kPagedReadPageFloats, per = pages / static_cast<std::size_t>(threads);
+  std::vector<std::size_t> order(pages);
+  for (std::size_t i = 0; i < pages; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(4));
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double r = rate_on_threads(threads, static_cast<double>(per * kPagedReadPageFloats * sizeof(float)), [&](int i) {
+      const std::size_t first = per * static_cast<std::size_t>(i);
+      g_sink = page_walk_sum(read_sum, buf.data(), order.data(), first, first + per, kPagedReadPageFloats, true);
     });
     best = std::max(best, r * 1e-9);
   }
@@ -97,12 +131,32 @@ PeakFigures measure(Isa level) {
     p.amx_gflops_1t = loop_gflops(k.amx_bf16, k.amx_flops_per_iter, 1);
     p.amx_gflops_all = loop_gflops(k.amx_bf16, k.amx_flops_per_iter, p.threads);
   }
-  p.dram_gbps_1t = dram_gbps(k.read_sum, 1);
-  p.dram_gbps_all = dram_gbps(k.read_sum, p.threads);
+  const ProbeBuffer buf(kProbeFloats, p.threads);
+  p.dram_gbps_1t = dram_gbps(k.read_sum, buf, 1);
+  p.dram_gbps_all = dram_gbps(k.read_sum, buf, p.threads);
+  p.paged_gbps_1t = paged_gbps(k.read_sum, buf, 1);
+  p.paged_gbps_all = paged_gbps(k.read_sum, buf, p.threads);
   return p;
 }
 
 }  // namespace
+
+float page_walk_sum(float (*read_sum)(const float*, std::size_t), const float* base, const std::size_t* order,
+                    std::size_t first, std::size_t last, std::size_t page_floats, bool prefetch_next) {
+  constexpr std::size_t kChunk = 256;  // floats: 1 KiB, 16 lines
+  float sum = 0;
+  for (std::size_t i = first; i < last; ++i) {
+    const float* page = base + order[i] * page_floats;
+    const char* next = prefetch_next && i + 1 < last ? reinterpret_cast<const char*>(base + order[i + 1] * page_floats) : nullptr;
+    for (std::size_t c = 0; c < page_floats; c += kChunk) {
+      if (next)
+        for (std::size_t line = 0; line < kChunk * sizeof(float); line += 64)
+          __builtin_prefetch(next + c * sizeof(float) + line, 0, 2);
+      sum += read_sum(page + c, kChunk);
+    }
+  }
+  return sum;
+}
 
 const PeakFigures& peak(Isa level) {
   static std::mutex mu;
@@ -127,9 +181,10 @@ std::string describe(const PeakFigures& p) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
                 "peak[%s]: f32 FMA %.1f GFLOP/s (1 thread) %.1f GFLOP/s (%d threads); bf16 dot (%s) %.1f / %.1f "
-                "GFLOP/s; AMX bf16 tiles (tdpbf16ps) %s; DRAM read %.1f GB/s (1 thread) %.1f GB/s (%d threads)",
+                "GFLOP/s; AMX bf16 tiles (tdpbf16ps) %s; DRAM read %.1f GB/s (1 thread) %.1f GB/s (%d threads); "
+                "shuffled 16 KiB pages %.1f / %.1f GB/s",
                 p.level.c_str(), p.f32_gflops_1t, p.f32_gflops_all, p.threads, p.bf16_kind.c_str(), p.bf16_gflops_1t,
-                p.bf16_gflops_all, amx, p.dram_gbps_1t, p.dram_gbps_all, p.threads);
+                p.bf16_gflops_all, amx, p.dram_gbps_1t, p.dram_gbps_all, p.threads, p.paged_gbps_1t, p.paged_gbps_all);
   return buf;
 }
 

@@ -6,10 +6,15 @@
 //   AMX bf16 tiles   — independent tdpbf16ps chains on four accumulator tiles, where the level is
 //                      amx (else n/a); reported, not used for pct_peak
 //   DRAM read        — a streaming sum over 512 MiB, 1 thread and all threads
+//   paged read       — the same 512 MiB read as 16 KiB pages (an fp8 cache block of 128 keys x 128)
+//                      in a shuffled order, each thread its share of the pages, prefetching the
+//                      next page as it reads one: what memory gives a decode call that walks a
+//                      paged KV cache through its lookup table, with no arithmetic at all
 // Rates are per thread CPU time, summed over threads, so that a loaded shared machine still
 // reports what its cores deliver while they run (an upper bound when threads did not overlap).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "mlakit/backend.hpp"
@@ -25,7 +30,15 @@ struct PeakFigures {
   bool amx = false;  // the AMX tile figures below were measured
   double amx_gflops_1t = 0, amx_gflops_all = 0;
   double dram_gbps_1t = 0, dram_gbps_all = 0;
+  double paged_gbps_1t = 0, paged_gbps_all = 0;
 };
+
+// The paged walk: pages order[first .. last) of `base` (page_floats floats each) summed front to
+// back in 1 KiB chunks; with prefetch_next, each chunk also prefetches the same KiB of the page
+// after it (the one-page-ahead prefetch of the decode kernels).
+constexpr std::size_t kPagedReadPageFloats = 4096;  // 16 KiB pages
+float page_walk_sum(float (*read_sum)(const float*, std::size_t), const float* base, const std::size_t* order,
+                    std::size_t first, std::size_t last, std::size_t page_floats, bool prefetch_next);
 
 // Measured once per level per process (the first call takes a few seconds).
 const PeakFigures& peak(Isa level);
