@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -261,10 +260,7 @@ void register_block_score(Isa level) {
       using harness::EngineAllocator;
       const auto kb = random_operand<std::uint16_t, EngineAllocator<std::uint16_t>>(f8 ? 0 : kPages * kN * kDim, 2);
       const auto k8 = random_operand<std::uint8_t, EngineAllocator<std::uint8_t>>(f8 ? kPages * kN * kDim : 0, 3);
-      std::vector<std::size_t> order(kPages);
-      for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
-      std::mt19937_64 rng(4);
-      std::shuffle(order.begin(), order.end(), rng);
+      const std::vector<std::size_t> order = page_order(kPages, true);
       std::vector<unsigned char> qt(k->packed_q_bytes(kRows, kDim));
       std::vector<float> out(k->lanes), best(kRows, 0.0f);
       std::vector<unsigned char> scratch(k->scratch_bytes(kRows, kDim));
@@ -359,9 +355,7 @@ void register_peak(Isa level) {
     add(std::string("peak/page_read_16k_") + r.name + "/" + lv, level, [p, r](benchmark::State& st) {
       constexpr std::size_t kPages = 16384, kPageFloats = kPagedReadPageFloats;
       std::vector<float, harness::EngineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
-      std::vector<std::size_t> order(kPages);
-      for (std::size_t i = 0; i < kPages; ++i) order[i] = i;
-      if (r.shuffled) std::shuffle(order.begin(), order.end(), std::mt19937_64(4));
+      const std::vector<std::size_t> order = page_order(kPages, r.shuffled);
       for (auto _ : st)
         benchmark::DoNotOptimize(page_walk_sum(p->read_sum, buf.data(), order.data(), 0, kPages, kPageFloats, r.prefetch));
       set_rate(st, "gbps", static_cast<double>(kPages * kPageFloats * sizeof(float)), peak().dram_gbps_1t * 1e9);

@@ -102,9 +102,7 @@ double dram_gbps(float (*read_sum)(const float*, std::size_t), const ProbeBuffer
 
 double paged_gbps(float (*read_sum)(const float*, std::size_t), const ProbeBuffer& buf, int threads) {
   const std::size_t pages = buf.size() / kPagedReadPageFloats, per = pages / static_cast<std::size_t>(threads);
-  std::vector<std::size_t> order(pages);
-  for (std::size_t i = 0; i < pages; ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(4));
+  const std::vector<std::size_t> order = page_order(pages, true);
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const double r = rate_on_threads(threads, static_cast<double>(per * kPagedReadPageFloats * sizeof(float)), [&](int i) {
@@ -140,6 +138,13 @@ PeakFigures measure(Isa level) {
 }
 
 }  // namespace
+
+std::vector<std::size_t> page_order(std::size_t pages, bool shuffled) {
+  std::vector<std::size_t> order(pages);
+  for (std::size_t i = 0; i < pages; ++i) order[i] = i;
+  if (shuffled) std::shuffle(order.begin(), order.end(), std::mt19937_64(4));
+  return order;
+}
 
 float page_walk_sum(float (*read_sum)(const float*, std::size_t), const float* base, const std::size_t* order,
                     std::size_t first, std::size_t last, std::size_t page_floats, bool prefetch_next) {

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "mlakit/backend.hpp"
 
@@ -37,6 +38,8 @@ struct PeakFigures {
 // back in 1 KiB chunks; with prefetch_next, each chunk also prefetches the same KiB of the page
 // after it (the one-page-ahead prefetch of the decode kernels).
 constexpr std::size_t kPagedReadPageFloats = 4096;  // 16 KiB pages
+// Pages 0 .. pages-1 in address order, or shuffled (a fixed seed: every probe walks the same order).
+std::vector<std::size_t> page_order(std::size_t pages, bool shuffled);
 float page_walk_sum(float (*read_sum)(const float*, std::size_t), const float* base, const std::size_t* order,
                     std::size_t first, std::size_t last, std::size_t page_floats, bool prefetch_next);
 
