@@ -25,6 +25,36 @@ void note_failure(Comparison* c, std::int64_t i, double e, double a, const char*
   c->pass = false;
 }
 
+// Element by element: NaN must meet NaN and an infinity the same infinity; every other element
+// must lie within allowance(i, expected) of the expected value. Records the error statistics and
+// the element that comes closest to (or furthest past) its allowance.
+template <class Allowance>
+void check_within(const Tensor& expected, const Tensor& actual, Allowance allowance, const char* why,
+                  Comparison* c) {
+  double worst = -1;
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    const double e = expected.value(i), a = actual.value(i);
+    if (std::isnan(e) || std::isnan(a)) {
+      if (std::isnan(e) != std::isnan(a)) note_failure(c, i, e, a, "NaN mismatch");
+      continue;
+    }
+    if (std::isinf(e) || std::isinf(a)) {
+      if (e != a) note_failure(c, i, e, a, "infinity mismatch");
+      continue;
+    }
+    const double err = std::fabs(a - e);
+    const double rel = err / (std::fabs(e) > 0 ? std::fabs(e) : 1.0);
+    if (err > c->max_abs_err) c->max_abs_err = err;
+    if (rel > c->max_rel_err) c->max_rel_err = rel;
+    const double excess = err - allowance(i, e);
+    if (excess > worst) {
+      worst = excess;
+      c->worst_index = i;
+    }
+    if (excess > 0) note_failure(c, i, e, a, why);
+  }
+}
+
 }  // namespace
 
 Comparison compare_close(const std::string& name, const Tensor& expected, const Tensor& actual, double atol,
@@ -34,28 +64,8 @@ Comparison compare_close(const std::string& name, const Tensor& expected, const 
   c.kind = "close";
   if (!shapes_match(name, expected, actual, &c)) return c;
   const std::int64_t n = expected.numel();
-  double worst = -1;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double e = expected.value(i), a = actual.value(i);
-    if (std::isnan(e) || std::isnan(a)) {
-      if (std::isnan(e) != std::isnan(a)) note_failure(&c, i, e, a, "NaN mismatch");
-      continue;
-    }
-    if (std::isinf(e) || std::isinf(a)) {
-      if (e != a) note_failure(&c, i, e, a, "infinity mismatch");
-      continue;
-    }
-    const double err = std::fabs(a - e);
-    const double rel = err / (std::fabs(e) > 0 ? std::fabs(e) : 1.0);
-    if (err > c.max_abs_err) c.max_abs_err = err;
-    if (rel > c.max_rel_err) c.max_rel_err = rel;
-    const double excess = err - (atol + rtol * std::fabs(e));
-    if (excess > worst) {
-      worst = excess;
-      c.worst_index = i;
-    }
-    if (excess > 0) note_failure(&c, i, e, a, "outside atol + rtol·|expected|");
-  }
+  check_within(expected, actual, [&](std::int64_t, double e) { return atol + rtol * std::fabs(e); },
+               "outside atol + rtol·|expected|", &c);
   if (row_len > 0) {
     for (std::int64_t r = 0; r * row_len < n; ++r) {
       double ee = 0, aa = 0, ea = 0;
@@ -107,27 +117,7 @@ Comparison compare_bound(const std::string& name, const Tensor& expected, const 
   c.name = name;
   c.kind = "bound";
   if (!shapes_match(name, expected, actual, &c)) return c;
-  double worst = -1;
-  for (std::int64_t i = 0; i < expected.numel(); ++i) {
-    const double e = expected.value(i), a = actual.value(i);
-    if (std::isnan(e) || std::isnan(a)) {
-      if (std::isnan(e) != std::isnan(a)) note_failure(&c, i, e, a, "NaN mismatch");
-      continue;
-    }
-    if (std::isinf(e) || std::isinf(a)) {
-      if (e != a) note_failure(&c, i, e, a, "infinity mismatch");
-      continue;
-    }
-    const double err = std::fabs(a - e);
-    if (err > c.max_abs_err) c.max_abs_err = err;
-    const double rel = err / (std::fabs(e) > 0 ? std::fabs(e) : 1.0);
-    if (rel > c.max_rel_err) c.max_rel_err = rel;
-    if (err - bound[i] > worst) {
-      worst = err - bound[i];
-      c.worst_index = i;
-    }
-    if (err > bound[i]) note_failure(&c, i, e, a, "outside the derived bound");
-  }
+  check_within(expected, actual, [&](std::int64_t i, double) { return bound[i]; }, "outside the derived bound", &c);
   return c;
 }
 
