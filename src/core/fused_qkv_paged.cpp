@@ -172,17 +172,19 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
                 space);
   if (!v.ok()) return v.status();
 
-  // Written buffers against everything else.
-  const std::pair<const char*, const TensorView*> inputs[] = {
-      {"hidden_state", &a.hidden_state}, {"input_row_offsets", &a.input_row_offsets},
-      {"weight", &a.weight},             {"weight_scale", &a.weight_scale},
-      {"qweight", &a.qweight},           {"scales", &a.scales},
-      {"qzeros", &a.qzeros},             {"g_idx", &a.g_idx},
-      {"kv_cache.lookup_table", &kc.lookup_table}, {"kv_cache.cache_lengths", &kc.cache_lengths}};
-  for (const auto& [name, view] : inputs) v.no_overlap("output", a.output, name, *view);
-  v.no_overlap("output", a.output, "kv_cache.blocks", kc.blocks);
-  for (const auto& [name, view] : inputs) v.no_overlap("kv_cache.blocks", kc.blocks, name, *view);
-  if (!v.ok()) return v.status();
+  // Written buffers (the new cache rows, in place; the output) against everything else.
+  if (!v.written_apart({{"kv_cache.blocks", &kc.blocks}, {"output", &a.output}},
+                       {{"hidden_state", &a.hidden_state},
+                        {"input_row_offsets", &a.input_row_offsets},
+                        {"weight", &a.weight},
+                        {"weight_scale", &a.weight_scale},
+                        {"qweight", &a.qweight},
+                        {"scales", &a.scales},
+                        {"qzeros", &a.qzeros},
+                        {"g_idx", &a.g_idx},
+                        {"kv_cache.lookup_table", &kc.lookup_table},
+                        {"kv_cache.cache_lengths", &kc.cache_lengths}}))
+    return v.status();
 
   // Pages for every new token, and no two new tokens on one cache row.
   struct Row {

@@ -91,14 +91,14 @@ Status validate_lightning_indexer(const LightningIndexerDesc& d, const Lightning
   }
 
   // The output may not share memory with anything the call reads.
-  const TensorView& out = a.output_indices;
-  v.no_overlap("output_indices", out, "q", a.q);
-  v.no_overlap("output_indices", out, "q_s", a.q_s);
-  v.no_overlap("output_indices", out, "input_row_offsets", a.input_row_offsets);
-  v.no_overlap("output_indices", out, "k_cache.blocks", a.k_cache.blocks);
-  v.no_overlap("output_indices", out, "k_cache.scales", a.k_cache.scales);
-  v.no_overlap("output_indices", out, "k_cache.lookup_table", a.k_cache.lookup_table);
-  v.no_overlap("output_indices", out, "k_cache.cache_lengths", a.k_cache.cache_lengths);
+  v.written_apart({{"output_indices", &a.output_indices}},
+                  {{"q", &a.q},
+                   {"q_s", &a.q_s},
+                   {"input_row_offsets", &a.input_row_offsets},
+                   {"k_cache.blocks", &a.k_cache.blocks},
+                   {"k_cache.scales", &a.k_cache.scales},
+                   {"k_cache.lookup_table", &a.k_cache.lookup_table},
+                   {"k_cache.cache_lengths", &a.k_cache.cache_lengths}});
   v.same_memory({{"q", &a.q},
                  {"q_s", &a.q_s},
                  {"input_row_offsets", &a.input_row_offsets},
@@ -132,9 +132,8 @@ Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space) {
   if (v.ok() && a.lookup_table.memory != MemorySpace::host)
     v.fail("lookup_table", " is in device memory (page tables must be readable on the host here)");
   v.tensor("rows", a.rows, {DType::i32}, {T, K});
-  v.no_overlap("rows", a.rows, "indices", a.indices);
-  v.no_overlap("rows", a.rows, "input_row_offsets", a.input_row_offsets);
-  v.no_overlap("rows", a.rows, "lookup_table", a.lookup_table);
+  v.written_apart({{"rows", &a.rows}},
+                  {{"indices", &a.indices}, {"input_row_offsets", &a.input_row_offsets}, {"lookup_table", &a.lookup_table}});
   v.same_memory({{"indices", &a.indices},
                  {"input_row_offsets", &a.input_row_offsets},
                  {"lookup_table", &a.lookup_table},

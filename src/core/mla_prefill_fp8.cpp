@@ -83,22 +83,17 @@ bool check_distinct_writes(Validator& v, const MlaPrefillFp8Args& a, std::int64_
 }
 
 bool check_aliasing(Validator& v, const MlaPrefillFp8Args& a) {
-  const std::pair<const char*, const TensorView*> inputs[] = {
-      {"input_row_offsets", &a.input_row_offsets},       {"freqs_cis", &a.freqs_cis},
-      {"kv_norm_gamma", &a.kv_norm_gamma},               {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
-      {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths}, {"buffer_row_offsets", &a.buffer_row_offsets},
-      {"cache_offsets", &a.cache_offsets},               {"kv_b_proj", &a.kv_b_proj},
-      {"kv_b_proj_scale", &a.kv_b_proj_scale}};
-  // Written buffers: output, q (rope part, in place), the cache blocks (new rows, in place).
-  if (!v.no_overlap("output", a.output, "q", a.q)) return false;
-  if (!v.no_overlap("output", a.output, "kv_cache.blocks", a.kv_cache.blocks)) return false;
-  if (!v.no_overlap("q", a.q, "kv_cache.blocks", a.kv_cache.blocks)) return false;
-  for (const auto& [name, view] : inputs) {
-    if (!v.no_overlap("output", a.output, name, *view)) return false;
-    if (!v.no_overlap("q", a.q, name, *view)) return false;
-    if (!v.no_overlap("kv_cache.blocks", a.kv_cache.blocks, name, *view)) return false;
-  }
-  return true;
+  // Written buffers: the cache blocks (new rows, in place), q (rope part, in place), output.
+  return v.written_apart({{"kv_cache.blocks", &a.kv_cache.blocks}, {"q", &a.q}, {"output", &a.output}},
+                         {{"input_row_offsets", &a.input_row_offsets},
+                          {"freqs_cis", &a.freqs_cis},
+                          {"kv_norm_gamma", &a.kv_norm_gamma},
+                          {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
+                          {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths},
+                          {"buffer_row_offsets", &a.buffer_row_offsets},
+                          {"cache_offsets", &a.cache_offsets},
+                          {"kv_b_proj", &a.kv_b_proj},
+                          {"kv_b_proj_scale", &a.kv_b_proj_scale}});
 }
 
 }  // namespace

@@ -73,13 +73,14 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
   MemorySpace where = MemorySpace::host;
   if (!v.same_memory({{"q", &a.q}, {"k_cache.blocks", &a.k_cache.blocks}, {"out_idxs", &a.out_idxs}}, &where))
     return v.status();
-  (void)(v.no_overlap("out_idxs", a.out_idxs, "q", a.q) &&
-      v.no_overlap("out_idxs", a.out_idxs, "input_row_offsets", a.input_row_offsets) &&
-      v.no_overlap("out_idxs", a.out_idxs, "prefix_lens", a.prefix_lens) &&
-      v.no_overlap("out_idxs", a.out_idxs, "k_cache.blocks", a.k_cache.blocks) &&
-      v.no_overlap("out_idxs", a.out_idxs, "k_cache.lookup_table", a.k_cache.lookup_table) &&
-      v.no_overlap("out_idxs", a.out_idxs, "k_cache.cache_lengths", a.k_cache.cache_lengths));
-  if (!v.ok()) return v.status();
+  if (!v.written_apart({{"out_idxs", &a.out_idxs}},
+                       {{"q", &a.q},
+                        {"input_row_offsets", &a.input_row_offsets},
+                        {"prefix_lens", &a.prefix_lens},
+                        {"k_cache.blocks", &a.k_cache.blocks},
+                        {"k_cache.lookup_table", &a.k_cache.lookup_table},
+                        {"k_cache.cache_lengths", &a.k_cache.cache_lengths}}))
+    return v.status();
 
   // Every key position a row reads must have a page: sequence b reads 0 .. prefix+seq_len-1
   // (its last row sees them all). Empty sequences read nothing.

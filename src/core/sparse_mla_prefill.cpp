@@ -81,21 +81,16 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   if (!v.optional_tensor("lse", a.lse, {DType::f32}, {T, d.num_q_heads})) return v.status();
 
   // Written buffers must not alias anything the call reads, nor each other.
-  const std::pair<const char*, const TensorView*> inputs[] = {
-      {"q", &a.q},
-      {"kv_cache.blocks", &a.kv_cache.blocks},
-      {"kv_cache.scales", &a.kv_cache.scales},
-      {"kv_cache.lookup_table", &lut},
-      {"kv_cache.cache_lengths", &lens},
-      {"indices", &a.indices},
-      {"topk_lengths", &a.topk_lengths},
-      {"attn_sink", &a.attn_sink},
-  };
-  for (const auto& [name, view] : inputs) {
-    if (!v.no_overlap("output", a.output, name, *view)) return v.status();
-    if (!v.no_overlap("lse", a.lse, name, *view)) return v.status();
-  }
-  if (!v.no_overlap("lse", a.lse, "output", a.output)) return v.status();
+  if (!v.written_apart({{"output", &a.output}, {"lse", &a.lse}},
+                       {{"q", &a.q},
+                        {"kv_cache.blocks", &a.kv_cache.blocks},
+                        {"kv_cache.scales", &a.kv_cache.scales},
+                        {"kv_cache.lookup_table", &lut},
+                        {"kv_cache.cache_lengths", &lens},
+                        {"indices", &a.indices},
+                        {"topk_lengths", &a.topk_lengths},
+                        {"attn_sink", &a.attn_sink}}))
+    return v.status();
 
   v.same_memory({{"q", &a.q},
                  {"kv_cache.blocks", &a.kv_cache.blocks},

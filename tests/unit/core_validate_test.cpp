@@ -155,6 +155,29 @@ TEST(Validator, OverlapAndMemorySpace) {
   expect_message(m, "d", "device memory but a is in host memory");
 }
 
+// Written views against every read view and against the written views listed before them; absent
+// views take no part.
+TEST(Validator, WrittenApart) {
+  float buf[64];
+  const TensorView r0 = TensorView::contiguous(buf, DType::f32, {8});
+  const TensorView r1 = TensorView::contiguous(buf + 8, DType::f32, {8});
+  const TensorView w0 = TensorView::contiguous(buf + 16, DType::f32, {8});
+  const TensorView w1 = TensorView::contiguous(buf + 24, DType::f32, {8});
+  const TensorView absent{};
+  EXPECT_TRUE(Validator("op").written_apart({{"w0", &w0}, {"w1", &w1}, {"none", &absent}},
+                                            {{"r0", &r0}, {"r1", &r1}, {"none", &absent}}));
+
+  const TensorView over_r1 = TensorView::contiguous(buf + 15, DType::f32, {8});  // r1's last element
+  Validator a("op");
+  EXPECT_FALSE(a.written_apart({{"w0", &w0}, {"w1", &over_r1}}, {{"r0", &r0}, {"r1", &r1}}));
+  expect_message(a, "w1", "overlaps r1");
+
+  const TensorView over_w0 = TensorView::contiguous(buf + 23, DType::f32, {1});  // w0's last element
+  Validator b("op");
+  EXPECT_FALSE(b.written_apart({{"w0", &w0}, {"w1", &over_w0}}, {{"r0", &r0}}));
+  expect_message(b, "w1", "overlaps w0");
+}
+
 TEST(Route, ResolvesAutomaticAndRefusesMixedMemory) {
   Route r;
   ASSERT_TRUE(route("op", RunOptions{Backend::automatic}, MemorySpace::host, &r).ok());

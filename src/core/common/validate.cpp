@@ -191,7 +191,17 @@ bool Validator::no_overlap(const char* field_a, const TensorView& a, const char*
   return true;
 }
 
-bool Validator::same_memory(std::initializer_list<std::pair<const char*, const TensorView*>> views, MemorySpace* space) {
+bool Validator::written_apart(std::initializer_list<NamedView> written, std::initializer_list<NamedView> read) {
+  for (auto w = written.begin(); w != written.end(); ++w) {
+    for (const auto& [field, view] : read)
+      if (!no_overlap(w->first, *w->second, field, *view)) return false;
+    for (auto e = written.begin(); e != w; ++e)
+      if (!no_overlap(w->first, *w->second, e->first, *e->second)) return false;
+  }
+  return ok();
+}
+
+bool Validator::same_memory(std::initializer_list<NamedView> views, MemorySpace* space) {
   if (!ok()) return false;
   const char* first_field = nullptr;
   MemorySpace first = MemorySpace::host;

@@ -67,8 +67,14 @@ class Validator {
   // The two byte ranges must not overlap (either may be absent).
   bool no_overlap(const char* field_a, const TensorView& a, const char* field_b, const TensorView& b);
 
+  using NamedView = std::pair<const char*, const TensorView*>;
+
+  // Each view the call writes shares no byte with any view it reads, nor with the written views
+  // listed before it (the error names the later one first).
+  bool written_apart(std::initializer_list<NamedView> written, std::initializer_list<NamedView> read);
+
   // All present tensors live in one memory space; writes it to *space.
-  bool same_memory(std::initializer_list<std::pair<const char*, const TensorView*>> views, MemorySpace* space);
+  bool same_memory(std::initializer_list<NamedView> views, MemorySpace* space);
 
  private:
   const char* op_;
