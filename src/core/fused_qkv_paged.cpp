@@ -157,34 +157,20 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
   if (!v.ok()) return v.status();
 
   v.tensor("output", a.output, {dt}, {T, d.q_dim});
-  v.same_memory({{"hidden_state", &a.hidden_state},
-                 {"input_row_offsets", &a.input_row_offsets},
-                 {"weight", &a.weight},
-                 {"weight_scale", &a.weight_scale},
-                 {"qweight", &a.qweight},
-                 {"scales", &a.scales},
-                 {"qzeros", &a.qzeros},
-                 {"g_idx", &a.g_idx},
-                 {"kv_cache.blocks", &kc.blocks},
-                 {"kv_cache.lookup_table", &kc.lookup_table},
-                 {"kv_cache.cache_lengths", &kc.cache_lengths},
-                 {"output", &a.output}},
-                space);
-  if (!v.ok()) return v.status();
-
-  // Written buffers (the new cache rows, in place; the output) against everything else.
-  if (!v.written_apart({{"kv_cache.blocks", &kc.blocks}, {"output", &a.output}},
-                       {{"hidden_state", &a.hidden_state},
-                        {"input_row_offsets", &a.input_row_offsets},
-                        {"weight", &a.weight},
-                        {"weight_scale", &a.weight_scale},
-                        {"qweight", &a.qweight},
-                        {"scales", &a.scales},
-                        {"qzeros", &a.qzeros},
-                        {"g_idx", &a.g_idx},
-                        {"kv_cache.lookup_table", &kc.lookup_table},
-                        {"kv_cache.cache_lengths", &kc.cache_lengths}}))
-    return v.status();
+  // Everything the call reads; what it writes (the new cache rows, in place, and the output):
+  // apart, and in one memory space.
+  const Validator::NamedView reads[] = {{"hidden_state", &a.hidden_state},
+                                        {"input_row_offsets", &a.input_row_offsets},
+                                        {"weight", &a.weight},
+                                        {"weight_scale", &a.weight_scale},
+                                        {"qweight", &a.qweight},
+                                        {"scales", &a.scales},
+                                        {"qzeros", &a.qzeros},
+                                        {"g_idx", &a.g_idx},
+                                        {"kv_cache.lookup_table", &kc.lookup_table},
+                                        {"kv_cache.cache_lengths", &kc.cache_lengths}};
+  const Validator::NamedView writes[] = {{"kv_cache.blocks", &kc.blocks}, {"output", &a.output}};
+  if (!v.same_memory(reads, writes, space) || !v.written_apart(writes, reads)) return v.status();
 
   // Pages for every new token, and no two new tokens on one cache row.
   struct Row {

@@ -91,23 +91,16 @@ Status validate_lightning_indexer(const LightningIndexerDesc& d, const Lightning
   }
 
   // The output may not share memory with anything the call reads.
-  v.written_apart({{"output_indices", &a.output_indices}},
-                  {{"q", &a.q},
-                   {"q_s", &a.q_s},
-                   {"input_row_offsets", &a.input_row_offsets},
-                   {"k_cache.blocks", &a.k_cache.blocks},
-                   {"k_cache.scales", &a.k_cache.scales},
-                   {"k_cache.lookup_table", &a.k_cache.lookup_table},
-                   {"k_cache.cache_lengths", &a.k_cache.cache_lengths}});
-  v.same_memory({{"q", &a.q},
-                 {"q_s", &a.q_s},
-                 {"input_row_offsets", &a.input_row_offsets},
-                 {"k_cache.blocks", &a.k_cache.blocks},
-                 {"k_cache.scales", &a.k_cache.scales},
-                 {"k_cache.lookup_table", &a.k_cache.lookup_table},
-                 {"k_cache.cache_lengths", &a.k_cache.cache_lengths},
-                 {"output_indices", &a.output_indices}},
-                space);
+  const Validator::NamedView reads[] = {{"q", &a.q},
+                                        {"q_s", &a.q_s},
+                                        {"input_row_offsets", &a.input_row_offsets},
+                                        {"k_cache.blocks", &a.k_cache.blocks},
+                                        {"k_cache.scales", &a.k_cache.scales},
+                                        {"k_cache.lookup_table", &a.k_cache.lookup_table},
+                                        {"k_cache.cache_lengths", &a.k_cache.cache_lengths}};
+  const Validator::NamedView writes[] = {{"output_indices", &a.output_indices}};
+  v.written_apart(writes, reads);
+  v.same_memory(reads, writes, space);
   return v.status();
 }
 
@@ -132,13 +125,11 @@ Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space) {
   if (v.ok() && a.lookup_table.memory != MemorySpace::host)
     v.fail("lookup_table", " is in device memory (page tables must be readable on the host here)");
   v.tensor("rows", a.rows, {DType::i32}, {T, K});
-  v.written_apart({{"rows", &a.rows}},
-                  {{"indices", &a.indices}, {"input_row_offsets", &a.input_row_offsets}, {"lookup_table", &a.lookup_table}});
-  v.same_memory({{"indices", &a.indices},
-                 {"input_row_offsets", &a.input_row_offsets},
-                 {"lookup_table", &a.lookup_table},
-                 {"rows", &a.rows}},
-                space);
+  const Validator::NamedView reads[] = {
+      {"indices", &a.indices}, {"input_row_offsets", &a.input_row_offsets}, {"lookup_table", &a.lookup_table}};
+  const Validator::NamedView writes[] = {{"rows", &a.rows}};
+  v.written_apart(writes, reads);
+  v.same_memory(reads, writes, space);
   if (!v.ok()) return v.status();
 
   // Every index: -1, or a position whose page exists.

@@ -82,39 +82,24 @@ bool check_distinct_writes(Validator& v, const MlaPrefillFp8Args& a, std::int64_
   return true;
 }
 
-bool check_aliasing(Validator& v, const MlaPrefillFp8Args& a) {
-  // Written buffers: the cache blocks (new rows, in place), q (rope part, in place), output.
-  return v.written_apart({{"kv_cache.blocks", &a.kv_cache.blocks}, {"q", &a.q}, {"output", &a.output}},
-                         {{"input_row_offsets", &a.input_row_offsets},
-                          {"freqs_cis", &a.freqs_cis},
-                          {"kv_norm_gamma", &a.kv_norm_gamma},
-                          {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
-                          {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths},
-                          {"buffer_row_offsets", &a.buffer_row_offsets},
-                          {"cache_offsets", &a.cache_offsets},
-                          {"kv_b_proj", &a.kv_b_proj},
-                          {"kv_b_proj_scale", &a.kv_b_proj_scale}});
-}
-
 }  // namespace
 
 Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, MemorySpace* space) {
   Validator v(kOp);
   if (!check_dims(v, d)) return v.status();
-  if (!v.same_memory({{"q", &a.q},
-                      {"input_row_offsets", &a.input_row_offsets},
-                      {"freqs_cis", &a.freqs_cis},
-                      {"kv_norm_gamma", &a.kv_norm_gamma},
-                      {"kv_cache.blocks", &a.kv_cache.blocks},
-                      {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
-                      {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths},
-                      {"buffer_row_offsets", &a.buffer_row_offsets},
-                      {"cache_offsets", &a.cache_offsets},
-                      {"kv_b_proj", &a.kv_b_proj},
-                      {"kv_b_proj_scale", &a.kv_b_proj_scale},
-                      {"output", &a.output}},
-                     space))
-    return v.status();
+  // Everything the call reads; what it writes (the new cache rows and q's rope part, in place,
+  // and the output): in one memory space (checked first) and apart (checked last).
+  const Validator::NamedView reads[] = {{"input_row_offsets", &a.input_row_offsets},
+                                        {"freqs_cis", &a.freqs_cis},
+                                        {"kv_norm_gamma", &a.kv_norm_gamma},
+                                        {"kv_cache.lookup_table", &a.kv_cache.lookup_table},
+                                        {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths},
+                                        {"buffer_row_offsets", &a.buffer_row_offsets},
+                                        {"cache_offsets", &a.cache_offsets},
+                                        {"kv_b_proj", &a.kv_b_proj},
+                                        {"kv_b_proj_scale", &a.kv_b_proj_scale}};
+  const Validator::NamedView writes[] = {{"kv_cache.blocks", &a.kv_cache.blocks}, {"q", &a.q}, {"output", &a.output}};
+  if (!v.same_memory(writes, reads, space)) return v.status();
 
   const std::int64_t H = d.num_heads, kv_rows = d.num_heads * (d.nope + d.v);
   if (!v.tensor("q", a.q, {DType::bf16}, {kAnyDim, H, d.nope + d.rope})) return v.status();
@@ -158,7 +143,7 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
 
   if (!check_positions(v, a, B)) return v.status();
   if (!check_distinct_writes(v, a, B)) return v.status();
-  check_aliasing(v, a);
+  v.written_apart(writes, reads);
   return v.status();
 }
 

@@ -73,14 +73,14 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
   MemorySpace where = MemorySpace::host;
   if (!v.same_memory({{"q", &a.q}, {"k_cache.blocks", &a.k_cache.blocks}, {"out_idxs", &a.out_idxs}}, &where))
     return v.status();
-  if (!v.written_apart({{"out_idxs", &a.out_idxs}},
-                       {{"q", &a.q},
-                        {"input_row_offsets", &a.input_row_offsets},
-                        {"prefix_lens", &a.prefix_lens},
-                        {"k_cache.blocks", &a.k_cache.blocks},
-                        {"k_cache.lookup_table", &a.k_cache.lookup_table},
-                        {"k_cache.cache_lengths", &a.k_cache.cache_lengths}}))
-    return v.status();
+  const Validator::NamedView reads[] = {{"q", &a.q},
+                                        {"input_row_offsets", &a.input_row_offsets},
+                                        {"prefix_lens", &a.prefix_lens},
+                                        {"k_cache.blocks", &a.k_cache.blocks},
+                                        {"k_cache.lookup_table", &a.k_cache.lookup_table},
+                                        {"k_cache.cache_lengths", &a.k_cache.cache_lengths}};
+  const Validator::NamedView writes[] = {{"out_idxs", &a.out_idxs}};
+  if (!v.written_apart(writes, reads)) return v.status();
 
   // Every key position a row reads must have a page: sequence b reads 0 .. prefix+seq_len-1
   // (its last row sees them all). Empty sequences read nothing.

@@ -80,29 +80,18 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   if (!v.tensor("output", a.output, {DType::bf16}, {T, d.num_q_heads, d.v_depth})) return v.status();
   if (!v.optional_tensor("lse", a.lse, {DType::f32}, {T, d.num_q_heads})) return v.status();
 
-  // Written buffers must not alias anything the call reads, nor each other.
-  if (!v.written_apart({{"output", &a.output}, {"lse", &a.lse}},
-                       {{"q", &a.q},
-                        {"kv_cache.blocks", &a.kv_cache.blocks},
-                        {"kv_cache.scales", &a.kv_cache.scales},
-                        {"kv_cache.lookup_table", &lut},
-                        {"kv_cache.cache_lengths", &lens},
-                        {"indices", &a.indices},
-                        {"topk_lengths", &a.topk_lengths},
-                        {"attn_sink", &a.attn_sink}}))
-    return v.status();
-
-  v.same_memory({{"q", &a.q},
-                 {"kv_cache.blocks", &a.kv_cache.blocks},
-                 {"kv_cache.scales", &a.kv_cache.scales},
-                 {"kv_cache.lookup_table", &lut},
-                 {"kv_cache.cache_lengths", &lens},
-                 {"indices", &a.indices},
-                 {"topk_lengths", &a.topk_lengths},
-                 {"attn_sink", &a.attn_sink},
-                 {"output", &a.output},
-                 {"lse", &a.lse}},
-                space);
+  // Written buffers must not alias anything the call reads, nor each other; all in one memory space.
+  const Validator::NamedView reads[] = {{"q", &a.q},
+                                        {"kv_cache.blocks", &a.kv_cache.blocks},
+                                        {"kv_cache.scales", &a.kv_cache.scales},
+                                        {"kv_cache.lookup_table", &lut},
+                                        {"kv_cache.cache_lengths", &lens},
+                                        {"indices", &a.indices},
+                                        {"topk_lengths", &a.topk_lengths},
+                                        {"attn_sink", &a.attn_sink}};
+  const Validator::NamedView writes[] = {{"output", &a.output}, {"lse", &a.lse}};
+  if (!v.written_apart(writes, reads)) return v.status();
+  v.same_memory(reads, writes, space);
   return v.status();
 }
 

@@ -153,6 +153,14 @@ TEST(Validator, OverlapAndMemorySpace) {
   MemorySpace space;
   EXPECT_FALSE(m.same_memory({{"a", &a}, {"d", &d}}, &space));
   expect_message(m, "d", "device memory but a is in host memory");
+  // Two lists read as one, in order.
+  const Validator::NamedView first[] = {{"a", &a}}, then[] = {{"d", &d}};
+  Validator n("op");
+  EXPECT_FALSE(n.same_memory(first, then, &space));
+  expect_message(n, "d", "device memory but a is in host memory");
+  Validator o("op");
+  EXPECT_FALSE(o.same_memory(then, first, &space));
+  expect_message(o, "a", "host memory but d is in device memory");
 }
 
 // Written views against every read view and against the written views listed before them; absent
@@ -164,17 +172,20 @@ TEST(Validator, WrittenApart) {
   const TensorView w0 = TensorView::contiguous(buf + 16, DType::f32, {8});
   const TensorView w1 = TensorView::contiguous(buf + 24, DType::f32, {8});
   const TensorView absent{};
-  EXPECT_TRUE(Validator("op").written_apart({{"w0", &w0}, {"w1", &w1}, {"none", &absent}},
-                                            {{"r0", &r0}, {"r1", &r1}, {"none", &absent}}));
+  const Validator::NamedView reads[] = {{"r0", &r0}, {"r1", &r1}, {"none", &absent}};
+  const Validator::NamedView writes[] = {{"w0", &w0}, {"w1", &w1}, {"none", &absent}};
+  EXPECT_TRUE(Validator("op").written_apart(writes, reads));
 
   const TensorView over_r1 = TensorView::contiguous(buf + 15, DType::f32, {8});  // r1's last element
   Validator a("op");
-  EXPECT_FALSE(a.written_apart({{"w0", &w0}, {"w1", &over_r1}}, {{"r0", &r0}, {"r1", &r1}}));
+  const Validator::NamedView into_r1[] = {{"w0", &w0}, {"w1", &over_r1}};
+  EXPECT_FALSE(a.written_apart(into_r1, reads));
   expect_message(a, "w1", "overlaps r1");
 
   const TensorView over_w0 = TensorView::contiguous(buf + 23, DType::f32, {1});  // w0's last element
   Validator b("op");
-  EXPECT_FALSE(b.written_apart({{"w0", &w0}, {"w1", &over_w0}}, {{"r0", &r0}}));
+  const Validator::NamedView into_w0[] = {{"w0", &w0}, {"w1", &over_w0}};
+  EXPECT_FALSE(b.written_apart(into_w0, reads));
   expect_message(b, "w1", "overlaps w0");
 }
 

@@ -191,7 +191,7 @@ bool Validator::no_overlap(const char* field_a, const TensorView& a, const char*
   return true;
 }
 
-bool Validator::written_apart(std::initializer_list<NamedView> written, std::initializer_list<NamedView> read) {
+bool Validator::written_apart(std::span<const NamedView> written, std::span<const NamedView> read) {
   for (auto w = written.begin(); w != written.end(); ++w) {
     for (const auto& [field, view] : read)
       if (!no_overlap(w->first, *w->second, field, *view)) return false;
@@ -202,18 +202,25 @@ bool Validator::written_apart(std::initializer_list<NamedView> written, std::ini
 }
 
 bool Validator::same_memory(std::initializer_list<NamedView> views, MemorySpace* space) {
+  return same_memory(std::span<const NamedView>(views.begin(), views.size()), {}, space);
+}
+
+bool Validator::same_memory(std::span<const NamedView> first_list, std::span<const NamedView> then,
+                            MemorySpace* space) {
   if (!ok()) return false;
   const char* first_field = nullptr;
   MemorySpace first = MemorySpace::host;
-  for (const auto& [field, view] : views) {
-    if (view->data == nullptr) continue;
-    if (first_field == nullptr) {
-      first_field = field;
-      first = view->memory;
-    } else if (view->memory != first) {
-      return fail(field, std::string(" is in ") + (view->memory == MemorySpace::host ? "host" : "device") +
-                             " memory but " + first_field + " is in " +
-                             (first == MemorySpace::host ? "host" : "device") + " memory (one call uses one)");
+  for (const auto list : {first_list, then}) {
+    for (const auto& [field, view] : list) {
+      if (view->data == nullptr) continue;
+      if (first_field == nullptr) {
+        first_field = field;
+        first = view->memory;
+      } else if (view->memory != first) {
+        return fail(field, std::string(" is in ") + (view->memory == MemorySpace::host ? "host" : "device") +
+                               " memory but " + first_field + " is in " +
+                               (first == MemorySpace::host ? "host" : "device") + " memory (one call uses one)");
+      }
     }
   }
   if (space) *space = first;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -71,10 +72,13 @@ class Validator {
 
   // Each view the call writes shares no byte with any view it reads, nor with the written views
   // listed before it (the error names the later one first).
-  bool written_apart(std::initializer_list<NamedView> written, std::initializer_list<NamedView> read);
+  bool written_apart(std::span<const NamedView> written, std::span<const NamedView> read);
 
-  // All present tensors live in one memory space; writes it to *space.
+  // All present tensors live in one memory space; writes it to *space. The error names the first
+  // view that differs from the first present one.
   bool same_memory(std::initializer_list<NamedView> views, MemorySpace* space);
+  // The same over `first` then `then`, as one list.
+  bool same_memory(std::span<const NamedView> first, std::span<const NamedView> then, MemorySpace* space);
 
  private:
   const char* op_;
