@@ -90,7 +90,7 @@ Status validate_lightning_indexer(const LightningIndexerDesc& d, const Lightning
     if (!v.pages_exist("k_cache", a.k_cache, b, 0, n)) return v.status();
   }
 
-  // The output may not share memory with anything the call reads.
+  // The output may not share memory with anything the call reads; all in one memory space.
   const Validator::NamedView reads[] = {{"q", &a.q},
                                         {"q_s", &a.q_s},
                                         {"input_row_offsets", &a.input_row_offsets},

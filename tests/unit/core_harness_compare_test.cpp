@@ -71,6 +71,11 @@ TEST(HarnessCompare, BoundIsPerElement) {
   EXPECT_EQ(c.worst_index, 2);
   EXPECT_NE(c.detail.find("derived bound"), std::string::npos) << c.detail;
   EXPECT_FALSE(compare_bound("t", e, f32({1.0f, std::nextafter(1.0f, 2.0f), 1.0f}), {1.0, 0.0, 1.0}).pass);
+  // One bound per element, no fewer (nothing read past the list) and no more.
+  const Comparison short_list = compare_bound("t", e, e, {1.0, 1.0});
+  EXPECT_FALSE(short_list.pass);
+  EXPECT_NE(short_list.detail.find("2 bounds for 3 elements"), std::string::npos) << short_list.detail;
+  EXPECT_FALSE(compare_bound("t", e, e, {1.0, 1.0, 1.0, 1.0}).pass);
 }
 
 TEST(HarnessCompare, ExactComparesBits) {

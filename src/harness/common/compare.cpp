@@ -117,6 +117,12 @@ Comparison compare_bound(const std::string& name, const Tensor& expected, const 
   c.name = name;
   c.kind = "bound";
   if (!shapes_match(name, expected, actual, &c)) return c;
+  if (bound.size() != static_cast<std::size_t>(expected.numel())) {
+    c.pass = false;
+    c.detail = name + ": " + std::to_string(bound.size()) + " bounds for " + std::to_string(expected.numel()) +
+               " elements";
+    return c;
+  }
   check_within(expected, actual, [&](std::int64_t i, double) { return bound[i]; }, "outside the derived bound", &c);
   return c;
 }

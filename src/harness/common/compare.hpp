@@ -27,7 +27,7 @@ Comparison compare_close(const std::string& name, const Tensor& expected, const 
                          double rtol, std::int64_t row_len = 0, double min_cosine = 0);
 // Bit-for-bit equality (for floats: same bits; NaN payloads included).
 Comparison compare_exact(const std::string& name, const Tensor& expected, const Tensor& actual);
-// Per-element bound: |a - e| <= bound[i].
+// Per-element bound: |a - e| <= bound[i]; a bound list of another length fails the comparison.
 Comparison compare_bound(const std::string& name, const Tensor& expected, const Tensor& actual,
                          const std::vector<double>& bound);
 
