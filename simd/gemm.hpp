@@ -31,6 +31,20 @@ template <class TA, class TB>
 using GemmFn = void (*)(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b,
                         std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
 
+// B as columns of 4-bit codes with a value table per (column, group), the GPTQ layout read in
+// place: row j of B is W[j][p] = tables[(j * groups + p / group_size) * 16 + q], where q is nibble
+// p % 8 (bits 4(p % 8) ..) of words[(p / 8) * ldw + j] and groups = ceil(k / group_size). Every
+// table value is a bf16 value held as f32 (the bf16 tiles take its upper half).
+struct Int4Columns {
+  const std::uint32_t* words;
+  std::size_t ldw;  // words between consecutive rows of 8 codes (the number of columns in GPTQ)
+  const float* tables;
+  std::size_t group_size;  // a multiple of 32: a vector step never spans two groups
+};
+template <class TA>
+using Int4GemmFn = void (*)(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda,
+                            const Int4Columns& b, float* c, std::size_t ldc, bool accumulate);
+
 struct GemmKernels {
   const char* level;
   unsigned mr, nr;  // register tile: rows of A x rows of B
@@ -40,11 +54,19 @@ struct GemmKernels {
   GemmFn<std::uint8_t, std::uint8_t> f8_f8;
   GemmFn<float, std::uint8_t> f32_f8;
   GemmFn<std::uint16_t, std::uint8_t> bf16_f8;
-  // Int4 weights through a 16-entry table (GPTQ dequantization, one weight column at a time):
-  // dst[8r + i] = table[(words[r * stride] >> 4i) & 15] for r < nwords, i < 8. The table holds
-  // the column's 16 possible values (bf16 bits) for one quantization group. Any alignment.
-  void (*int4_expand)(const std::uint32_t* words, std::size_t stride, std::size_t nwords, const std::uint16_t* table,
-                      std::uint16_t* dst);
+  // C (+)= A·Bᵀ with B given as int4 columns (k a multiple of 8): the same register tiles, chains
+  // and results, bit for bit, as bf16_bf16 (int4_bf16) or f32_f32 (int4_f32) over B expanded to
+  // bf16 rows (widened to f32 for f32_f32). Each register tile's columns are expanded once per
+  // block of A rows, straight from the strided words: nothing is dequantized ahead of the call.
+  Int4GemmFn<std::uint16_t> int4_bf16;
+  Int4GemmFn<float> int4_f32;
+  // The value tables of n int4 columns for one group: tables[c * stride + q] = bf16((q - z[c]) *
+  // s[c]) held as f32, for c < n and q < 16, where s[c] is scales[c] (f16 bits when scales_f16,
+  // else bf16 bits) and z[c] is nibble c % 8 of zero_words[c / 8], or 8 when zero_words is null.
+  // (q - z) has at most 5 significant bits and s at most 11, so the product is exact before the
+  // one rounding to bf16 (to nearest even; NaN stays a quiet NaN).
+  void (*int4_tables)(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, std::size_t n,
+                      float* tables, std::size_t stride);
 
   // The rest of an attention over gathered rows (sparse MLA), beside the score tiles above:
   //

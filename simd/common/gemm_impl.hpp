@@ -161,13 +161,259 @@ constexpr TileTable<CT> make_tiles(std::index_sequence<Is...>) {
 template <class CT>
 constexpr TileTable<CT> kTiles = make_tiles<CT>(std::make_index_sequence<kMr * kNr>{});
 
+// ---- B in the compute type, a register tile of rows at a time ---------------------------------
+// Element rows: used in place when they already are in the compute type, else converted.
+template <class CT, class TB>
+struct ElementRows {
+  const TB* b;
+  std::size_t ldb;
+  static constexpr bool kNeedsBuffer = !std::is_same_v<TB, CT>;
+  static constexpr std::size_t kPanel = kNr;  // rows made ready at a time
+  // Rows j0 .. j0 + nb of B (k elements each): where they are and their stride.
+  std::pair<const CT*, std::size_t> rows(std::size_t j0, std::size_t nb, std::size_t k, CT* buf, std::size_t ldk) const {
+    if constexpr (kNeedsBuffer) {
+      for (std::size_t j = 0; j < nb; ++j) convert_row(b + (j0 + j) * ldb, buf + j * ldk, k);
+      return {buf, ldk};
+    } else {
+      return {b + j0 * ldb, ldb};
+    }
+  }
+};
+
+// Int4 columns (simd/gemm.hpp) expanded into buf: rows j0 .. j0 + np of B (np <= kInt4Panel). A
+// panel is 16 columns, one 64-byte line of every word row, so each line of the codes is read once;
+// read in place, the rows of a chunk lie a multiple of 4 KiB apart (ldw words) and fall in one L1
+// set, which would evict a line before the next four columns came back for it.
+constexpr std::size_t kInt4Panel = 16;
+
+// With AVX-512 BW, a step takes 4 word rows of the panel (4 vectors), regroups them into one vector
+// per 4 columns (dword 4i + c: row i, column c), and per column a permute spreads that column's
+// words over the lanes in code order, a variable shift brings each lane's code to its low bits, and
+// a second permute looks the codes up in the column's table: 32 bf16 values per step (word
+// permutes), or 2 x 16 f32 (dword permutes).
+template <class CT>
+void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::size_t np, std::size_t k, CT* buf,
+                 std::size_t ldk) {
+  const std::size_t nrows = k / 8;
+  std::size_t r = 0;
+#if defined(__AVX512BW__)
+  static_assert(kInt4Panel == 16, "a step loads one 16-dword vector per word row");
+  const __mmask16 cols = static_cast<__mmask16>((1u << np) - 1u);
+  const std::size_t quads = (np + 3) / 4;
+  const float* tab = b.tables + j0 * groups * 16;
+  // Rows a few steps ahead: the hardware does not follow a stride of ldw words.
+  constexpr std::size_t kAhead = 16;
+  // The step's 4 rows of the panel, regrouped by 4 columns: x[q] holds columns 4q .. 4q + 3.
+  auto load_step = [&](std::size_t here, __m512i (&x)[4]) {
+    __m512i row[4];
+    for (std::size_t i = 0; i < 4; ++i)
+      row[i] = i < here ? _mm512_maskz_loadu_epi32(cols, b.words + (r + i) * b.ldw + j0) : _mm512_setzero_si512();
+    if (r + kAhead + 4 <= nrows)
+      for (std::size_t i = 0; i < 4; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(b.words + (r + kAhead + i) * b.ldw + j0), _MM_HINT_T0);
+    const __m512i t0 = _mm512_shuffle_i64x2(row[0], row[1], 0x44), t1 = _mm512_shuffle_i64x2(row[0], row[1], 0xEE);
+    const __m512i t2 = _mm512_shuffle_i64x2(row[2], row[3], 0x44), t3 = _mm512_shuffle_i64x2(row[2], row[3], 0xEE);
+    x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+    x[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+    x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+    x[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+  };
+  if constexpr (std::is_same_v<CT, std::uint16_t>) {
+    // Lane t is code t % 8 of the step's row t / 8: 16-bit half (t % 8) / 4 of dword 4 (t / 8) + c.
+    alignas(64) static constexpr std::uint16_t kSpread[32] = {0,  0,  0,  0,  1,  1,  1,  1,  8,  8,  8,
+                                                              8,  9,  9,  9,  9,  16, 16, 16, 16, 17, 17,
+                                                              17, 17, 24, 24, 24, 24, 25, 25, 25, 25};
+    alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
+                                                             0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
+    const __m512i shift = _mm512_load_si512(kShift);
+    __m512i spread[4];
+    for (std::size_t c = 0; c < 4; ++c)
+      spread[c] = _mm512_add_epi16(_mm512_load_si512(kSpread), _mm512_set1_epi16(static_cast<short>(2 * c)));
+    // The group's tables as bf16, each twice (words 0-15 and 16-31): vpermw reads only the low 5
+    // bits of an index, so the shifted words need no mask when bit 4 picks the same value. Stored
+    // as whole vectors, so that the lookups' loads are forwarded from the stores.
+    alignas(64) std::uint16_t table[kInt4Panel][32];
+    std::size_t loaded = ~std::size_t{0};
+    for (; r < nrows; r += 4) {
+      const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+      const std::size_t g = 8 * r / b.group_size;
+      if (g != loaded) {
+        for (std::size_t j = 0; j < np; ++j) {
+          const __m512i t = _mm512_srli_epi32(_mm512_loadu_si512(tab + (j * groups + g) * 16), 16);
+          _mm512_store_si512(table[j], _mm512_broadcast_i64x4(_mm512_cvtepi32_epi16(t)));
+        }
+        loaded = g;
+      }
+      __m512i x[4];
+      load_step(here, x);
+      for (std::size_t q = 0; q < quads; ++q)
+        for (std::size_t c = 0; c < 4 && 4 * q + c < np; ++c) {
+          const std::size_t j = 4 * q + c;
+          const __m512i code = _mm512_srlv_epi16(_mm512_permutexvar_epi16(spread[c], x[q]), shift);
+          const __m512i v = _mm512_permutexvar_epi16(code, _mm512_load_si512(table[j]));
+          std::uint16_t* dst = buf + j * ldk + 8 * r;
+          if (here == 4) _mm512_storeu_si512(dst, v);
+          else _mm512_mask_storeu_epi16(dst, static_cast<__mmask32>((1u << (8 * here)) - 1u), v);
+        }
+    }
+  } else {
+    // Lane t of half step h is code t % 8 of the step's row 2h + t / 8: dword 4 (2h + t / 8) + c.
+    alignas(64) static constexpr std::int32_t kSpread[16] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
+    alignas(64) static constexpr std::int32_t kShift[16] = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+    const __m512i shift = _mm512_load_si512(kShift);
+    for (; r < nrows; r += 4) {
+      const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+      const std::size_t g = 8 * r / b.group_size;
+      __m512i x[4];
+      load_step(here, x);
+      for (std::size_t q = 0; q < quads; ++q)
+        for (std::size_t c = 0; c < 4 && 4 * q + c < np; ++c) {
+          const std::size_t j = 4 * q + c;
+          const __m512 table = _mm512_loadu_ps(tab + (j * groups + g) * 16);
+          for (std::size_t h = 0; 2 * h < here; ++h) {
+            const __m512i idx = _mm512_add_epi32(_mm512_load_si512(kSpread), _mm512_set1_epi32(static_cast<int>(8 * h + c)));
+            // vpermps reads only the low 4 bits of an index: the code's higher neighbours are ignored.
+            const __m512i code = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x[q]), shift);
+            const __m512 v = _mm512_permutexvar_ps(code, table);
+            float* dst = buf + j * ldk + 8 * (r + 2 * h);
+            if (here >= 2 * h + 2) _mm512_storeu_ps(dst, v);
+            else _mm512_mask_storeu_ps(dst, 0x00FF, v);
+          }
+        }
+    }
+  }
+#elif defined(__AVX2__)
+  // A word (8 codes) at a time: a variable shift and a mask put one code per lane, and two 8-entry
+  // permutes of the f32 table with a blend on the code's bit 3 look them up.
+  if constexpr (std::is_same_v<CT, float>) {
+    const __m256i shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), mask = _mm256_set1_epi32(0xF);
+    for (; r < nrows; ++r)
+      for (std::size_t j = 0; j < np; ++j) {
+        const float* t = b.tables + ((j0 + j) * groups + 8 * r / b.group_size) * 16;
+        const __m256i code = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(b.words[r * b.ldw + j0 + j])), shift), mask);
+        const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), code);
+        const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), code);
+        _mm256_storeu_ps(buf + j * ldk + 8 * r, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(code, 28))));
+      }
+  }
+#endif
+  // Row by row: a column's words lie ldw apart, in one L1 set (see kInt4Panel).
+  for (std::size_t rr = r; rr < nrows; ++rr) {
+    for (std::size_t j = 0; j < np; ++j) {
+      const std::uint32_t w = b.words[rr * b.ldw + j0 + j];
+      const float* t = b.tables + ((j0 + j) * groups + 8 * rr / b.group_size) * 16;
+      for (std::size_t i = 0; i < 8; ++i) {
+        const float v = t[(w >> (4 * i)) & 0xFu];
+        if constexpr (std::is_same_v<CT, float>) {
+          buf[j * ldk + 8 * rr + i] = v;
+        } else {
+          std::uint32_t u;
+          std::memcpy(&u, &v, sizeof u);
+          buf[j * ldk + 8 * rr + i] = static_cast<std::uint16_t>(u >> 16);
+        }
+      }
+    }
+  }
+}
+
+template <class CT>
+struct Int4Rows {
+  const Int4Columns& b;
+  std::size_t groups;
+  static constexpr bool kNeedsBuffer = true;
+  static constexpr std::size_t kPanel = kInt4Panel;
+  std::pair<const CT*, std::size_t> rows(std::size_t j0, std::size_t np, std::size_t k, CT* buf, std::size_t ldk) const {
+    expand_int4(b, groups, j0, np, k, buf, ldk);
+    return {buf, ldk};
+  }
+};
+
+#if defined(__AVX512BW__)
+// One row of A against a full panel of int4 columns, the codes expanded into registers and used
+// at once (a decode token: expanding into a buffer and reading it back would cost as much as the
+// dots). Per column the same chain as tile_bf16 / tile_f32 over the expanded rows: the same
+// steps in the same order, the last one on masked vectors (zero beyond k in A and in B), then
+// write_tile's reduction; so the outputs are bitwise those of the buffered path.
+template <class CT>
+void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, std::size_t groups, std::size_t j0, float* c,
+                    bool accumulate) {
+  constexpr std::size_t kP = kInt4Panel;
+  const std::size_t nrows = k / 8;
+  const float* tab = b.tables + j0 * groups * 16;
+  constexpr std::size_t kAhead = 16;
+  F acc[kP];
+#pragma GCC unroll 16
+  for (std::size_t j = 0; j < kP; ++j) acc[j] = fzero();
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+  alignas(64) std::uint16_t table[kP][32];  // bf16 tables, twice each (see expand_int4)
+  std::size_t loaded = ~std::size_t{0};
+#endif
+  for (std::size_t r = 0; r < nrows; r += 4) {
+    const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+    const std::size_t g = 8 * r / b.group_size;
+    __m512i row[4];
+    for (std::size_t i = 0; i < 4; ++i)
+      row[i] = i < here ? _mm512_loadu_si512(b.words + (r + i) * b.ldw + j0) : _mm512_setzero_si512();
+    if (r + kAhead + 4 <= nrows)
+      for (std::size_t i = 0; i < 4; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(b.words + (r + kAhead + i) * b.ldw + j0), _MM_HINT_T0);
+    const __m512i t0 = _mm512_shuffle_i64x2(row[0], row[1], 0x44), t1 = _mm512_shuffle_i64x2(row[0], row[1], 0xEE);
+    const __m512i t2 = _mm512_shuffle_i64x2(row[2], row[3], 0x44), t3 = _mm512_shuffle_i64x2(row[2], row[3], 0xEE);
+    const __m512i x[4] = {_mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xDD),
+                          _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xDD)};
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+    if constexpr (std::is_same_v<CT, std::uint16_t>) {
+      alignas(64) static constexpr std::uint16_t kSpread[32] = {0,  0,  0,  0,  1,  1,  1,  1,  8,  8,  8,
+                                                                8,  9,  9,  9,  9,  16, 16, 16, 16, 17, 17,
+                                                                17, 17, 24, 24, 24, 24, 25, 25, 25, 25};
+      alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
+                                                               0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
+      if (g != loaded) {
+        for (std::size_t j = 0; j < kP; ++j) {
+          const __m512i t = _mm512_srli_epi32(_mm512_loadu_si512(tab + (j * groups + g) * 16), 16);
+          _mm512_store_si512(table[j], _mm512_broadcast_i64x4(_mm512_cvtepi32_epi16(t)));
+        }
+        loaded = g;
+      }
+      const __mmask32 valid = here == 4 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (8 * here)) - 1u);
+      const B av = here == 4 ? bload(a + 8 * r) : bload_n(a + 8 * r, 8 * here);
+#pragma GCC unroll 16
+      for (std::size_t j = 0; j < kP; ++j) {
+        const __m512i spread = _mm512_add_epi16(_mm512_load_si512(kSpread), _mm512_set1_epi16(static_cast<short>(2 * (j % 4))));
+        const __m512i code = _mm512_srlv_epi16(_mm512_permutexvar_epi16(spread, x[j / 4]), _mm512_load_si512(kShift));
+        acc[j] = bf16_dot(acc[j], av, B{_mm512_maskz_permutexvar_epi16(valid, code, _mm512_load_si512(table[j]))});
+      }
+    } else
+#endif
+    {
+      alignas(64) static constexpr std::int32_t kSpread[16] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
+      alignas(64) static constexpr std::int32_t kShift[16] = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+      for (std::size_t h = 0; 2 * h < here; ++h) {
+        const bool full = here >= 2 * h + 2;
+        const F av = full ? fload(a + 8 * (r + 2 * h)) : fload_n(a + 8 * (r + 2 * h), 8);
+#pragma GCC unroll 16
+        for (std::size_t j = 0; j < kP; ++j) {
+          const __m512i idx = _mm512_add_epi32(_mm512_load_si512(kSpread), _mm512_set1_epi32(static_cast<int>(8 * h + j % 4)));
+          const __m512i code = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x[j / 4]), _mm512_load_si512(kShift));
+          const __m512 table = _mm512_loadu_ps(tab + (j * groups + g) * 16);
+          acc[j] = fmadd(av, F{_mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, code, table)}, acc[j]);
+        }
+      }
+    }
+  }
+  for (std::size_t q = 0; q < kP / 4; ++q) {
+    float out[4];
+    reduce_add4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3], out);
+    for (std::size_t j = 0; j < 4; ++j) c[4 * q + j] = accumulate ? c[4 * q + j] + out[j] : out[j];
+  }
+}
+#endif
+
 // ---- the driver: blocks of A rows x register tiles of B rows ------------------------------------
-template <class TA, class TB>
-void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size_t ldb,
-          float* c, std::size_t ldc, bool accumulate) {
-  // bf16 and f8 operands are exact in bf16: on levels with a bf16 dot they run on it.
-  constexpr bool kBf16 = kHasBf16Dot && !std::is_same_v<TA, float> && !std::is_same_v<TB, float>;
-  using CT = std::conditional_t<kBf16, std::uint16_t, float>;
+template <class CT, class TA, class BRows>
+void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const BRows& b, float* c,
+                 std::size_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate)
@@ -191,8 +437,7 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
     ldac = lda;
   }
 
-  constexpr bool kConvertB = !std::is_same_v<TB, CT>;
-  Scratch<CT> b_buf(kConvertB ? kNr * ldk : 0);
+  Scratch<CT> b_buf(BRows::kNeedsBuffer ? BRows::kPanel * ldk : 0);
   // Rows of A per block: keep a block of A (in the compute type) within ~64 KiB so it stays in L2
   // while every register tile of B passes over it.
   std::size_t mc = (64 * 1024) / (ldk * sizeof(CT));
@@ -201,53 +446,103 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
   const TileTable<CT>& tiles = kTiles<CT>;
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t i1 = i0 + mc < m ? i0 + mc : m;
-    for (std::size_t j0 = 0; j0 < n; j0 += kNr) {
-      const std::size_t nb = n - j0 < kNr ? n - j0 : kNr;
-      const CT* bc;
-      std::size_t ldbc;
-      if constexpr (kConvertB) {
-        for (std::size_t j = 0; j < nb; ++j) convert_row(b + (j0 + j) * ldb, b_buf.get() + j * ldk, k);
-        bc = b_buf.get();
-        ldbc = ldk;
-      } else {
-        bc = b + j0 * ldb;
-        ldbc = ldb;
-      }
-      for (std::size_t i = i0; i < i1; i += kMr) {
-        const std::size_t mb = i1 - i < kMr ? i1 - i : kMr;
-        tiles.fn[mb - 1][nb - 1](k, ac + i * ldac, ldac, bc, ldbc, c + i * ldc + j0, ldc, accumulate);
+    for (std::size_t j0 = 0; j0 < n; j0 += BRows::kPanel) {
+      const std::size_t np = n - j0 < BRows::kPanel ? n - j0 : BRows::kPanel;
+      const auto [bc, ldbc] = b.rows(j0, np, k, b_buf.get(), ldk);
+      for (std::size_t jj = 0; jj < np; jj += kNr) {
+        const std::size_t nb = np - jj < kNr ? np - jj : kNr;
+        for (std::size_t i = i0; i < i1; i += kMr) {
+          const std::size_t mb = i1 - i < kMr ? i1 - i : kMr;
+          tiles.fn[mb - 1][nb - 1](k, ac + i * ldac, ldac, bc + jj * ldbc, ldbc, c + i * ldc + j0 + jj, ldc, accumulate);
+        }
       }
     }
   }
 }
 
-// Int4 through a 16-entry table. With AVX-512 BW, 32 nibbles (4 words) per step: one word
-// permute spreads the words' 16-bit halves over 32 lanes, a variable shift and mask leave one
-// nibble per lane in order, and a second word permute looks the 32 values up in the table, where
-// the scalar loop spends a shift, a mask, a load and a store per weight.
-void int4_expand(const std::uint32_t* words, std::size_t stride, std::size_t nwords, const std::uint16_t* table,
-                 std::uint16_t* dst) {
-  std::size_t r = 0;
+template <class TA, class TB>
+void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size_t ldb,
+          float* c, std::size_t ldc, bool accumulate) {
+  // bf16 and f8 operands are exact in bf16: on levels with a bf16 dot they run on it.
+  constexpr bool kBf16 = kHasBf16Dot && !std::is_same_v<TA, float> && !std::is_same_v<TB, float>;
+  using CT = std::conditional_t<kBf16, std::uint16_t, float>;
+  gemm_blocks<CT>(m, n, k, a, lda, ElementRows<CT, TB>{b, ldb}, c, ldc, accumulate);
+}
+
+// Int4 columns hold bf16 values: the compute type is bf16_bf16's (TA bf16) or f32_f32's (TA f32).
+template <class TA>
+void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const Int4Columns& b,
+               float* c, std::size_t ldc, bool accumulate) {
+  constexpr bool kBf16 = kHasBf16Dot && !std::is_same_v<TA, float>;
+  using CT = std::conditional_t<kBf16, std::uint16_t, float>;
+  const std::size_t groups = (k + b.group_size - 1) / b.group_size;
 #if defined(__AVX512BW__)
-  alignas(64) static constexpr std::uint16_t kHalf[32] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,
-                                                          4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7};
-  alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
-                                                           0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
-  const __m512i half = _mm512_load_si512(kHalf);
-  const __m512i shift = _mm512_load_si512(kShift);
-  const __m512i mask = _mm512_set1_epi16(0xF);
-  const __m512i tab = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(table)));
-  for (; r + 4 <= nwords; r += 4) {
-    const __m128i w = _mm_set_epi32(static_cast<int>(words[(r + 3) * stride]), static_cast<int>(words[(r + 2) * stride]),
-                                    static_cast<int>(words[(r + 1) * stride]), static_cast<int>(words[r * stride]));
-    const __m512i spread = _mm512_permutexvar_epi16(half, _mm512_castsi128_si512(w));
-    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(spread, shift), mask);
-    _mm512_storeu_si512(dst + 8 * r, _mm512_permutexvar_epi16(nib, tab));
+  if (m == 1 && n >= kInt4Panel && k > 0) {
+    // A decode row: full panels straight from the codes into the dot chains, the rest buffered.
+    Scratch<CT> a_buf(std::is_same_v<TA, CT> ? 0 : k);
+    const CT* ac;
+    if constexpr (std::is_same_v<TA, CT>) {
+      ac = a;
+    } else {
+      convert_row(a, a_buf.get(), k);
+      ac = a_buf.get();
+    }
+    const std::size_t full = n / kInt4Panel * kInt4Panel;
+    for (std::size_t j0 = 0; j0 < full; j0 += kInt4Panel) int4_row_panel<CT>(k, ac, b, groups, j0, c + j0, accumulate);
+    if (full == n) return;
+    const Int4Columns rest{b.words + full, b.ldw, b.tables + full * groups * 16, b.group_size};
+    gemm_blocks<CT>(m, n - full, k, a, lda, Int4Rows<CT>{rest, groups}, c + full, ldc, accumulate);
+    return;
   }
 #endif
-  for (; r < nwords; ++r) {
-    const std::uint32_t w = words[r * stride];
-    for (std::size_t i = 0; i < 8; ++i) dst[8 * r + i] = table[(w >> (4 * i)) & 0xFu];
+  gemm_blocks<CT>(m, n, k, a, lda, Int4Rows<CT>{b, groups}, c, ldc, accumulate);
+}
+
+// IEEE binary16 bits to f32, exactly (subnormals included; NaN payloads kept).
+[[maybe_unused]] inline float f16_bits_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+  std::uint32_t u;
+  if (exp == 0x1Fu) {
+    u = sign | 0x7F800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else {
+    const float mag = static_cast<float>(man) * 5.9604644775390625e-8f;  // man * 2^-24, exact
+    std::memcpy(&u, &mag, sizeof u);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Value tables of int4 columns, one vector of codes at a time per column.
+void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, std::size_t n,
+                 float* tables, std::size_t stride) {
+  static_assert(16 % kLanes == 0, "a table is whole vectors");
+  alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const I round_bias = isplat(0x7FFF), one = isplat(1), high = isplat(static_cast<std::int32_t>(0xFFFF0000u));
+  const I magnitude = isplat(0x7FFFFFFF), inf = isplat(0x7F800000), quiet = isplat(0x00400000);
+  for (std::size_t c = 0; c < n; ++c) {
+    float s;
+    if (scales_f16) {
+#if defined(__F16C__)
+      s = _cvtsh_ss(scales[c]);  // exact, subnormals included, whatever MXCSR says
+#else
+      s = f16_bits_to_f32(scales[c]);
+#endif
+    } else {
+      const std::uint32_t u = std::uint32_t{scales[c]} << 16;
+      std::memcpy(&s, &u, sizeof s);
+    }
+    const float z = zero_words ? static_cast<float>((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) : 8.0f;
+    for (std::size_t q = 0; q < 16; q += kLanes) {
+      // bf16 rounding as f32_to_bf16: to nearest even, NaN quieted with its sign and top payload.
+      const I u = bits((fload(kCodes + q) - fsplat(z)) * fsplat(s));
+      const I rounded = (u + round_bias + (shr<16>(u) & one)) & high;
+      const I nan = (u | quiet) & high;
+      fstore(tables + c * stride + q, floats(select(cmpgt(u & magnitude, inf), nan, rounded)));
+    }
   }
 }
 
@@ -490,7 +785,9 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm<std::uint8_t, std::uint8_t>,
                      &gemm<float, std::uint8_t>,
                      &gemm<std::uint16_t, std::uint8_t>,
-                     &int4_expand,
+                     &gemm_int4<std::uint16_t>,
+                     &gemm_int4<float>,
+                     &int4_tables,
                      &gemm_nn<float>,
                      &scale_max,
                      &exp_sum,

@@ -14,9 +14,11 @@
 // * fp8_block: the codes are read in place by the kernels that decode fp8 (exact); the chunk's
 //   partial sums are formed in a separate buffer and added times the block's scale, so every
 //   product is code·x exactly as the reference's and the scale multiplies a sum (one rounding).
-// * gptq: each chunk of the tile's columns is dequantized once into a thread scratch, exactly as
-//   the spec rounds it (bf16((q − z)·s), the product exact in f32), then used for every row of the
-//   tile (as bf16, or widened exactly to f32 for f32 activations).
+// * gptq: per chunk, each (column, group) of the tile gets a table of its 16 values, rounded as
+//   the spec does (bf16((q − z)·s), the product exact in f32), and the int4 kernels read the codes
+//   in place and look them up (as bf16, or widened exactly to f32 for f32 activations): the same
+//   tiles and bits as dequantizing W first. With g_idx (act-order) the chunk's weights are formed
+//   one element at a time into a thread scratch, then used by the same tiles.
 //
 // Accuracy. Sums are f32: each kernel call's error is within its documented (K/lanes + log2 lanes
 // + 1)·2^-24·Σ|x·w| and the per-chunk additions (and fp8 scalings) add one rounding each, i.e. at
@@ -112,43 +114,33 @@ struct GptqColumn {
   }
 };
 
-// GPTQ: columns [c0, c1) of W for k in [k0, k0 + kn) (multiples of 8: a word of qweight), as bf16
-// rows (one per column) of `kn` elements. Without g_idx a group spans whole words (group_size is
-// a multiple of 8): each (column, group) gets a 16-entry table of its values and the simd
-// int4_expand looks every nibble up; with g_idx each element is formed on its own.
-void dequantize_gptq(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, std::size_t kn, std::uint16_t* w) {
+// GPTQ with g_idx (act-order): columns [c0, c1) of W for k in [k0, k0 + kn) as bf16 rows (one
+// per column) of `kn` elements, each element formed on its own (its group is g_idx[k]).
+void dequantize_gptq_act_order(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, std::size_t kn,
+                               std::uint16_t* w) {
   const FusedQkvPagedArgs& a = *p.a;
   const auto* qw = static_cast<const std::uint32_t*>(a.qweight.data);
   const auto* gi = static_cast<const std::int32_t*>(a.g_idx.data);
-  const std::size_t N = p.N, gs = static_cast<std::size_t>(p.d->group_size);
-  const GptqColumn col{*p.d, a, N};
-  if (gi == nullptr) {
-    // The chunk's words, column-major first: a column's words lie N words apart in qweight, a
-    // multiple of 4 KiB for usual N, so read in place they would all fall in one L1 set.
-    const std::size_t rows = kn / 8;
-    auto* cw = static_cast<std::uint32_t*>(thread_scratch((c1 - c0) * rows * sizeof(std::uint32_t), 3));
-    for (std::size_t r = 0; r < rows; ++r) {
-      const std::uint32_t* src = qw + (k0 / 8 + r) * N + c0;
-      for (std::size_t c = 0; c < c1 - c0; ++c) cw[c * rows + r] = src[c];
-    }
-    std::uint16_t table[16];
-    for (std::size_t c = c0; c < c1; ++c) {
-      std::uint16_t* dst = w + (c - c0) * kn;
-      for (std::size_t k = k0; k < k0 + kn;) {
-        const std::size_t g = k / gs, end = std::min(k0 + kn, (g + 1) * gs);
-        const float s = col.scale(g, c);
-        const std::int32_t z = col.zero(g, c);
-        for (std::int32_t q = 0; q < 16; ++q) table[q] = f32_to_bf16(static_cast<float>(q - z) * s);
-        p.g->int4_expand(cw + (c - c0) * rows + (k - k0) / 8, 1, (end - k) / 8, table, dst + (k - k0));
-        k = end;
-      }
-    }
-    return;
-  }
+  const GptqColumn col{*p.d, a, p.N};
   for (std::size_t k = k0; k < k0 + kn; ++k) {
     const std::size_t g = static_cast<std::size_t>(gi[k]);
-    const std::uint32_t* qrow = qw + (k / 8) * N;
+    const std::uint32_t* qrow = qw + (k / 8) * p.N;
     for (std::size_t c = c0; c < c1; ++c) w[(c - c0) * kn + (k - k0)] = col.value(nibble(qrow[c], k % 8), g, c);
+  }
+}
+
+// GPTQ without g_idx: the value tables of columns [c0, c1) for the groups of k in [k0, k0 + kn)
+// (a group spans whole chunks' worth of words: group_size divides the chunk), laid out as the
+// int4 kernels read them: tables[((c - c0) * groups + g) * 16 + q].
+void gptq_tables(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, std::size_t kn, float* tables) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const std::size_t N = p.N, gs = static_cast<std::size_t>(p.d->group_size), groups = (kn + gs - 1) / gs;
+  const auto* scales = static_cast<const std::uint16_t*>(a.scales.data);
+  const auto* zeros = static_cast<const std::uint32_t*>(a.qzeros.data);
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::size_t gk = k0 / gs + g;
+    p.g->int4_tables(scales + gk * N + c0, a.scales.dtype == DType::f16, p.d->has_zp ? zeros + gk * (N / 8) + c0 / 8 : nullptr,
+                     c1 - c0, tables + g * 16, groups * 16);
   }
 }
 
@@ -162,13 +154,17 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   const std::size_t chunk = chunk_of(fmt, K);
   auto* acc = static_cast<float*>(thread_scratch((acc_floats + part_floats) * sizeof(float), 0));
   float* part = acc + acc_floats;
-  // GPTQ: the chunk's dequantized weights (bf16).
-  auto* wq = static_cast<std::uint16_t*>(
-      thread_scratch(fmt == WeightFormat::gptq ? n * chunk * sizeof(std::uint16_t) : 0, 1));
+  // GPTQ: the chunk's value tables (16 per column and group), or with g_idx its dequantized
+  // weights (bf16).
+  const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr;
+  const std::size_t gs = fmt == WeightFormat::gptq ? static_cast<std::size_t>(p.d->group_size) : 1;
+  auto* tables = static_cast<float*>(
+      thread_scratch(fmt == WeightFormat::gptq && !act_order ? n * (chunk / gs) * 16 * sizeof(float) : 0, 1));
+  auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? n * chunk * sizeof(std::uint16_t) : 0, 3));
   // The f32 operand of the f32 tile where the data is not f32: the chunk's activations (fp8
-  // weights with bf16 activations) or its dequantized weights (GPTQ with f32 activations).
+  // weights with bf16 activations) or its dequantized weights (GPTQ with g_idx, f32 activations).
   const std::size_t widened_floats = fmt == WeightFormat::fp8_block && !p.f32 ? m * chunk
-                                     : fmt == WeightFormat::gptq && p.f32     ? n * chunk
+                                     : act_order && p.f32                     ? n * chunk
                                                                               : 0;
   auto* widened = static_cast<float*>(thread_scratch(widened_floats * sizeof(float), 2));
 
@@ -204,7 +200,15 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
         break;
       }
       case WeightFormat::gptq:
-        dequantize_gptq(p, c0, c1, k0, kn, wq);
+        if (!act_order) {
+          gptq_tables(p, c0, c1, k0, kn, tables);
+          const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,
+                                    tables, gs};
+          if (p.f32) g.int4_f32(m, n, kn, xf + k0, K, w, acc, n, !first);
+          else g.int4_bf16(m, n, kn, xb + k0, K, w, acc, n, !first);
+          break;
+        }
+        dequantize_gptq_act_order(p, c0, c1, k0, kn, wq);
         if (p.f32) {
           for (std::size_t i = 0; i < n * kn; ++i) widened[i] = bf16_to_f32(wq[i]);
           g.f32_f32(m, n, kn, xf + k0, K, widened, kn, acc, n, !first);

@@ -241,29 +241,118 @@ TEST_P(Gemm, Repeatable) {
   for (std::size_t i = 0; i < c1.size(); ++i) ASSERT_EQ(bits_of(c1[i]), bits_of(c2[i]));
 }
 
-// Int4 expansion: every nibble of every word (strided words, word counts on both sides of the
-// 4-word vector step, an unaligned destination) through a random table, nothing written past the
-// last element.
-TEST_P(Gemm, Int4ExpandLooksEveryNibbleUp) {
+// Int4 columns: the kernels against bf16_bf16 / f32_f32 of the same level over W expanded by hand
+// (every code of every word looked up in its group's table), bitwise, since they promise the same
+// tiles and chains. Shapes around the register tile and the 4-row word step (k = 8 .. 264), every
+// group size, padded word rows (ldw > n), unaligned words and tables, NaN and infinite table values;
+// nothing written outside the tile.
+TEST_P(Gemm, Int4ColumnsMatchTheTilesOverExpandedWeights) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
   Rng rng(17);
-  std::uint16_t tbl[16];
-  for (auto& v : tbl) v = static_cast<std::uint16_t>(rng.below(65536));
-  for (std::size_t stride : {std::size_t{1}, std::size_t{7}}) {
-    for (std::size_t nwords : {0, 1, 3, 4, 5, 8, 13, 64}) {
-      SCOPED_TRACE(std::to_string(nwords) + " words, stride " + std::to_string(stride));
-      std::vector<std::uint32_t> words(nwords * stride + 1);
-      for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
-      constexpr std::uint16_t kPoison = 0xA5A5;
-      std::vector<std::uint16_t> dst(8 * nwords + 9, kPoison);
-      table().int4_expand(words.data(), stride, nwords, tbl, dst.data() + 1);
-      EXPECT_EQ(dst[0], kPoison);
-      for (std::size_t r = 0; r < nwords; ++r)
-        for (std::size_t i = 0; i < 8; ++i)
-          ASSERT_EQ(dst[1 + 8 * r + i], tbl[(words[r * stride] >> (4 * i)) & 0xFu]) << "word " << r << " nibble " << i;
-      for (std::size_t j = 1 + 8 * nwords; j < dst.size(); ++j) EXPECT_EQ(dst[j], kPoison) << "written past the end at " << j;
-    }
+  std::size_t seed = 0;
+  for (std::size_t gs : {32, 64, 128})
+    for (std::size_t m : {1, 2, 5, 6, 7, 13})
+      for (std::size_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 35})
+        for (std::size_t k : {8, 16, 24, 32, 40, 56, 64, 96, 128, 136, 264}) {
+          ++seed;
+          const std::size_t groups = (k + gs - 1) / gs, ldw = n + seed % 3, off = seed % 2;
+          const std::size_t lda = k + seed % 5, ldc = n + seed % 2;
+          std::vector<std::uint32_t> words(off + (k / 8) * ldw + 4);
+          for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+          std::vector<float> tables(off + n * groups * 16);
+          for (auto& t : tables) t = round_to_bf16(rng.uniform(-3.0f, 3.0f));
+          if (seed % 7 == 0) tables[off + rng.below(tables.size() - off)] = std::numeric_limits<float>::quiet_NaN();
+          if (seed % 11 == 0) tables[off + rng.below(tables.size() - off)] = -std::numeric_limits<float>::infinity();
+          const simd::Int4Columns cols{words.data() + off, ldw, tables.data() + off, gs};
+          // W expanded by hand: row j holds column j's k values.
+          std::vector<std::uint16_t> w16(n * k);
+          std::vector<float> w32(n * k);
+          for (std::size_t j = 0; j < n; ++j)
+            for (std::size_t p = 0; p < k; ++p) {
+              const std::uint32_t q = (words[off + (p / 8) * ldw + j] >> (4 * (p % 8))) & 0xFu;
+              w32[j * k + p] = tables[off + (j * groups + p / gs) * 16 + q];
+              w16[j * k + p] = static_cast<std::uint16_t>(bits_of(w32[j * k + p]) >> 16);
+            }
+          std::vector<std::uint16_t> a16(m * lda);
+          std::vector<float> a32(m * lda);
+          for (std::size_t i = 0; i < a16.size(); ++i) {
+            a16[i] = random_element<std::uint16_t>(rng);
+            a32[i] = rng.uniform(-2.0f, 2.0f);
+          }
+          for (bool acc : {false, true}) {
+            SCOPED_TRACE("gs=" + std::to_string(gs) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                         " k=" + std::to_string(k) + (acc ? " +=" : " ="));
+            std::vector<float> start(m * ldc + 4, float_of(kGuard));
+            for (std::size_t i = 0; i < m; ++i)
+              for (std::size_t j = 0; j < n; ++j) start[i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+            auto got16 = start, want16 = start, got32 = start, want32 = start;
+            table().int4_bf16(m, n, k, a16.data(), lda, cols, got16.data(), ldc, acc);
+            table().bf16_bf16(m, n, k, a16.data(), lda, w16.data(), k, want16.data(), ldc, acc);
+            table().int4_f32(m, n, k, a32.data(), lda, cols, got32.data(), ldc, acc);
+            table().f32_f32(m, n, k, a32.data(), lda, w32.data(), k, want32.data(), ldc, acc);
+            for (std::size_t e = 0; e < start.size(); ++e) {
+              ASSERT_EQ(bits_of(got16[e]), bits_of(want16[e])) << "int4_bf16 at " << e;
+              ASSERT_EQ(bits_of(got32[e]), bits_of(want32[e])) << "int4_f32 at " << e;
+            }
+          }
+        }
+}
+
+// One-hot rows of A pick single weights: every code of every column comes back as its table value,
+// so a wrong nibble order, column or group cannot hide in a sum.
+TEST_P(Gemm, Int4OneHotRowsReturnEveryTableValue) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const std::size_t k = 256, n = 7, gs = 64, groups = k / gs;
+  Rng rng(29);
+  std::vector<std::uint32_t> words((k / 8) * n);
+  for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+  std::vector<float> tables(n * groups * 16);
+  for (std::size_t i = 0; i < tables.size(); ++i) tables[i] = bf16_to_f32(static_cast<std::uint16_t>(0xBF80 + 3 * i));  // distinct bf16 values
+  std::vector<std::uint16_t> a16(k * k, 0);
+  std::vector<float> a32(k * k, 0.0f);
+  for (std::size_t i = 0; i < k; ++i) {
+    a16[i * k + i] = 0x3F80;
+    a32[i * k + i] = 1.0f;
   }
+  const simd::Int4Columns cols{words.data(), n, tables.data(), gs};
+  std::vector<float> c16(k * n), c32(k * n);
+  table().int4_bf16(k, n, k, a16.data(), k, cols, c16.data(), n, false);
+  table().int4_f32(k, n, k, a32.data(), k, cols, c32.data(), n, false);
+  for (std::size_t p = 0; p < k; ++p)
+    for (std::size_t j = 0; j < n; ++j) {
+      const float want = tables[(j * groups + p / gs) * 16 + ((words[(p / 8) * n + j] >> (4 * (p % 8))) & 0xFu)];
+      ASSERT_EQ(c16[p * n + j], want) << "int4_bf16, column " << j << " k " << p;
+      ASSERT_EQ(c32[p * n + j], want) << "int4_f32, column " << j << " k " << p;
+    }
+}
+
+// Value tables: every f16 and every bf16 scale pattern (subnormals, infinities, NaN payloads) with
+// every zero point, and the default zero point 8, against the spec's rounding bf16((q - z) * s).
+TEST_P(Gemm, Int4TablesRoundEveryScaleAsTheSpec) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const std::size_t n = 65536, stride = 19;  // a padded stride: the gaps must stay untouched
+  std::vector<std::uint16_t> scales(n);
+  for (std::size_t c = 0; c < n; ++c) scales[c] = static_cast<std::uint16_t>(c);
+  std::vector<std::uint32_t> zeros(n / 8);
+  Rng rng(31);
+  for (auto& w : zeros) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  for (bool f16 : {true, false})
+    for (bool zp : {true, false}) {
+      SCOPED_TRACE(std::string(f16 ? "f16" : "bf16") + (zp ? " scales, zero points" : " scales, z = 8"));
+      std::vector<float> tables(n * stride, float_of(kGuard));
+      table().int4_tables(scales.data(), f16, zp ? zeros.data() : nullptr, n, tables.data(), stride);
+      for (std::size_t c = 0; c < n; ++c) {
+        const float s = f16 ? f16_to_f32(scales[c]) : bf16_to_f32(scales[c]);
+        const int z = zp ? static_cast<int>((zeros[c / 8] >> (4 * (c % 8))) & 0xFu) : 8;
+        for (std::size_t q = 0; q < 16; ++q) {
+          const float want = bf16_to_f32(f32_to_bf16(static_cast<float>(static_cast<int>(q) - z) * s));
+          ASSERT_EQ(bits_of(tables[c * stride + q]), bits_of(want)) << "scale 0x" << std::hex << scales[c] << std::dec << " q " << q;
+        }
+        for (std::size_t q = 16; q < stride; ++q) ASSERT_EQ(bits_of(tables[c * stride + q]), kGuard) << "wrote a gap";
+      }
+    }
 }
 
 // ---- the attention pieces: f32_nn, scale_max, exp_sum ------------------------------------------
