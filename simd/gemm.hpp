@@ -56,8 +56,9 @@ struct GemmKernels {
   GemmFn<std::uint16_t, std::uint8_t> bf16_f8;
   // C (+)= A·Bᵀ with B given as int4 columns (k a multiple of 8): the same register tiles, chains
   // and results, bit for bit, as bf16_bf16 (int4_bf16) or f32_f32 (int4_f32) over B expanded to
-  // bf16 rows (widened to f32 for f32_f32). Each register tile's columns are expanded once per
-  // block of A rows, straight from the strided words: nothing is dequantized ahead of the call.
+  // bf16 rows (widened to f32 for f32_f32). Columns are expanded 16 at a time (one cache line of
+  // every word row) once per block of A rows, straight from the strided words; a single row of A
+  // (a decode token) takes them into its dot chains without a buffer on AVX-512 levels.
   Int4GemmFn<std::uint16_t> int4_bf16;
   Int4GemmFn<float> int4_f32;
   // The value tables of n int4 columns for one group: tables[c * stride + q] = bf16((q - z[c]) *

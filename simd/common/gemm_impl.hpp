@@ -180,101 +180,114 @@ struct ElementRows {
   }
 };
 
-// Int4 columns (simd/gemm.hpp) expanded into buf: rows j0 .. j0 + np of B (np <= kInt4Panel). A
-// panel is 16 columns, one 64-byte line of every word row, so each line of the codes is read once;
-// read in place, the rows of a chunk lie a multiple of 4 KiB apart (ldw words) and fall in one L1
-// set, which would evict a line before the next four columns came back for it.
+// Int4 columns (simd/gemm.hpp), 16 at a time: a panel is one 64-byte line of every word row, so
+// each line of the codes is read once. Read in place, the rows of a chunk lie a multiple of 4 KiB
+// apart (ldw words) and fall in one L1 set, which would evict a line before the next four columns
+// came back for it.
 constexpr std::size_t kInt4Panel = 16;
 
-// With AVX-512 BW, a step takes 4 word rows of the panel (4 vectors), regroups them into one vector
-// per 4 columns (dword 4i + c: row i, column c), and per column a permute spreads that column's
-// words over the lanes in code order, a variable shift brings each lane's code to its low bits, and
-// a second permute looks the codes up in the column's table: 32 bf16 values per step (word
-// permutes), or 2 x 16 f32 (dword permutes).
+#if defined(__AVX512BW__)
+// A step of a panel with AVX-512 BW: 4 word rows (32 codes per column). The rows are regrouped
+// into one vector per 4 columns (dword 4i + c: row i, column c); per column a permute spreads the
+// column's words over the lanes in code order and a variable shift brings each lane's code to its
+// low bits, and a second permute looks the codes up in the column's table: 32 bf16 values (word
+// permutes) or 2 x 16 f32 (dword permutes). The permutes read only the low bits of an index
+// (5 for words, 4 for dwords), so the codes need no mask: the bf16 tables hold their 16 values
+// twice, and the f32 tables are 16 wide.
+namespace int4_step {
+
+constexpr std::size_t kAhead = 16;  // word rows prefetched ahead: no hardware prefetcher follows ldw
+
+// The step's rows r .. r + here of columns j0 .. j0 + 16 (those in `cols`), regrouped: x[q] holds
+// columns 4q .. 4q + 3; missing rows and columns are zero.
+inline void load(const Int4Columns& b, std::size_t j0, __mmask16 cols, std::size_t r, std::size_t here,
+                 std::size_t nrows, __m512i (&x)[4]) {
+  __m512i row[4];
+  for (std::size_t i = 0; i < 4; ++i)
+    row[i] = i < here ? _mm512_maskz_loadu_epi32(cols, b.words + (r + i) * b.ldw + j0) : _mm512_setzero_si512();
+  if (r + kAhead + 4 <= nrows)
+    for (std::size_t i = 0; i < 4; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(b.words + (r + kAhead + i) * b.ldw + j0), _MM_HINT_T0);
+  const __m512i t0 = _mm512_shuffle_i64x2(row[0], row[1], 0x44), t1 = _mm512_shuffle_i64x2(row[0], row[1], 0xEE);
+  const __m512i t2 = _mm512_shuffle_i64x2(row[2], row[3], 0x44), t3 = _mm512_shuffle_i64x2(row[2], row[3], 0xEE);
+  x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+  x[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+  x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+  x[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+}
+
+// Column c's 32 codes in 16-bit lanes: lane t is code t % 8 of row t / 8, i.e. 16-bit half
+// (t % 8) / 4 of dword 4 (t / 8) + c, shifted by 4 (t % 4).
+inline __m512i word_codes(__m512i x, std::size_t c) {
+  alignas(64) static constexpr std::uint16_t kSpread[32] = {0, 0, 0, 0, 1,  1,  1,  1,  8,  8,  8,  8,  9,  9,  9,  9,
+                                                            16, 16, 16, 16, 17, 17, 17, 17, 24, 24, 24, 24, 25, 25, 25, 25};
+  alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
+                                                           0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
+  const __m512i idx = _mm512_add_epi16(_mm512_load_si512(kSpread), _mm512_set1_epi16(static_cast<short>(2 * c)));
+  return _mm512_srlv_epi16(_mm512_permutexvar_epi16(idx, x), _mm512_load_si512(kShift));
+}
+
+// Column c's 16 codes of half step h in dword lanes: lane t is code t % 8 of row 2h + t / 8.
+inline __m512i dword_codes(__m512i x, std::size_t h, std::size_t c) {
+  alignas(64) static constexpr std::int32_t kSpread[16] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
+  alignas(64) static constexpr std::int32_t kShift[16] = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+  const __m512i idx = _mm512_add_epi32(_mm512_load_si512(kSpread), _mm512_set1_epi32(static_cast<int>(8 * h + c)));
+  return _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x), _mm512_load_si512(kShift));
+}
+
+// Group g's tables of np columns as bf16, each twice. Stored as whole vectors, so that the
+// lookups' vector loads are forwarded from these stores.
+inline void bf16_tables(const float* tab, std::size_t groups, std::size_t g, std::size_t np, std::uint16_t (*table)[32]) {
+  for (std::size_t j = 0; j < np; ++j) {
+    const __m512i t = _mm512_srli_epi32(_mm512_loadu_si512(tab + (j * groups + g) * 16), 16);
+    _mm512_store_si512(table[j], _mm512_broadcast_i64x4(_mm512_cvtepi32_epi16(t)));
+  }
+}
+
+}  // namespace int4_step
+#endif
+
+// Rows j0 .. j0 + np (np <= kInt4Panel) of B, expanded into buf (row stride ldk).
 template <class CT>
 void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::size_t np, std::size_t k, CT* buf,
                  std::size_t ldk) {
   const std::size_t nrows = k / 8;
   std::size_t r = 0;
 #if defined(__AVX512BW__)
-  static_assert(kInt4Panel == 16, "a step loads one 16-dword vector per word row");
   const __mmask16 cols = static_cast<__mmask16>((1u << np) - 1u);
   const std::size_t quads = (np + 3) / 4;
   const float* tab = b.tables + j0 * groups * 16;
-  // Rows a few steps ahead: the hardware does not follow a stride of ldw words.
-  constexpr std::size_t kAhead = 16;
-  // The step's 4 rows of the panel, regrouped by 4 columns: x[q] holds columns 4q .. 4q + 3.
-  auto load_step = [&](std::size_t here, __m512i (&x)[4]) {
-    __m512i row[4];
-    for (std::size_t i = 0; i < 4; ++i)
-      row[i] = i < here ? _mm512_maskz_loadu_epi32(cols, b.words + (r + i) * b.ldw + j0) : _mm512_setzero_si512();
-    if (r + kAhead + 4 <= nrows)
-      for (std::size_t i = 0; i < 4; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(b.words + (r + kAhead + i) * b.ldw + j0), _MM_HINT_T0);
-    const __m512i t0 = _mm512_shuffle_i64x2(row[0], row[1], 0x44), t1 = _mm512_shuffle_i64x2(row[0], row[1], 0xEE);
-    const __m512i t2 = _mm512_shuffle_i64x2(row[2], row[3], 0x44), t3 = _mm512_shuffle_i64x2(row[2], row[3], 0xEE);
-    x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
-    x[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
-    x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
-    x[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
-  };
   if constexpr (std::is_same_v<CT, std::uint16_t>) {
-    // Lane t is code t % 8 of the step's row t / 8: 16-bit half (t % 8) / 4 of dword 4 (t / 8) + c.
-    alignas(64) static constexpr std::uint16_t kSpread[32] = {0,  0,  0,  0,  1,  1,  1,  1,  8,  8,  8,
-                                                              8,  9,  9,  9,  9,  16, 16, 16, 16, 17, 17,
-                                                              17, 17, 24, 24, 24, 24, 25, 25, 25, 25};
-    alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
-                                                             0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
-    const __m512i shift = _mm512_load_si512(kShift);
-    __m512i spread[4];
-    for (std::size_t c = 0; c < 4; ++c)
-      spread[c] = _mm512_add_epi16(_mm512_load_si512(kSpread), _mm512_set1_epi16(static_cast<short>(2 * c)));
-    // The group's tables as bf16, each twice (words 0-15 and 16-31): vpermw reads only the low 5
-    // bits of an index, so the shifted words need no mask when bit 4 picks the same value. Stored
-    // as whole vectors, so that the lookups' loads are forwarded from the stores.
     alignas(64) std::uint16_t table[kInt4Panel][32];
     std::size_t loaded = ~std::size_t{0};
     for (; r < nrows; r += 4) {
       const std::size_t here = nrows - r < 4 ? nrows - r : 4;
       const std::size_t g = 8 * r / b.group_size;
-      if (g != loaded) {
-        for (std::size_t j = 0; j < np; ++j) {
-          const __m512i t = _mm512_srli_epi32(_mm512_loadu_si512(tab + (j * groups + g) * 16), 16);
-          _mm512_store_si512(table[j], _mm512_broadcast_i64x4(_mm512_cvtepi32_epi16(t)));
-        }
-        loaded = g;
-      }
+      if (g != loaded) int4_step::bf16_tables(tab, groups, g, np, table);
+      loaded = g;
       __m512i x[4];
-      load_step(here, x);
+      int4_step::load(b, j0, cols, r, here, nrows, x);
       for (std::size_t q = 0; q < quads; ++q)
         for (std::size_t c = 0; c < 4 && 4 * q + c < np; ++c) {
           const std::size_t j = 4 * q + c;
-          const __m512i code = _mm512_srlv_epi16(_mm512_permutexvar_epi16(spread[c], x[q]), shift);
-          const __m512i v = _mm512_permutexvar_epi16(code, _mm512_load_si512(table[j]));
+          const __m512i v = _mm512_permutexvar_epi16(int4_step::word_codes(x[q], c), _mm512_load_si512(table[j]));
           std::uint16_t* dst = buf + j * ldk + 8 * r;
           if (here == 4) _mm512_storeu_si512(dst, v);
           else _mm512_mask_storeu_epi16(dst, static_cast<__mmask32>((1u << (8 * here)) - 1u), v);
         }
     }
   } else {
-    // Lane t of half step h is code t % 8 of the step's row 2h + t / 8: dword 4 (2h + t / 8) + c.
-    alignas(64) static constexpr std::int32_t kSpread[16] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
-    alignas(64) static constexpr std::int32_t kShift[16] = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
-    const __m512i shift = _mm512_load_si512(kShift);
     for (; r < nrows; r += 4) {
       const std::size_t here = nrows - r < 4 ? nrows - r : 4;
       const std::size_t g = 8 * r / b.group_size;
       __m512i x[4];
-      load_step(here, x);
+      int4_step::load(b, j0, cols, r, here, nrows, x);
       for (std::size_t q = 0; q < quads; ++q)
         for (std::size_t c = 0; c < 4 && 4 * q + c < np; ++c) {
           const std::size_t j = 4 * q + c;
           const __m512 table = _mm512_loadu_ps(tab + (j * groups + g) * 16);
           for (std::size_t h = 0; 2 * h < here; ++h) {
-            const __m512i idx = _mm512_add_epi32(_mm512_load_si512(kSpread), _mm512_set1_epi32(static_cast<int>(8 * h + c)));
-            // vpermps reads only the low 4 bits of an index: the code's higher neighbours are ignored.
-            const __m512i code = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x[q]), shift);
-            const __m512 v = _mm512_permutexvar_ps(code, table);
+            const __m512 v = _mm512_permutexvar_ps(int4_step::dword_codes(x[q], h, c), table);
             float* dst = buf + j * ldk + 8 * (r + 2 * h);
             if (here >= 2 * h + 2) _mm512_storeu_ps(dst, v);
             else _mm512_mask_storeu_ps(dst, 0x00FF, v);
@@ -341,61 +354,38 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, std::size_
   constexpr std::size_t kP = kInt4Panel;
   const std::size_t nrows = k / 8;
   const float* tab = b.tables + j0 * groups * 16;
-  constexpr std::size_t kAhead = 16;
   F acc[kP];
 #pragma GCC unroll 16
   for (std::size_t j = 0; j < kP; ++j) acc[j] = fzero();
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-  alignas(64) std::uint16_t table[kP][32];  // bf16 tables, twice each (see expand_int4)
+  alignas(64) std::uint16_t table[kP][32];
   std::size_t loaded = ~std::size_t{0};
 #endif
   for (std::size_t r = 0; r < nrows; r += 4) {
     const std::size_t here = nrows - r < 4 ? nrows - r : 4;
     const std::size_t g = 8 * r / b.group_size;
-    __m512i row[4];
-    for (std::size_t i = 0; i < 4; ++i)
-      row[i] = i < here ? _mm512_loadu_si512(b.words + (r + i) * b.ldw + j0) : _mm512_setzero_si512();
-    if (r + kAhead + 4 <= nrows)
-      for (std::size_t i = 0; i < 4; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(b.words + (r + kAhead + i) * b.ldw + j0), _MM_HINT_T0);
-    const __m512i t0 = _mm512_shuffle_i64x2(row[0], row[1], 0x44), t1 = _mm512_shuffle_i64x2(row[0], row[1], 0xEE);
-    const __m512i t2 = _mm512_shuffle_i64x2(row[2], row[3], 0x44), t3 = _mm512_shuffle_i64x2(row[2], row[3], 0xEE);
-    const __m512i x[4] = {_mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xDD),
-                          _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xDD)};
+    __m512i x[4];
+    int4_step::load(b, j0, 0xFFFF, r, here, nrows, x);
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
     if constexpr (std::is_same_v<CT, std::uint16_t>) {
-      alignas(64) static constexpr std::uint16_t kSpread[32] = {0,  0,  0,  0,  1,  1,  1,  1,  8,  8,  8,
-                                                                8,  9,  9,  9,  9,  16, 16, 16, 16, 17, 17,
-                                                                17, 17, 24, 24, 24, 24, 25, 25, 25, 25};
-      alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
-                                                               0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
-      if (g != loaded) {
-        for (std::size_t j = 0; j < kP; ++j) {
-          const __m512i t = _mm512_srli_epi32(_mm512_loadu_si512(tab + (j * groups + g) * 16), 16);
-          _mm512_store_si512(table[j], _mm512_broadcast_i64x4(_mm512_cvtepi32_epi16(t)));
-        }
-        loaded = g;
-      }
+      if (g != loaded) int4_step::bf16_tables(tab, groups, g, kP, table);
+      loaded = g;
       const __mmask32 valid = here == 4 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (8 * here)) - 1u);
       const B av = here == 4 ? bload(a + 8 * r) : bload_n(a + 8 * r, 8 * here);
 #pragma GCC unroll 16
       for (std::size_t j = 0; j < kP; ++j) {
-        const __m512i spread = _mm512_add_epi16(_mm512_load_si512(kSpread), _mm512_set1_epi16(static_cast<short>(2 * (j % 4))));
-        const __m512i code = _mm512_srlv_epi16(_mm512_permutexvar_epi16(spread, x[j / 4]), _mm512_load_si512(kShift));
+        const __m512i code = int4_step::word_codes(x[j / 4], j % 4);
         acc[j] = bf16_dot(acc[j], av, B{_mm512_maskz_permutexvar_epi16(valid, code, _mm512_load_si512(table[j]))});
       }
     } else
 #endif
     {
-      alignas(64) static constexpr std::int32_t kSpread[16] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
-      alignas(64) static constexpr std::int32_t kShift[16] = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
       for (std::size_t h = 0; 2 * h < here; ++h) {
         const bool full = here >= 2 * h + 2;
         const F av = full ? fload(a + 8 * (r + 2 * h)) : fload_n(a + 8 * (r + 2 * h), 8);
 #pragma GCC unroll 16
         for (std::size_t j = 0; j < kP; ++j) {
-          const __m512i idx = _mm512_add_epi32(_mm512_load_si512(kSpread), _mm512_set1_epi32(static_cast<int>(8 * h + j % 4)));
-          const __m512i code = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x[j / 4]), _mm512_load_si512(kShift));
+          const __m512i code = int4_step::dword_codes(x[j / 4], h, j % 4);
           const __m512 table = _mm512_loadu_ps(tab + (j * groups + g) * 16);
           acc[j] = fmadd(av, F{_mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, code, table)}, acc[j]);
         }
