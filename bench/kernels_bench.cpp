@@ -125,6 +125,8 @@ void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool
   });
 }
 
+void register_int4(Isa level);
+
 void register_gemm(Isa level) {
   const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
   const std::string lv = isa_name(level);
@@ -152,6 +154,53 @@ void register_gemm(Isa level) {
   if (g->bf16_nn)
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m128n512k64/" + lv, level, g->bf16_nn, true, 128, 512, 64,
                                             1024);
+  register_int4(level);
+}
+
+// GPTQ int4 columns (the fused QKV chunk: 128 columns of a 6144-column qweight, 512 codes each,
+// groups of 128) beside bf16_bf16 over the same weights already expanded to bf16 rows: the
+// difference is what reading the codes in place costs. int4_tables: one group's tables for 128
+// columns, f16 scales with zero points.
+void register_int4(Isa level) {
+  const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
+  const std::string lv = isa_name(level);
+  constexpr std::size_t kN = 128, kK = 512, kLdw = 6144, kGs = 128;
+  for (std::size_t m : {1, 8, 64}) {
+    const std::string shape = "m" + std::to_string(m) + "n128k512";
+    add("gemm/int4_bf16_" + shape + "/" + lv, level, [=](benchmark::State& st) {
+      const auto a = random_operand<std::uint16_t>(m * kK, 1);
+      std::vector<std::uint32_t> words((kK / 8) * kLdw);
+      std::uint64_t seed = 3;
+      for (auto& w : words) w = static_cast<std::uint32_t>(mix(seed) >> 32);
+      std::vector<float> tables(kN * (kK / kGs) * 16);
+      for (auto& t : tables) t = bf16_to_f32(f32_to_bf16(uniform(seed)));
+      const simd::Int4Columns cols{words.data(), kLdw, tables.data(), kGs};
+      std::vector<float> c(m * kN);
+      for (auto _ : st) {
+        g->int4_bf16(m, kN, kK, a.data(), kK, cols, c.data(), kN, false);
+        benchmark::DoNotOptimize(c.data());
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gflops", 2.0 * m * kN * kK, (g->bf16_dot ? peak().bf16_gflops_1t : peak().f32_gflops_1t) * 1e9);
+    });
+    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_" + shape + "/" + lv, level, g->bf16_bf16, g->bf16_dot, m,
+                                            kN, kK);
+  }
+  add("gemm/int4_tables_n128/" + lv, level, [=](benchmark::State& st) {
+    std::vector<std::uint16_t> scales(kN);
+    std::vector<std::uint32_t> zeros(kN / 8);
+    std::uint64_t seed = 5;
+    for (auto& s : scales) s = f32_to_f16(0.01f + 0.001f * uniform(seed));
+    for (auto& z : zeros) z = static_cast<std::uint32_t>(mix(seed) >> 32);
+    std::vector<float> tables(kN * 16);
+    for (auto _ : st) {
+      g->int4_tables(scales.data(), true, zeros.data(), kN, tables.data(), 16);
+      benchmark::DoNotOptimize(tables.data());
+      benchmark::ClobberMemory();
+    }
+    st.counters["tables_per_us"] = benchmark::Counter(static_cast<double>(kN) * 1e-6 * static_cast<double>(st.iterations()),
+                                                      benchmark::Counter::kIsRate);
+  });
 }
 
 // ---- top-k ------------------------------------------------------------------------------------------
