@@ -125,38 +125,6 @@ void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool
   });
 }
 
-void register_int4(Isa level);
-
-void register_gemm(Isa level) {
-  const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
-  const std::string lv = isa_name(level);
-  struct Shape {
-    std::size_t m, n, k;
-  };
-  // Indexer tiles: 64 (or 32) query heads against one page of 64 / 128 keys over head_dim 128;
-  // MSA: 8 index heads against a 128-key block.
-  for (Shape s : {Shape{64, 64, 128}, Shape{64, 128, 128}, Shape{32, 128, 128}, Shape{8, 128, 128}}) {
-    const std::string shape = "m" + std::to_string(s.m) + "n" + std::to_string(s.n) + "k" + std::to_string(s.k);
-    gemm_case<float, float>("gemm/f32_f32_" + shape + "/" + lv, level, g->f32_f32, false, s.m, s.n, s.k);
-    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_" + shape + "/" + lv, level, g->bf16_bf16, g->bf16_dot,
-                                            s.m, s.n, s.k);
-    gemm_case<std::uint8_t, std::uint8_t>("gemm/f8_f8_" + shape + "/" + lv, level, g->f8_f8, g->bf16_dot, s.m, s.n,
-                                          s.k);
-    gemm_case<float, std::uint8_t>("gemm/f32_f8_" + shape + "/" + lv, level, g->f32_f8, false, s.m, s.n, s.k);
-    gemm_case<std::uint16_t, std::uint8_t>("gemm/bf16_f8_" + shape + "/" + lv, level, g->bf16_f8, g->bf16_dot, s.m,
-                                           s.n, s.k);
-  }
-  // Sparse MLA, one 64-row chunk for 128 heads: the scores over qk 576 (rows along k) and P·V into
-  // v 512 (B along n: value rows, zipped in pairs for bf16_nn).
-  gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_m128n64k576/" + lv, level, g->bf16_bf16, g->bf16_dot, 128, 64,
-                                          576);
-  gemm_case<float, float>("gemm/f32_nn_m128n512k64/" + lv, level, g->f32_nn, false, 128, 512, 64, 512);
-  if (g->bf16_nn)
-    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m128n512k64/" + lv, level, g->bf16_nn, true, 128, 512, 64,
-                                            1024);
-  register_int4(level);
-}
-
 // GPTQ int4 columns (the fused QKV chunk: 128 columns of a 6144-column qweight, 512 codes each,
 // groups of 128) beside bf16_bf16 over the same weights already expanded to bf16 rows: the
 // difference is what reading the codes in place costs. int4_tables: one group's tables for 128
@@ -201,6 +169,36 @@ void register_int4(Isa level) {
     st.counters["tables_per_us"] = benchmark::Counter(static_cast<double>(kN) * 1e-6 * static_cast<double>(st.iterations()),
                                                       benchmark::Counter::kIsRate);
   });
+}
+
+void register_gemm(Isa level) {
+  const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
+  const std::string lv = isa_name(level);
+  struct Shape {
+    std::size_t m, n, k;
+  };
+  // Indexer tiles: 64 (or 32) query heads against one page of 64 / 128 keys over head_dim 128;
+  // MSA: 8 index heads against a 128-key block.
+  for (Shape s : {Shape{64, 64, 128}, Shape{64, 128, 128}, Shape{32, 128, 128}, Shape{8, 128, 128}}) {
+    const std::string shape = "m" + std::to_string(s.m) + "n" + std::to_string(s.n) + "k" + std::to_string(s.k);
+    gemm_case<float, float>("gemm/f32_f32_" + shape + "/" + lv, level, g->f32_f32, false, s.m, s.n, s.k);
+    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_" + shape + "/" + lv, level, g->bf16_bf16, g->bf16_dot,
+                                            s.m, s.n, s.k);
+    gemm_case<std::uint8_t, std::uint8_t>("gemm/f8_f8_" + shape + "/" + lv, level, g->f8_f8, g->bf16_dot, s.m, s.n,
+                                          s.k);
+    gemm_case<float, std::uint8_t>("gemm/f32_f8_" + shape + "/" + lv, level, g->f32_f8, false, s.m, s.n, s.k);
+    gemm_case<std::uint16_t, std::uint8_t>("gemm/bf16_f8_" + shape + "/" + lv, level, g->bf16_f8, g->bf16_dot, s.m,
+                                           s.n, s.k);
+  }
+  // Sparse MLA, one 64-row chunk for 128 heads: the scores over qk 576 (rows along k) and P·V into
+  // v 512 (B along n: value rows, zipped in pairs for bf16_nn).
+  gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_m128n64k576/" + lv, level, g->bf16_bf16, g->bf16_dot, 128, 64,
+                                          576);
+  gemm_case<float, float>("gemm/f32_nn_m128n512k64/" + lv, level, g->f32_nn, false, 128, 512, 64, 512);
+  if (g->bf16_nn)
+    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m128n512k64/" + lv, level, g->bf16_nn, true, 128, 512, 64,
+                                            1024);
+  register_int4(level);
 }
 
 // ---- top-k ------------------------------------------------------------------------------------------

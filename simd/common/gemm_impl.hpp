@@ -488,24 +488,6 @@ void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::si
   gemm_blocks<CT>(m, n, k, a, lda, Int4Rows<CT>{b, groups}, c, ldc, accumulate);
 }
 
-// IEEE binary16 bits to f32, exactly (subnormals included; NaN payloads kept).
-[[maybe_unused]] inline float f16_bits_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-  std::uint32_t u;
-  if (exp == 0x1Fu) {
-    u = sign | 0x7F800000u | (man << 13);
-  } else if (exp != 0) {
-    u = sign | ((exp + 112u) << 23) | (man << 13);
-  } else {
-    const float mag = static_cast<float>(man) * 5.9604644775390625e-8f;  // man * 2^-24, exact
-    std::memcpy(&u, &mag, sizeof u);
-    u |= sign;
-  }
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 // Value tables of int4 columns, one vector of codes at a time per column.
 void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, std::size_t n,
                  float* tables, std::size_t stride) {
@@ -514,21 +496,13 @@ void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32
   const I round_bias = isplat(0x7FFF), one = isplat(1), high = isplat(static_cast<std::int32_t>(0xFFFF0000u));
   const I magnitude = isplat(0x7FFFFFFF), inf = isplat(0x7F800000), quiet = isplat(0x00400000);
   for (std::size_t c = 0; c < n; ++c) {
-    float s;
-    if (scales_f16) {
-#if defined(__F16C__)
-      s = _cvtsh_ss(scales[c]);  // exact, subnormals included, whatever MXCSR says
-#else
-      s = f16_bits_to_f32(scales[c]);
-#endif
-    } else {
-      const std::uint32_t u = std::uint32_t{scales[c]} << 16;
-      std::memcpy(&s, &u, sizeof s);
-    }
+    // The level's f16 converter is exact (subnormals included, whatever MXCSR says).
+    const F s = scales_f16 ? f16_to_f32(hsplat(static_cast<std::int16_t>(scales[c])))
+                           : floats(isplat(static_cast<std::int32_t>(std::uint32_t{scales[c]} << 16)));
     const float z = zero_words ? static_cast<float>((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) : 8.0f;
     for (std::size_t q = 0; q < 16; q += kLanes) {
       // bf16 rounding as f32_to_bf16: to nearest even, NaN quieted with its sign and top payload.
-      const I u = bits((fload(kCodes + q) - fsplat(z)) * fsplat(s));
+      const I u = bits((fload(kCodes + q) - fsplat(z)) * s);
       const I rounded = (u + round_bias + (shr<16>(u) & one)) & high;
       const I nan = (u | quiet) & high;
       fstore(tables + c * stride + q, floats(select(cmpgt(u & magnitude, inf), nan, rounded)));

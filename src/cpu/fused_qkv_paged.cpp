@@ -130,8 +130,8 @@ void dequantize_gptq_act_order(const Plan& p, std::size_t c0, std::size_t c1, st
 }
 
 // GPTQ without g_idx: the value tables of columns [c0, c1) for the groups of k in [k0, k0 + kn)
-// (a group spans whole chunks' worth of words: group_size divides the chunk), laid out as the
-// int4 kernels read them: tables[((c - c0) * groups + g) * 16 + q].
+// (group_size divides the chunk, so the chunk holds whole groups), laid out as the int4 kernels
+// read them: tables[((c - c0) * groups + g) * 16 + q].
 void gptq_tables(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, std::size_t kn, float* tables) {
   const FusedQkvPagedArgs& a = *p.a;
   const std::size_t N = p.N, gs = static_cast<std::size_t>(p.d->group_size), groups = (kn + gs - 1) / gs;
