@@ -153,6 +153,8 @@ void register_int4(Isa level) {
     });
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_" + shape + "/" + lv, level, g->bf16_bf16, g->bf16_dot, m,
                                             kN, kK);
+    // The fp8 block-scaled chunk: activations already times their scales, f32 against fp8 rows.
+    gemm_case<float, std::uint8_t>("gemm/f32_f8_" + shape + "/" + lv, level, g->f32_f8, false, m, kN, kK);
   }
   add("gemm/int4_tables_n128/" + lv, level, [=](benchmark::State& st) {
     std::vector<std::uint16_t> scales(kN);

@@ -178,6 +178,16 @@ struct ElementRows {
       return {b + j0 * ldb, ldb};
     }
   }
+  // Converted rows come from far (weights read once per block of A rows): the next panel is
+  // fetched while the current one is in use, since a panel's rows lie ldb apart and the hardware
+  // prefetchers see only short runs. Rows used in place are streamed by the tiles themselves.
+  void prefetch(std::size_t j0, std::size_t nb, std::size_t k) const {
+    if constexpr (kNeedsBuffer)
+      for (std::size_t j = 0; j < nb; ++j) {
+        const char* row = reinterpret_cast<const char*>(b + (j0 + j) * ldb);
+        for (std::size_t off = 0; off < k * sizeof(TB); off += 64) __builtin_prefetch(row + off, 0, 3);
+      }
+  }
 };
 
 // Int4 columns (simd/gemm.hpp), 16 at a time: a panel is one 64-byte line of every word row, so
@@ -340,6 +350,7 @@ struct Int4Rows {
     expand_int4(b, groups, j0, np, k, buf, ldk);
     return {buf, ldk};
   }
+  void prefetch(std::size_t, std::size_t, std::size_t) const {}  // expand_int4 fetches ahead itself
 };
 
 #if defined(__AVX512BW__)
@@ -429,9 +440,12 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
 
   Scratch<CT> b_buf(BRows::kNeedsBuffer ? BRows::kPanel * ldk : 0);
   // Rows of A per block: keep a block of A (in the compute type) within ~64 KiB so it stays in L2
-  // while every register tile of B passes over it.
-  std::size_t mc = (64 * 1024) / (ldk * sizeof(CT));
-  mc = mc < kMr ? kMr : mc / kMr * kMr;
+  // while every register tile of B passes over it. Every block makes B's panels ready again
+  // (converted or expanded), so the blocks are as few as that allows and of even size: 64 rows
+  // of 1 KiB are one block, not 60 and 4.
+  const std::size_t mc_max = (64 * 1024) / (ldk * sizeof(CT)) < kMr ? kMr : (64 * 1024) / (ldk * sizeof(CT));
+  const std::size_t blocks = (m + mc_max - 1) / mc_max;
+  const std::size_t mc = round_up((m + blocks - 1) / blocks, kMr);
 
   const TileTable<CT>& tiles = kTiles<CT>;
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
@@ -439,6 +453,7 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
     for (std::size_t j0 = 0; j0 < n; j0 += BRows::kPanel) {
       const std::size_t np = n - j0 < BRows::kPanel ? n - j0 : BRows::kPanel;
       const auto [bc, ldbc] = b.rows(j0, np, k, b_buf.get(), ldk);
+      if (j0 + np < n) b.prefetch(j0 + np, n - j0 - np < BRows::kPanel ? n - j0 - np : BRows::kPanel, k);
       for (std::size_t jj = 0; jj < np; jj += kNr) {
         const std::size_t nb = np - jj < kNr ? np - jj : kNr;
         for (std::size_t i = i0; i < i1; i += kMr) {
