@@ -3,7 +3,7 @@
 // Work. Y = X·Wᵀ over the T new rows of the whole batch (rows are independent: the ragged batch
 // only decides where each row lands), cut into work tiles of (kRowTile rows) x (kColTile weight
 // columns), each computed start to end by one thread. Within a tile the reduction runs over K in
-// chunks (all of K for dense weights, 128 = one scale block for fp8, 512 for GPTQ): per chunk a
+// chunks (all of K for dense weights, 512 for fp8 and GPTQ): per chunk a
 // simd GEMM tile call (rows of X against the chunk's weight rows, both row-major along K, so W is
 // used as stored) accumulates into the tile's f32 sums, which are rounded once to the dtype at the
 // end and scattered to `output` or to the cache rows of their positions.
@@ -11,9 +11,14 @@
 // Weights.
 // * dense: read in place (bf16 x bf16 on the bf16 pair dot where the level has it, else widened
 //   to f32 by the kernel; f32 x f32 on FMA).
-// * fp8_block: the codes are read in place by the kernels that decode fp8 (exact); the chunk's
-//   partial sums are formed in a separate buffer and added times the block's scale, so every
-//   product is code·x exactly as the reference's and the scale multiplies a sum (one rounding).
+// * fp8_block: the scale goes with the activations: x·s[n/128, k/128] is formed in f32 for the
+//   tile's rows (one scale block of N per column tile) and the f32 x fp8 tiles read the codes in
+//   place (decoded exactly), so a call spans four scale blocks and its horizontal reductions are
+//   paid once per 512 (one call per 128-block, with the scale applied to each block's sum, had
+//   run at half the f32 rate). x·s rounds once (2^-24 relative) where the reference forms
+//   code·s; the product with the code is then exact. The one difference in range: x·s overflows
+//   f32 where |x·s| > 3.4e38 although |x·code·s| need not; scales of real checkpoints are
+//   below 1.
 // * gptq: per chunk, each (column, group) of the tile gets a table of its 16 values, rounded as
 //   the spec does (bf16((q − z)·s), the product exact in f32), and the int4 kernels read the codes
 //   in place and look them up (as bf16, or widened exactly to f32 for f32 activations): the same
@@ -21,9 +26,9 @@
 //   one element at a time into a thread scratch, then used by the same tiles.
 //
 // Accuracy. Sums are f32: each kernel call's error is within its documented (K/lanes + log2 lanes
-// + 1)·2^-24·Σ|x·w| and the per-chunk additions (and fp8 scalings) add one rounding each, i.e. at
-// most (K/lanes + (K/128)·(log2 lanes + 3))·2^-24·Σ|x·w| (fewer chunks: less), inside the golden tolerance
-// 4·K·2^-24·Σ|x·w| for every level (lanes >= 4). NaN weights or activations propagate.
+// + 1)·2^-24·Σ|x·w|, the per-chunk additions add one rounding each and fp8's x·s one per product,
+// i.e. at most (K/lanes + (K/512)·(log2 lanes + 2) + 1)·2^-24·Σ|x·w|, inside the golden
+// tolerance 4·K·2^-24·Σ|x·w| for every level (lanes >= 4). NaN weights or activations propagate.
 //
 // Determinism. Tiles depend only on T and N, chunks only on K; each output element is computed by
 // one thread in one fixed order: outputs are bitwise identical for 1, 2 or N threads, and a row
@@ -44,16 +49,17 @@ namespace mlakit::cpu {
 namespace {
 
 // K per kernel call. Each call ends with a horizontal reduction of its register tile, so calls
-// should be long: fp8 needs one per scale block (128), GPTQ one per dequantized chunk (kept in
-// L2), dense weights need none (one call over K).
-constexpr std::size_t kFp8Chunk = 128;
+// should be long; fp8 and GPTQ calls read an operand prepared per chunk (activations times scales,
+// value tables) that should stay in L2. Dense weights need nothing prepared: one call over K.
+constexpr std::size_t kFp8Block = 128;  // the spec's scale block, on both axes
+constexpr std::size_t kFp8Chunk = 512;  // a multiple of kFp8Block
 constexpr std::size_t kGptqChunk = 512;
 
 std::size_t chunk_of(WeightFormat f, std::size_t K) {
-  return f == WeightFormat::fp8_block ? kFp8Chunk : f == WeightFormat::gptq ? std::min(kGptqChunk, K) : K;
+  return std::min(f == WeightFormat::fp8_block ? kFp8Chunk : f == WeightFormat::gptq ? kGptqChunk : K, K);
 }
 constexpr std::size_t kRowTile = 64;   // rows of X per work tile
-constexpr std::size_t kColTile = 128;  // weight columns per work tile: one fp8 scale block of N
+constexpr std::size_t kColTile = kFp8Block;  // weight columns per work tile: one fp8 scale block of N
 
 struct Plan {
   const FusedQkvPagedDesc* d;
@@ -64,30 +70,41 @@ struct Plan {
   std::vector<std::int64_t> row_block, row_slot;  // cache block and page offset of each row
 };
 
-// Row t's destinations: column c < q_dim -> output; else the cache row of its position.
+// `len` sums of a row to their destination, rounded once to the dtype.
+void store_run(const float* v, std::size_t len, bool f32, void* base, std::int64_t at) {
+  if (f32) {
+    std::memcpy(static_cast<float*>(base) + at, v, len * sizeof(float));
+  } else {
+    std::uint16_t* dst = static_cast<std::uint16_t*>(base) + at;
+    for (std::size_t i = 0; i < len; ++i) dst[i] = f32_to_bf16(v[i]);
+  }
+}
+
+// Row t's destinations: column c < q_dim -> output; else the cache row of its position, one run
+// per head (a head's columns are contiguous in the cache).
 void store_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1, const float* acc) {
   const FusedQkvPagedArgs& a = *p.a;
   const PagedKVCacheView& kc = a.kv_cache;
-  const std::int64_t q_dim = p.d->q_dim, hd = kc.head_size(), hkv = kc.num_kv_heads();
+  const std::size_t q_dim = static_cast<std::size_t>(p.d->q_dim), hd = static_cast<std::size_t>(kc.head_size());
+  const std::size_t hkv = static_cast<std::size_t>(kc.num_kv_heads());
   const std::size_t cols = c1 - c0;
   for (std::size_t t = r0; t < r1; ++t) {
     const float* row = acc + (t - r0) * cols;
-    for (std::size_t c = c0; c < c1; ++c) {
-      const std::int64_t col = static_cast<std::int64_t>(c);
-      std::int64_t at;
-      void* base;
-      if (col < q_dim) {
-        at = static_cast<std::int64_t>(t) * q_dim + col;
-        base = a.output.data;
-      } else {
-        const std::int64_t j = col - q_dim;  // MLA: kv = 0, h = 0, e = j
-        const std::int64_t kv = j / (hkv * hd), h = (j / hd) % hkv, e = j % hd;
-        at = kc.row_offset(p.row_block[t], kv, a.layer_idx, p.row_slot[t], h) + e;
-        base = kc.blocks.data;
-      }
-      const float v = row[c - c0];
-      if (p.f32) static_cast<float*>(base)[at] = v;
-      else static_cast<std::uint16_t*>(base)[at] = f32_to_bf16(v);
+    std::size_t c = c0;
+    if (c < q_dim) {
+      const std::size_t len = std::min(c1, q_dim) - c;
+      store_run(row, len, p.f32, a.output.data, static_cast<std::int64_t>(t * q_dim + c));
+      c += len;
+    }
+    while (c < c1) {
+      const std::size_t j = c - q_dim;  // MLA: kv = 0, h = 0, e = j
+      const std::size_t kv = j / (hkv * hd), h = (j / hd) % hkv, e = j % hd;
+      const std::size_t len = std::min(c1 - c, hd - e);
+      const std::int64_t at = kc.row_offset(p.row_block[t], static_cast<std::int64_t>(kv), a.layer_idx, p.row_slot[t],
+                                            static_cast<std::int64_t>(h)) +
+                              static_cast<std::int64_t>(e);
+      store_run(row + (c - c0), len, p.f32, kc.blocks.data, at);
+      c += len;
     }
   }
 }
@@ -150,10 +167,8 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   const std::size_t m = r1 - r0, n = c1 - c0, K = p.K;
   const WeightFormat fmt = p.d->weight_format;
   const std::size_t acc_floats = m * n;
-  const std::size_t part_floats = fmt == WeightFormat::fp8_block ? m * n : 0;
   const std::size_t chunk = chunk_of(fmt, K);
-  auto* acc = static_cast<float*>(thread_scratch((acc_floats + part_floats) * sizeof(float), 0));
-  float* part = acc + acc_floats;
+  auto* acc = static_cast<float*>(thread_scratch(acc_floats * sizeof(float), 0));
   // GPTQ: the chunk's value tables (16 per column and group), or with g_idx its dequantized
   // weights (bf16).
   const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr;
@@ -161,16 +176,15 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   auto* tables = static_cast<float*>(
       thread_scratch(fmt == WeightFormat::gptq && !act_order ? n * (chunk / gs) * 16 * sizeof(float) : 0, 1));
   auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? n * chunk * sizeof(std::uint16_t) : 0, 3));
-  // The f32 operand of the f32 tile where the data is not f32: the chunk's activations (fp8
-  // weights with bf16 activations) or its dequantized weights (GPTQ with g_idx, f32 activations).
-  const std::size_t widened_floats = fmt == WeightFormat::fp8_block && !p.f32 ? m * chunk
-                                     : act_order && p.f32                     ? n * chunk
-                                                                              : 0;
+  // The f32 operand of the f32 tile where the data is not used as stored: the chunk's activations
+  // times their weight scales (fp8) or its dequantized weights (GPTQ with g_idx, f32 activations).
+  const std::size_t widened_floats = fmt == WeightFormat::fp8_block ? m * chunk : act_order && p.f32 ? n * chunk : 0;
   auto* widened = static_cast<float*>(thread_scratch(widened_floats * sizeof(float), 2));
 
   const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
   const auto* xf = static_cast<const float*>(a.hidden_state.data) + r0 * K;
   const std::size_t kb_count = (K + chunk - 1) / chunk;
+  const std::size_t fp8_blocks = (K + kFp8Block - 1) / kFp8Block;  // scale blocks along K
   for (std::size_t kb = 0; kb < kb_count; ++kb) {
     const std::size_t k0 = kb * chunk, kn = std::min(chunk, K - k0);
     const bool first = kb == 0;
@@ -183,20 +197,23 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
                       !first);
         break;
       case WeightFormat::fp8_block: {
-        const auto* w = static_cast<const std::uint8_t*>(a.weight.data) + c0 * K + k0;
-        if (p.f32) {
-          g.f32_f8(m, n, kn, xf + k0, K, w, K, part, n, false);
-        } else {
-          // Widened here (exactly) for the f32 FMA tile: on the bf16-dot levels the bf16 x fp8 tile
-          // re-pairs both operands per call, which 128-element calls do not amortize (measured
-          // 1.3 against 0.73 ms for a DeepSeek decode row).
-          // The widening is repeated per column tile: m·kn conversions against m·n·kn products.
-          for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t k = 0; k < kn; ++k) widened[i * kn + k] = bf16_to_f32(xb[i * K + k0 + k]);
-          g.f32_f8(m, n, kn, widened, kn, w, K, part, n, false);
-        }
-        const float s = static_cast<const float*>(a.weight_scale.data)[(c0 / kColTile) * kb_count + kb];
-        for (std::size_t i = 0; i < m * n; ++i) acc[i] = first ? part[i] * s : acc[i] + part[i] * s;
+        // x·s formed per element, so the scale rides with the activations and one call covers
+        // several scale blocks (the kernel's horizontal reductions are paid once per chunk).
+        const float* s = static_cast<const float*>(a.weight_scale.data) + (c0 / kColTile) * fp8_blocks + k0 / kFp8Block;
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t b0 = 0; b0 < kn; b0 += kFp8Block) {
+            const std::size_t bn = std::min(kFp8Block, kn - b0);
+            const float sb = s[b0 / kFp8Block];
+            float* dst = widened + i * kn + b0;
+            if (p.f32) {
+              const float* x = xf + i * K + k0 + b0;
+              for (std::size_t k = 0; k < bn; ++k) dst[k] = x[k] * sb;
+            } else {
+              const std::uint16_t* x = xb + i * K + k0 + b0;
+              for (std::size_t k = 0; k < bn; ++k) dst[k] = bf16_to_f32(x[k]) * sb;
+            }
+          }
+        g.f32_f8(m, n, kn, widened, kn, static_cast<const std::uint8_t*>(a.weight.data) + c0 * K + k0, K, acc, n, !first);
         break;
       }
       case WeightFormat::gptq:
