@@ -153,8 +153,22 @@ void register_int4(Isa level) {
     });
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_bf16_" + shape + "/" + lv, level, g->bf16_bf16, g->bf16_dot, m,
                                             kN, kK);
-    // The fp8 block-scaled chunk: activations already times their scales, f32 against fp8 rows.
+    // The fp8 block-scaled chunk: f32 activations already times their scales against fp8 rows, and
+    // (bf16 dot levels) bf16 activations against fp8 rows with the scales applied per 128-block.
     gemm_case<float, std::uint8_t>("gemm/f32_f8_" + shape + "/" + lv, level, g->f32_f8, false, m, kN, kK);
+    if (g->bf16_f8_block_scaled)
+      add("gemm/bf16_f8_block_scaled_" + shape + "/" + lv, level, [=](benchmark::State& st) {
+        const auto a = random_operand<std::uint16_t>(m * kK, 1);
+        const auto b = random_operand<std::uint8_t>(kN * kK, 2);
+        const std::vector<float> scales(kK / 128, 0.01f);
+        std::vector<float> c(m * kN);
+        for (auto _ : st) {
+          g->bf16_f8_block_scaled(m, kN, kK, a.data(), kK, b.data(), kK, scales.data(), 128, c.data(), kN, false);
+          benchmark::DoNotOptimize(c.data());
+          benchmark::ClobberMemory();
+        }
+        set_rate(st, "gflops", 2.0 * m * kN * kK, peak().bf16_gflops_1t * 1e9);
+      });
   }
   add("gemm/int4_tables_n128/" + lv, level, [=](benchmark::State& st) {
     std::vector<std::uint16_t> scales(kN);

@@ -92,6 +92,20 @@ struct GemmKernels {
   GemmFn<std::uint16_t, std::uint16_t> bf16_nn;
   void (*zip_rows_bf16)(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t n, std::uint16_t* dst);
   void (*to_bf16_scaled)(const float* x, const float* f, std::uint16_t* dst, std::size_t n);
+
+  // Where bf16_dot is true (null elsewhere), weights scaled per block of k (fp8 block-scaled
+  // weights with bf16 activations):
+  //   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + sum_q scales[q] * sum_{p in block q} A[i*lda + p] * B[j*ldb + p]
+  // with blocks [q·block, (q+1)·block) of k (block > 0; the last may be partial; a multiple of 32
+  // keeps every vector step inside one block). Products are exact (bf16 x fp8 in f32); per output
+  // the lanes of a block's pair dots are multiplied by its scale and added to the running lanes
+  // (one FMA per block), which are reduced once (the same tree as bf16_bf16). So the scale never
+  // touches an operand and the bf16 dot stays usable. |err| <= (2k/lanes + k/block + log2 lanes +
+  // 1)·2^-24·sum|s·a·b|. Same contract as the tiles otherwise; m = 1 gives each row the bits it
+  // gets among many rows.
+  void (*bf16_f8_block_scaled)(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                               const std::uint8_t* b, std::size_t ldb, const float* scales, std::size_t block,
+                               float* c, std::size_t ldc, bool accumulate);
 };
 
 }  // namespace mlakit::simd

@@ -39,7 +39,7 @@ inline F fp8_lanes_to_f32_watched(H sext_code, H& watch) {
 }
 inline bool fp8_watch_saw_nan(H watch) { return any_set(watch & hsplat(0x4000)); }
 
-void fp8_to_f32(const std::uint8_t* src, float* dst, std::size_t n) {
+inline void fp8_to_f32(const std::uint8_t* src, float* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
     const H c0 = hload_s8(src + i), c1 = hload_s8(src + i + kLanes);
@@ -56,7 +56,7 @@ void fp8_to_f32(const std::uint8_t* src, float* dst, std::size_t n) {
 // Every fp8 value has at most 4 significant bits, so its f32 pattern has 16 zero low bits and the
 // bf16 pattern is the high half: no rounding happens.
 inline I fp8_lanes_to_bf16_bits(H sext_code) { return shr<16>(bits(fp8_lanes_to_f32(sext_code))); }
-void fp8_to_bf16(const std::uint8_t* src, std::uint16_t* dst, std::size_t n) {
+inline void fp8_to_bf16(const std::uint8_t* src, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes)
     istore_u16_pair(dst + i, fp8_lanes_to_bf16_bits(hload_s8(src + i)), fp8_lanes_to_bf16_bits(hload_s8(src + i + kLanes)));

@@ -10,6 +10,9 @@
 
 #include "simd/common/fp8_decode_impl.hpp"
 #include "simd/gemm.hpp"
+#if defined(__AVX512VBMI__)
+#include "simd/common/fp8_bf16_vbmi.hpp"
+#endif
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
@@ -58,9 +61,23 @@ inline void convert_row(const std::uint16_t* s, float* d, std::size_t k) {
   for (; p + kLanes <= k; p += kLanes) fstore(d + p, fload_bf16(s + p));
   if (p < k) fstore_n(d + p, fload_bf16_n(s + p, k - p), k - p);
 }
-inline void convert_row(const std::uint8_t* s, float* d, std::size_t k) { fp8_to_f32(s, d, k); }
+// fp8 rows through the VBMI byte tables where the level has them (the fastest exact decode
+// measured, bench/RESULTS.md), else through the shared lane decode.
+inline void convert_row(const std::uint8_t* s, float* d, std::size_t k) {
+#if defined(__AVX512VBMI__)
+  fp8_to_f32_vbmi(s, d, k);
+#else
+  fp8_to_f32(s, d, k);
+#endif
+}
 inline void convert_row(const std::uint16_t* s, std::uint16_t* d, std::size_t k) { std::memcpy(d, s, k * 2); }
-inline void convert_row(const std::uint8_t* s, std::uint16_t* d, std::size_t k) { fp8_to_bf16(s, d, k); }
+inline void convert_row(const std::uint8_t* s, std::uint16_t* d, std::size_t k) {
+#if defined(__AVX512VBMI__)
+  fp8_to_bf16_vbmi(s, d, k);
+#else
+  fp8_to_bf16(s, d, k);
+#endif
+}
 
 // ---- micro-kernels ----------------------------------------------------------------------------
 template <std::size_t R, std::size_t C>
@@ -127,6 +144,49 @@ void tile_bf16(std::size_t k, const std::uint16_t* a, std::size_t lda, const std
       for (std::size_t j = 0; j < C; ++j) s[r][j] = bf16_dot(s[r][j], av, bv[j]);
     }
   }
+  write_tile<R, C>(s, c, ldc, accumulate);
+}
+
+// Block-scaled weights (simd/gemm.hpp bf16_f8_block_scaled): per output, each k block's pair dots
+// are summed in their own lanes, which one FMA then adds times the block's scale to the running
+// lanes; a single reduction at the end. The block's sums take tile_bf16's 24 registers (fewer
+// chains would leave the dot's latency exposed: 3 x 4 ran at 47 % of the peak); the running lanes
+// live in L1, read and written once per block.
+template <std::size_t R, std::size_t C>
+void tile_bf16_block_scaled(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b,
+                            std::size_t ldb, const float* scales, std::size_t block, float* c, std::size_t ldc,
+                            bool accumulate) {
+  alignas(64) float run[R][C][kLanes];
+  for (std::size_t b0 = 0, blk = 0; b0 < k; b0 += block, ++blk) {
+    const std::size_t b1 = k - b0 < block ? k : b0 + block;
+    F t[R][C];
+    for (auto& row : t)
+      for (auto& x : row) x = fzero();
+    std::size_t p = b0;
+    for (; p + kBf16Lanes <= b1; p += kBf16Lanes) {
+      B bv[C];
+      for (std::size_t j = 0; j < C; ++j) bv[j] = bload(b + j * ldb + p);
+      for (std::size_t r = 0; r < R; ++r) {
+        const B av = bload(a + r * lda + p);
+        for (std::size_t j = 0; j < C; ++j) t[r][j] = bf16_dot(t[r][j], av, bv[j]);
+      }
+    }
+    if (p < b1) {
+      const std::size_t rest = b1 - p;
+      B bv[C];
+      for (std::size_t j = 0; j < C; ++j) bv[j] = bload_n(b + j * ldb + p, rest);
+      for (std::size_t r = 0; r < R; ++r) {
+        const B av = bload_n(a + r * lda + p, rest);
+        for (std::size_t j = 0; j < C; ++j) t[r][j] = bf16_dot(t[r][j], av, bv[j]);
+      }
+    }
+    const F sv = fsplat(scales[blk]);
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t j = 0; j < C; ++j) fstore(run[r][j], fmadd(t[r][j], sv, b0 == 0 ? fzero() : fload(run[r][j])));
+  }
+  F s[R][C];
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t j = 0; j < C; ++j) s[r][j] = fload(run[r][j]);
   write_tile<R, C>(s, c, ldc, accumulate);
 }
 #endif
@@ -412,9 +472,11 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, std::size_
 #endif
 
 // ---- the driver: blocks of A rows x register tiles of B rows ------------------------------------
-template <class CT, class TA, class BRows>
+// Tiles: the register tile (Mr rows of A x kNr rows of B) and its kernels, tile(mb, nb, k, a, lda,
+// b, ldb, c, ldc, accumulate) for an mb x nb tile.
+template <class CT, std::size_t Mr = kMr, class TA, class BRows, class Tile>
 void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const BRows& b, float* c,
-                 std::size_t ldc, bool accumulate) {
+                 std::size_t ldc, bool accumulate, const Tile& tile) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate)
@@ -443,11 +505,10 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
   // while every register tile of B passes over it. Every block makes B's panels ready again
   // (converted or expanded), so the blocks are as few as that allows and of even size: 64 rows
   // of 1 KiB are one block, not 60 and 4.
-  const std::size_t mc_max = (64 * 1024) / (ldk * sizeof(CT)) < kMr ? kMr : (64 * 1024) / (ldk * sizeof(CT));
+  const std::size_t mc_max = (64 * 1024) / (ldk * sizeof(CT)) < Mr ? Mr : (64 * 1024) / (ldk * sizeof(CT));
   const std::size_t blocks = (m + mc_max - 1) / mc_max;
-  const std::size_t mc = round_up((m + blocks - 1) / blocks, kMr);
+  const std::size_t mc = round_up((m + blocks - 1) / blocks, Mr);
 
-  const TileTable<CT>& tiles = kTiles<CT>;
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t i1 = i0 + mc < m ? i0 + mc : m;
     for (std::size_t j0 = 0; j0 < n; j0 += BRows::kPanel) {
@@ -456,13 +517,27 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
       if (j0 + np < n) b.prefetch(j0 + np, n - j0 - np < BRows::kPanel ? n - j0 - np : BRows::kPanel, k);
       for (std::size_t jj = 0; jj < np; jj += kNr) {
         const std::size_t nb = np - jj < kNr ? np - jj : kNr;
-        for (std::size_t i = i0; i < i1; i += kMr) {
-          const std::size_t mb = i1 - i < kMr ? i1 - i : kMr;
-          tiles.fn[mb - 1][nb - 1](k, ac + i * ldac, ldac, bc + jj * ldbc, ldbc, c + i * ldc + j0 + jj, ldc, accumulate);
+        for (std::size_t i = i0; i < i1; i += Mr) {
+          const std::size_t mb = i1 - i < Mr ? i1 - i : Mr;
+          tile(mb, nb, k, ac + i * ldac, ldac, bc + jj * ldbc, ldbc, c + i * ldc + j0 + jj, ldc, accumulate);
         }
       }
     }
   }
+}
+
+// The plain dot tiles of the compute type.
+template <class CT>
+struct DotTiles {
+  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const CT* a, std::size_t lda, const CT* b, std::size_t ldb,
+                  float* c, std::size_t ldc, bool accumulate) const {
+    kTiles<CT>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
+  }
+};
+template <class CT, class TA, class BRows>
+void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const BRows& b, float* c,
+                 std::size_t ldc, bool accumulate) {
+  gemm_blocks<CT, kMr>(m, n, k, a, lda, b, c, ldc, accumulate, DotTiles<CT>{});
 }
 
 template <class TA, class TB>
@@ -473,6 +548,38 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
   using CT = std::conditional_t<kBf16, std::uint16_t, float>;
   gemm_blocks<CT>(m, n, k, a, lda, ElementRows<CT, TB>{b, ldb}, c, ldc, accumulate);
 }
+
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+using ScaledTileFn = void (*)(std::size_t, const std::uint16_t*, std::size_t, const std::uint16_t*, std::size_t,
+                              const float*, std::size_t, float*, std::size_t, bool);
+struct ScaledTileTable {
+  ScaledTileFn fn[kMr][kNr];
+};
+template <std::size_t... Is>
+constexpr ScaledTileTable make_scaled_tiles(std::index_sequence<Is...>) {
+  ScaledTileTable t{};
+  ((t.fn[Is / kNr][Is % kNr] = &tile_bf16_block_scaled<Is / kNr + 1, Is % kNr + 1>), ...);
+  return t;
+}
+constexpr ScaledTileTable kScaledTiles = make_scaled_tiles(std::make_index_sequence<kMr * kNr>{});
+
+struct BlockScaledTiles {
+  const float* scales;
+  std::size_t block;
+  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                  const std::uint16_t* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) const {
+    kScaledTiles.fn[mb - 1][nb - 1](k, a, lda, b, ldb, scales, block, c, ldc, accumulate);
+  }
+};
+
+// The fp8 rows widened to bf16 once per panel (exact), the activations used in place.
+void gemm_bf16_f8_block_scaled(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                               const std::uint8_t* b, std::size_t ldb, const float* scales, std::size_t block,
+                               float* c, std::size_t ldc, bool accumulate) {
+  gemm_blocks<std::uint16_t, kMr>(m, n, k, a, lda, ElementRows<std::uint16_t, std::uint8_t>{b, ldb}, c, ldc,
+                                  accumulate, BlockScaledTiles{scales, block});
+}
+#endif
 
 // Int4 columns hold bf16 values: the compute type is bf16_bf16's (TA bf16) or f32_f32's (TA f32).
 template <class TA>
@@ -773,8 +880,10 @@ constexpr GemmKernels make_gemm_kernels() {
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
                      &gemm_nn<std::uint16_t>,
                      &zip_rows_bf16,
-                     &to_bf16_scaled};
+                     &to_bf16_scaled,
+                     &gemm_bf16_f8_block_scaled};
 #else
+                     nullptr,
                      nullptr,
                      nullptr,
                      nullptr};

@@ -571,6 +571,79 @@ TEST_P(Gemm, Bf16NnPiecesMatchTheirDefinitions) {
         }
 }
 
+// Block-scaled bf16 x fp8 (the bf16 dot levels): against the exact scaled sums within the derived
+// bound, for blocks that are and are not whole vector steps and a partial last block, with
+// unaligned operands and padded strides, nothing written outside the tile; each row alone (a
+// decode token) gets the bits it gets among all rows; a NaN code poisons exactly its column.
+TEST_P(Gemm, Bf16F8BlockScaledMatchesExactScaledSums) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  if (!t.bf16_dot) {
+    EXPECT_EQ(t.bf16_f8_block_scaled, nullptr);
+    return;
+  }
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(41);
+  std::size_t seed = 0;
+  for (std::size_t block : {32, 48, 128})
+    for (std::size_t m : {1, 2, 5, 6, 7, 13})
+      for (std::size_t n : {1, 3, 4, 5, 9})
+        for (std::size_t k : {0, 1, 31, 32, 33, 127, 128, 129, 300})
+          for (bool acc : {false, true}) {
+            const Problem p{m, n, k};
+            const auto cs = make_case<std::uint16_t, std::uint8_t>(p, ++seed);
+            const std::size_t blocks = (k + block - 1) / block;
+            std::vector<float> scales(blocks + 1);
+            for (auto& v : scales) v = rng.uniform(-0.5f, 0.5f) * std::ldexp(1.0f, -static_cast<int>(rng.below(12)));
+            std::vector<float> c(1 + m * cs.ldc + 4, float_of(kGuard));
+            for (std::size_t i = 0; i < m; ++i)
+              for (std::size_t j = 0; j < n; ++j) c[1 + i * cs.ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+            const std::vector<float> c0 = c;
+            t.bf16_f8_block_scaled(m, n, k, cs.a.data() + cs.a_off, cs.lda, cs.b.data() + cs.b_off, cs.ldb,
+                                   scales.data(), block, c.data() + 1, cs.ldc, acc);
+            for (std::size_t e = 0; e < c.size(); ++e) {
+              const bool inside = e >= 1 && (e - 1) / cs.ldc < m && (e - 1) % cs.ldc < n;
+              if (!inside) {
+                ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n;
+                continue;
+              }
+              const std::size_t i = (e - 1) / cs.ldc, j = (e - 1) % cs.ldc;
+              double exact = acc ? c0[e] : 0.0, mag = std::fabs(exact);
+              for (std::size_t q = 0; q < k; ++q) {
+                const double prod = static_cast<double>(scales[q / block]) * value(cs.a[cs.a_off + i * cs.lda + q]) *
+                                    value(cs.b[cs.b_off + j * cs.ldb + q]);
+                exact += prod;
+                mag += std::fabs(prod);
+              }
+              // Derived bound: the pair-dot chains over k/32 steps (two roundings each), one FMA per
+              // block, the lane reduction and the final add.
+              const double bound = 2.0 * (static_cast<double>(k) + static_cast<double>(blocks) + 8.0) * 0x1p-24 * mag;
+              ASSERT_LE(std::fabs(c[e] - exact), bound) << "block=" << block << " m=" << m << " n=" << n << " k=" << k
+                                                        << " at (" << i << "," << j << ")" << (acc ? " +=" : "");
+            }
+            if (acc || m == 1) continue;
+            for (std::size_t i = 0; i < m; ++i) {  // one row at a time
+              std::vector<float> row(n);
+              t.bf16_f8_block_scaled(1, n, k, cs.a.data() + cs.a_off + i * cs.lda, cs.lda, cs.b.data() + cs.b_off,
+                                     cs.ldb, scales.data(), block, row.data(), n, false);
+              for (std::size_t j = 0; j < n; ++j)
+                ASSERT_EQ(bits_of(row[j]), bits_of(c[1 + i * cs.ldc + j])) << "row " << i << " alone, k=" << k;
+            }
+          }
+  // Every code, the two NaN codes included: a NaN code makes its column NaN and nothing else.
+  const std::size_t k = 300, n = 4;
+  std::vector<std::uint16_t> a(k);
+  for (auto& v : a) v = f32_to_bf16(rng.uniform(0.5f, 1.0f));
+  std::vector<std::uint8_t> b(n * k);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(i % 256);
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if ((b[i] & 0x7F) == 0x7F && i / k != 2) b[i] = 0;
+  const std::vector<float> scales(3, 0.25f);
+  std::vector<float> c(n);
+  t.bf16_f8_block_scaled(1, n, k, a.data(), k, b.data(), k, scales.data(), 128, c.data(), n, false);
+  for (std::size_t j = 0; j < n; ++j) EXPECT_EQ(std::isnan(c[j]), j == 2) << "column " << j;
+}
+
 TEST_P(Gemm, TableDescribesItself) {
   const simd::GemmKernels& t = table();
   EXPECT_STREQ(t.level, isa_name(GetParam()));
