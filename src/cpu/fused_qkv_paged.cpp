@@ -11,24 +11,26 @@
 // Weights.
 // * dense: read in place (bf16 x bf16 on the bf16 pair dot where the level has it, else widened
 //   to f32 by the kernel; f32 x f32 on FMA).
-// * fp8_block: the scale goes with the activations: x·s[n/128, k/128] is formed in f32 for the
-//   tile's rows (one scale block of N per column tile) and the f32 x fp8 tiles read the codes in
-//   place (decoded exactly), so a call spans four scale blocks and its horizontal reductions are
-//   paid once per 512 (one call per 128-block, with the scale applied to each block's sum, had
-//   run at half the f32 rate). x·s rounds once (2^-24 relative) where the reference forms
-//   code·s; the product with the code is then exact. The one difference in range: x·s overflows
-//   f32 where |x·s| > 3.4e38 although |x·code·s| need not; scales of real checkpoints are
-//   below 1.
+// * fp8_block: with bf16 activations on the bf16 dot levels, the block-scaled kernel reads x and
+//   the codes in place (decoded exactly to bf16), sums each 128-block's products in its own lanes
+//   and adds them times the block's scale (one FMA per block and lane): products exact, the dot
+//   at the bf16 rate. Elsewhere (f32 activations, or no bf16 dot) the scale goes with the
+//   activations: x·s[n/128, k/128] is formed in f32 for the tile's rows (one scale block of N
+//   per column tile) and the f32 x fp8 tiles read the codes in place; x·s rounds once (2^-24
+//   relative) where the reference forms code·s, and x·s may overflow f32 where |x·s| > 3.4e38
+//   although |x·code·s| need not (scales of real checkpoints are below 1). Either way a call
+//   spans four scale blocks, so the horizontal reductions are paid once per 512 (one call per
+//   128-block with each block's sum scaled afterwards had run at half the f32 rate).
 // * gptq: per chunk, each (column, group) of the tile gets a table of its 16 values, rounded as
 //   the spec does (bf16((q − z)·s), the product exact in f32), and the int4 kernels read the codes
 //   in place and look them up (as bf16, or widened exactly to f32 for f32 activations): the same
 //   tiles and bits as dequantizing W first. With g_idx (act-order) the chunk's weights are formed
 //   one element at a time into a thread scratch, then used by the same tiles.
 //
-// Accuracy. Sums are f32: each kernel call's error is within its documented (K/lanes + log2 lanes
-// + 1)·2^-24·Σ|x·w|, the per-chunk additions add one rounding each and fp8's x·s one per product,
-// i.e. at most (K/lanes + (K/512)·(log2 lanes + 2) + 1)·2^-24·Σ|x·w|, inside the golden
-// tolerance 4·K·2^-24·Σ|x·w| for every level (lanes >= 4). NaN weights or activations propagate.
+// Accuracy. Sums are f32: each kernel call's error is within its documented bound (at most
+// (2K/lanes + K/128 + log2 lanes + 1)·2^-24·Σ|x·w|), the per-chunk additions add one rounding each
+// and fp8's x·s one per product: inside the golden tolerance 4·K·2^-24·Σ|x·w| for every level
+// (lanes >= 4). NaN weights or activations propagate.
 //
 // Determinism. Tiles depend only on T and N, chunks only on K; each output element is computed by
 // one thread in one fixed order: outputs are bitwise identical for 1, 2 or N threads, and a row
@@ -178,7 +180,8 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? n * chunk * sizeof(std::uint16_t) : 0, 3));
   // The f32 operand of the f32 tile where the data is not used as stored: the chunk's activations
   // times their weight scales (fp8) or its dequantized weights (GPTQ with g_idx, f32 activations).
-  const std::size_t widened_floats = fmt == WeightFormat::fp8_block ? m * chunk : act_order && p.f32 ? n * chunk : 0;
+  const bool fp8_widened = fmt == WeightFormat::fp8_block && (p.f32 || !g.bf16_f8_block_scaled);
+  const std::size_t widened_floats = fp8_widened ? m * chunk : act_order && p.f32 ? n * chunk : 0;
   auto* widened = static_cast<float*>(thread_scratch(widened_floats * sizeof(float), 2));
 
   const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
@@ -197,9 +200,14 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
                       !first);
         break;
       case WeightFormat::fp8_block: {
+        const float* s = static_cast<const float*>(a.weight_scale.data) + (c0 / kColTile) * fp8_blocks + k0 / kFp8Block;
+        const auto* w = static_cast<const std::uint8_t*>(a.weight.data) + c0 * K + k0;
+        if (!p.f32 && g.bf16_f8_block_scaled) {
+          g.bf16_f8_block_scaled(m, n, kn, xb + k0, K, w, K, s, kFp8Block, acc, n, !first);
+          break;
+        }
         // x·s formed per element, so the scale rides with the activations and one call covers
         // several scale blocks (the kernel's horizontal reductions are paid once per chunk).
-        const float* s = static_cast<const float*>(a.weight_scale.data) + (c0 / kColTile) * fp8_blocks + k0 / kFp8Block;
         for (std::size_t i = 0; i < m; ++i)
           for (std::size_t b0 = 0; b0 < kn; b0 += kFp8Block) {
             const std::size_t bn = std::min(kFp8Block, kn - b0);
@@ -213,7 +221,7 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
               for (std::size_t k = 0; k < bn; ++k) dst[k] = bf16_to_f32(x[k]) * sb;
             }
           }
-        g.f32_f8(m, n, kn, widened, kn, static_cast<const std::uint8_t*>(a.weight.data) + c0 * K + k0, K, acc, n, !first);
+        g.f32_f8(m, n, kn, widened, kn, w, K, acc, n, !first);
         break;
       }
       case WeightFormat::gptq:
