@@ -120,14 +120,11 @@ void tile_f32(std::size_t k, const float* a, std::size_t lda, const float* b, st
 }
 
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+// s[r][j] += the pair dots of rows r of A and j of B over [p, end), the last step masked.
 template <std::size_t R, std::size_t C>
-void tile_bf16(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b, std::size_t ldb,
-               float* c, std::size_t ldc, bool accumulate) {
-  F s[R][C];
-  for (auto& row : s)
-    for (auto& x : row) x = fzero();
-  std::size_t p = 0;
-  for (; p + kBf16Lanes <= k; p += kBf16Lanes) {
+inline void bf16_dots(F (&s)[R][C], const std::uint16_t* a, std::size_t lda, const std::uint16_t* b, std::size_t ldb,
+                      std::size_t p, std::size_t end) {
+  for (; p + kBf16Lanes <= end; p += kBf16Lanes) {
     B bv[C];
     for (std::size_t j = 0; j < C; ++j) bv[j] = bload(b + j * ldb + p);
     for (std::size_t r = 0; r < R; ++r) {
@@ -135,8 +132,8 @@ void tile_bf16(std::size_t k, const std::uint16_t* a, std::size_t lda, const std
       for (std::size_t j = 0; j < C; ++j) s[r][j] = bf16_dot(s[r][j], av, bv[j]);
     }
   }
-  if (p < k) {
-    const std::size_t rest = k - p;
+  if (p < end) {
+    const std::size_t rest = end - p;
     B bv[C];
     for (std::size_t j = 0; j < C; ++j) bv[j] = bload_n(b + j * ldb + p, rest);
     for (std::size_t r = 0; r < R; ++r) {
@@ -144,14 +141,23 @@ void tile_bf16(std::size_t k, const std::uint16_t* a, std::size_t lda, const std
       for (std::size_t j = 0; j < C; ++j) s[r][j] = bf16_dot(s[r][j], av, bv[j]);
     }
   }
+}
+
+template <std::size_t R, std::size_t C>
+void tile_bf16(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b, std::size_t ldb,
+               float* c, std::size_t ldc, bool accumulate) {
+  F s[R][C];
+  for (auto& row : s)
+    for (auto& x : row) x = fzero();
+  bf16_dots(s, a, lda, b, ldb, 0, k);
   write_tile<R, C>(s, c, ldc, accumulate);
 }
 
 // Block-scaled weights (simd/gemm.hpp bf16_f8_block_scaled): per output, each k block's pair dots
 // are summed in their own lanes, which one FMA then adds times the block's scale to the running
-// lanes; a single reduction at the end. The block's sums take tile_bf16's 24 registers (fewer
-// chains would leave the dot's latency exposed: 3 x 4 ran at 47 % of the peak); the running lanes
-// live in L1, read and written once per block.
+// lanes; a single reduction at the end. The block's sums take tile_bf16's register tile and
+// the running lanes live in L1, read and written once per block (a 3 x 4 tile holding both in
+// registers measured no faster, and this one shares the driver's tile shape).
 template <std::size_t R, std::size_t C>
 void tile_bf16_block_scaled(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b,
                             std::size_t ldb, const float* scales, std::size_t block, float* c, std::size_t ldc,
@@ -162,24 +168,7 @@ void tile_bf16_block_scaled(std::size_t k, const std::uint16_t* a, std::size_t l
     F t[R][C];
     for (auto& row : t)
       for (auto& x : row) x = fzero();
-    std::size_t p = b0;
-    for (; p + kBf16Lanes <= b1; p += kBf16Lanes) {
-      B bv[C];
-      for (std::size_t j = 0; j < C; ++j) bv[j] = bload(b + j * ldb + p);
-      for (std::size_t r = 0; r < R; ++r) {
-        const B av = bload(a + r * lda + p);
-        for (std::size_t j = 0; j < C; ++j) t[r][j] = bf16_dot(t[r][j], av, bv[j]);
-      }
-    }
-    if (p < b1) {
-      const std::size_t rest = b1 - p;
-      B bv[C];
-      for (std::size_t j = 0; j < C; ++j) bv[j] = bload_n(b + j * ldb + p, rest);
-      for (std::size_t r = 0; r < R; ++r) {
-        const B av = bload_n(a + r * lda + p, rest);
-        for (std::size_t j = 0; j < C; ++j) t[r][j] = bf16_dot(t[r][j], av, bv[j]);
-      }
-    }
+    bf16_dots(t, a, lda, b, ldb, b0, b1);
     const F sv = fsplat(scales[blk]);
     for (std::size_t r = 0; r < R; ++r)
       for (std::size_t j = 0; j < C; ++j) fstore(run[r][j], fmadd(t[r][j], sv, b0 == 0 ? fzero() : fload(run[r][j])));
