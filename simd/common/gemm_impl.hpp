@@ -196,19 +196,30 @@ constexpr TileFn<CT> tile_fn() {
   }
 }
 
-// tiles[r-1][c-1] handles an r x c tile (edge tiles use the smaller instances).
-template <class CT, std::size_t... Rs>
+// fn[r-1][c-1] handles an r x c tile (edge tiles use the smaller instances); `make` is a lambda
+// templated on <R, C> that names the instance.
+template <class Fn>
 struct TileTable {
-  TileFn<CT> fn[kMr][kNr];
+  Fn fn[kMr][kNr];
 };
-template <class CT, std::size_t... Is>
-constexpr TileTable<CT> make_tiles(std::index_sequence<Is...>) {
-  TileTable<CT> t{};
-  ((t.fn[Is / kNr][Is % kNr] = tile_fn<CT, Is / kNr + 1, Is % kNr + 1>()), ...);
+template <class Fn, class Make, std::size_t... Is>
+constexpr TileTable<Fn> make_tiles(Make make, std::index_sequence<Is...>) {
+  TileTable<Fn> t{};
+  ((t.fn[Is / kNr][Is % kNr] = make.template operator()<Is / kNr + 1, Is % kNr + 1>()), ...);
   return t;
 }
 template <class CT>
-constexpr TileTable<CT> kTiles = make_tiles<CT>(std::make_index_sequence<kMr * kNr>{});
+constexpr TileTable<TileFn<CT>> kTiles = make_tiles<TileFn<CT>>(
+    []<std::size_t R, std::size_t C>() { return tile_fn<CT, R, C>(); }, std::make_index_sequence<kMr * kNr>{});
+
+// The plain dot tiles of the compute type, as the driver calls them.
+template <class CT>
+struct DotTiles {
+  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const CT* a, std::size_t lda, const CT* b, std::size_t ldb,
+                  float* c, std::size_t ldc, bool accumulate) const {
+    kTiles<CT>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
+  }
+};
 
 // ---- B in the compute type, a register tile of rows at a time ---------------------------------
 // Element rows: used in place when they already are in the compute type, else converted.
@@ -461,11 +472,11 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, std::size_
 #endif
 
 // ---- the driver: blocks of A rows x register tiles of B rows ------------------------------------
-// Tiles: the register tile (Mr rows of A x kNr rows of B) and its kernels, tile(mb, nb, k, a, lda,
-// b, ldb, c, ldc, accumulate) for an mb x nb tile.
-template <class CT, std::size_t Mr = kMr, class TA, class BRows, class Tile>
+// `tile(mb, nb, k, a, lda, b, ldb, c, ldc, accumulate)` computes an mb x nb tile (mb <= kMr,
+// nb <= kNr): the plain dot tiles unless told otherwise.
+template <class CT, class TA, class BRows, class Tile = DotTiles<CT>>
 void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const BRows& b, float* c,
-                 std::size_t ldc, bool accumulate, const Tile& tile) {
+                 std::size_t ldc, bool accumulate, const Tile& tile = Tile{}) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate)
@@ -494,9 +505,10 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
   // while every register tile of B passes over it. Every block makes B's panels ready again
   // (converted or expanded), so the blocks are as few as that allows and of even size: 64 rows
   // of 1 KiB are one block, not 60 and 4.
-  const std::size_t mc_max = (64 * 1024) / (ldk * sizeof(CT)) < Mr ? Mr : (64 * 1024) / (ldk * sizeof(CT));
+  const std::size_t fit = (64 * 1024) / (ldk * sizeof(CT));
+  const std::size_t mc_max = fit < kMr ? kMr : fit;
   const std::size_t blocks = (m + mc_max - 1) / mc_max;
-  const std::size_t mc = round_up((m + blocks - 1) / blocks, Mr);
+  const std::size_t mc = round_up((m + blocks - 1) / blocks, kMr);
 
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t i1 = i0 + mc < m ? i0 + mc : m;
@@ -506,27 +518,13 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
       if (j0 + np < n) b.prefetch(j0 + np, n - j0 - np < BRows::kPanel ? n - j0 - np : BRows::kPanel, k);
       for (std::size_t jj = 0; jj < np; jj += kNr) {
         const std::size_t nb = np - jj < kNr ? np - jj : kNr;
-        for (std::size_t i = i0; i < i1; i += Mr) {
-          const std::size_t mb = i1 - i < Mr ? i1 - i : Mr;
+        for (std::size_t i = i0; i < i1; i += kMr) {
+          const std::size_t mb = i1 - i < kMr ? i1 - i : kMr;
           tile(mb, nb, k, ac + i * ldac, ldac, bc + jj * ldbc, ldbc, c + i * ldc + j0 + jj, ldc, accumulate);
         }
       }
     }
   }
-}
-
-// The plain dot tiles of the compute type.
-template <class CT>
-struct DotTiles {
-  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const CT* a, std::size_t lda, const CT* b, std::size_t ldb,
-                  float* c, std::size_t ldc, bool accumulate) const {
-    kTiles<CT>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
-  }
-};
-template <class CT, class TA, class BRows>
-void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const BRows& b, float* c,
-                 std::size_t ldc, bool accumulate) {
-  gemm_blocks<CT, kMr>(m, n, k, a, lda, b, c, ldc, accumulate, DotTiles<CT>{});
 }
 
 template <class TA, class TB>
@@ -541,16 +539,8 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 using ScaledTileFn = void (*)(std::size_t, const std::uint16_t*, std::size_t, const std::uint16_t*, std::size_t,
                               const float*, std::size_t, float*, std::size_t, bool);
-struct ScaledTileTable {
-  ScaledTileFn fn[kMr][kNr];
-};
-template <std::size_t... Is>
-constexpr ScaledTileTable make_scaled_tiles(std::index_sequence<Is...>) {
-  ScaledTileTable t{};
-  ((t.fn[Is / kNr][Is % kNr] = &tile_bf16_block_scaled<Is / kNr + 1, Is % kNr + 1>), ...);
-  return t;
-}
-constexpr ScaledTileTable kScaledTiles = make_scaled_tiles(std::make_index_sequence<kMr * kNr>{});
+constexpr TileTable<ScaledTileFn> kScaledTiles = make_tiles<ScaledTileFn>(
+    []<std::size_t R, std::size_t C>() { return &tile_bf16_block_scaled<R, C>; }, std::make_index_sequence<kMr * kNr>{});
 
 struct BlockScaledTiles {
   const float* scales;
@@ -565,8 +555,8 @@ struct BlockScaledTiles {
 void gemm_bf16_f8_block_scaled(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
                                const std::uint8_t* b, std::size_t ldb, const float* scales, std::size_t block,
                                float* c, std::size_t ldc, bool accumulate) {
-  gemm_blocks<std::uint16_t, kMr>(m, n, k, a, lda, ElementRows<std::uint16_t, std::uint8_t>{b, ldb}, c, ldc,
-                                  accumulate, BlockScaledTiles{scales, block});
+  gemm_blocks<std::uint16_t>(m, n, k, a, lda, ElementRows<std::uint16_t, std::uint8_t>{b, ldb}, c, ldc, accumulate,
+                             BlockScaledTiles{scales, block});
 }
 #endif
 
