@@ -252,6 +252,43 @@ void register_topk(Isa level) {
   }
 }
 
+// ---- RoPE / RMSNorm (op 3 steps 1-2), in place -------------------------------------------------
+// One token of DeepSeek-V3: RoPE on the rope part (64) of 128 query heads (rows 192 apart), and
+// RMSNorm of a 512-wide latent row. GB/s of bf16 read and written.
+void register_rope_norm(Isa level) {
+  const simd::RopeNormKernels* k = cpu::rope_norm_kernels_at(level);
+  const std::string lv = isa_name(level);
+  add("rope_norm/rope_h128_r64/" + lv, level, [k](benchmark::State& st) {
+    constexpr std::size_t kRows = 128, kStride = 192, kPairs = 32;
+    std::uint64_t seed = 5;
+    std::vector<std::uint16_t> x(kRows * kStride);
+    for (auto& v : x) v = f32_to_bf16(uniform(seed));
+    std::vector<float> cs(2 * kPairs);
+    for (std::size_t p = 0; p < kPairs; ++p) {
+      cs[2 * p] = std::cos(0.1f * static_cast<float>(p));
+      cs[2 * p + 1] = std::sin(0.1f * static_cast<float>(p));
+    }
+    for (auto _ : st) {
+      k->rope_bf16(x.data() + 128, kStride, kRows, cs.data(), kPairs);
+      benchmark::ClobberMemory();
+    }
+    set_rate(st, "gbps", 2.0 * 2 * kRows * 2 * kPairs, peak().dram_gbps_1t * 1e9);
+  });
+  add("rope_norm/rms_norm_n512/" + lv, level, [k](benchmark::State& st) {
+    constexpr std::size_t kN = 512;
+    std::uint64_t seed = 9;
+    std::vector<std::uint16_t> x(kN), gamma(kN), x0(kN);
+    for (auto& v : x0) v = f32_to_bf16(uniform(seed));
+    for (auto& v : gamma) v = f32_to_bf16(1.0f + 0.1f * uniform(seed));
+    for (auto _ : st) {
+      x = x0;  // normalizing in place again would shrink the values towards fixed points
+      k->rms_norm_bf16(x.data(), kN, gamma.data(), 1e-6f);
+      benchmark::ClobberMemory();
+    }
+    set_rate(st, "gbps", 2.0 * 3 * kN, peak().dram_gbps_1t * 1e9);
+  });
+}
+
 // Baseline: std::nth_element then std::sort of the k winners, the spec order as the comparator.
 void register_topk_baseline() {
   for (const TopkShape& s : kTopkShapes) {

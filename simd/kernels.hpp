@@ -8,6 +8,7 @@
 #include "simd/gemm.hpp"
 #include "simd/index_score.hpp"
 #include "simd/peak.hpp"
+#include "simd/rope_norm.hpp"
 #include "simd/topk.hpp"
 
 namespace mlakit::simd {

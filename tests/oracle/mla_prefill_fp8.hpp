@@ -5,6 +5,7 @@
 #pragma once
 
 #include "harness/common/tensor.hpp"
+#include "support/bf16_rounding.hpp"
 
 namespace mlakit::oracle {
 
@@ -12,7 +13,7 @@ namespace mlakit::oracle {
 void mla_prefill_fp8(harness::Bundle& b);
 
 // Pieces the tests also check on their own.
-std::uint16_t round_to_bf16_bits(double x);  // nearest, ties to even, by neighbour comparison
+using testing::round_to_bf16_bits;  // nearest, ties to even, by neighbour comparison
 double fp8_code_value(int code);              // decoded from the field definitions
 int nearest_fp8_code(float y);                // RNE among the finite codes; NaN -> 0x7F
 

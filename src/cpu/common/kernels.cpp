@@ -38,6 +38,7 @@ template <> constexpr const char* family_of<simd::TopkKernels>() { return "topk"
 template <> constexpr const char* family_of<simd::PeakKernels>() { return "peak"; }
 template <> constexpr const char* family_of<simd::IndexScoreKernels>() { return "index_score"; }
 template <> constexpr const char* family_of<simd::BlockScoreKernels>() { return "block_score"; }
+template <> constexpr const char* family_of<simd::RopeNormKernels>() { return "rope_norm"; }
 
 bool verbose() {
   static const bool v = [] {
@@ -105,12 +106,16 @@ const simd::IndexScoreKernels& index_score_kernels(Isa level, std::vector<Declin
 const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Decline>* d) {
   return choose<simd::BlockScoreKernels>(level, d);
 }
+const simd::RopeNormKernels& rope_norm_kernels(Isa level, std::vector<Decline>* d) {
+  return choose<simd::RopeNormKernels>(level, d);
+}
 
 const simd::Fp8DecodeKernels& fp8_decode_kernels() { return fp8_decode_kernels(active_isa()); }
 const simd::GemmKernels& gemm_kernels() { return gemm_kernels(active_isa()); }
 const simd::TopkKernels& topk_kernels() { return topk_kernels(active_isa()); }
 const simd::IndexScoreKernels& index_score_kernels() { return index_score_kernels(active_isa()); }
 const simd::BlockScoreKernels& block_score_kernels() { return block_score_kernels(active_isa()); }
+const simd::RopeNormKernels& rope_norm_kernels() { return rope_norm_kernels(active_isa()); }
 
 const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level) { return exactly<simd::Fp8DecodeKernels>(level); }
 const simd::GemmKernels* gemm_kernels_at(Isa level) { return exactly<simd::GemmKernels>(level); }
@@ -118,6 +123,7 @@ const simd::TopkKernels* topk_kernels_at(Isa level) { return exactly<simd::TopkK
 const simd::PeakKernels* peak_kernels_at(Isa level) { return exactly<simd::PeakKernels>(level); }
 const simd::IndexScoreKernels* index_score_kernels_at(Isa level) { return exactly<simd::IndexScoreKernels>(level); }
 const simd::BlockScoreKernels* block_score_kernels_at(Isa level) { return exactly<simd::BlockScoreKernels>(level); }
+const simd::RopeNormKernels* rope_norm_kernels_at(Isa level) { return exactly<simd::RopeNormKernels>(level); }
 
 std::vector<Isa> kernel_levels() {
   std::vector<Isa> levels;
@@ -161,6 +167,8 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
                                                       : "") +
                                         ")");
   }
+  const simd::RopeNormKernels& rn = rope_norm_kernels(want);
+  out.emplace_back("rope_norm", std::string(rn.level) + " (" + rn.kind + ")");
   return out;
 }
 
