@@ -1,9 +1,10 @@
 // cpu back-end of op 3 (MLA prefill branch, FP8).
 //
-// Steps 1-2 (RoPE on q and the new cache rows, RMSNorm of their latent parts) run the reference's
-// code: they are O(T·(H·rope + latent)) element operations, nothing beside the GEMM and the
-// attention, and sharing them keeps the rotated and normalized bf16 values identical in every
-// back-end. Then per sequence:
+// Steps 1-2 (RoPE on q and the new cache rows, RMSNorm of their latent parts) run the simd
+// rope_norm kernels, one task per tile of new tokens (a token's q rows and cache row are its own:
+// the validator rejects two tokens writing one cache row). The kernels compute the reference's f64
+// arithmetic bit for bit, so the rotated and normalized bf16 values, and with them the FP8 codes
+// of steps 3-4, are the reference's. Then per sequence:
 //   gather + quantize  the attended buffer rows' latent parts, per bk group, with the spec's exact
 //                      f32 steps (the quantizer shared with the reference): fp8 codes and scales
 //   KV                 per (128-row tile, head), one call per bk group, scaled by sa · w_scale and
@@ -34,7 +35,6 @@
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
-#include "reference/mla_prefill_fp8.hpp"
 #include "reference/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::cpu {
@@ -65,6 +65,43 @@ struct Quantized {
   std::vector<float> sa;
   std::vector<std::uint16_t> rope;
 };
+
+// Steps 1-2 on every new token, in place.
+void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
+  const simd::RopeNormKernels& rn = rope_norm_kernels();
+  const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
+  const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
+  const auto* cache_lengths = a.kv_cache.cache_lengths.as<const std::uint32_t>();
+  const auto* lut = a.kv_cache.lookup_table.as<const std::uint32_t>();
+  const std::size_t lut_cols = static_cast<std::size_t>(a.kv_cache.lookup_table.shape[1]);
+  const std::int64_t page = a.kv_cache.page_size();
+  auto* q = a.q.as<std::uint16_t>();
+  auto* blocks = a.kv_cache.blocks.as<std::uint16_t>();
+  const auto* gamma = a.kv_norm_gamma.as<const std::uint16_t>();
+  const bool freqs_f32 = a.freqs_cis.dtype == DType::f32;
+  // Each new token's position in its sequence.
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(iro[B]));
+  std::vector<std::uint32_t> seq(pos.size());
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::uint32_t t = iro[b]; t < iro[b + 1]; ++t) {
+      pos[t] = static_cast<std::int64_t>(cache_lengths[b]) + (t - iro[b]);
+      seq[t] = static_cast<std::uint32_t>(b);
+    }
+  constexpr std::size_t kTokens = 16;
+  parallel_for_tiles(pos.size(), kTokens, [&](std::size_t t0, std::size_t t1) {
+    auto* cs = static_cast<float*>(thread_scratch(s.rope * sizeof(float), 0));
+    for (std::size_t t = t0; t < t1; ++t) {
+      const std::size_t at = static_cast<std::size_t>(pos[t]) * s.rope;
+      if (freqs_f32) std::memcpy(cs, a.freqs_cis.as<const float>() + at, s.rope * sizeof(float));
+      else for (std::size_t i = 0; i < s.rope; ++i) cs[i] = bf16_to_f32(a.freqs_cis.as<const std::uint16_t>()[at + i]);
+      rn.rope_bf16(q + t * s.H * s.qk + s.nope, s.qk, s.H, cs, s.rope / 2);
+      const std::int64_t blk = lut[seq[t] * lut_cols + static_cast<std::size_t>(pos[t] / page)];
+      std::uint16_t* row = blocks + a.kv_cache.row_offset(blk, 0, a.layer_idx, pos[t] % page, 0);
+      rn.rope_bf16(row + s.latent, 0, 1, cs, s.rope / 2);
+      rn.rms_norm_bf16(row, s.latent, gamma, d.epsilon);
+    }
+  });
+}
 
 // Head h's kv_b_proj rows (cols of them) widened to bf16 and zipped in pairs along latent: the B
 // of bf16_nn, wz[q * 2 cols + 2 n + e] = W[n][2q + e] (a missing last element 0).
@@ -186,7 +223,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   s.groups = (s.latent + s.bk - 1) / s.bk;
   s.ldk = round_up(s.qk, 32);
 
-  reference::mla_prefill_fp8_update(d, a);  // steps 1-2, in place
+  rope_and_norm(s, d, a);
 
   const simd::GemmKernels& g = gemm_kernels();
   const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();

@@ -1,7 +1,8 @@
 // mla_prefill_fp8, cpu back-end: shapes that span several query tiles and key chunks (64), KV row
 // tiles (128), odd reductions (latent, nope + rope) and scale groups and, under a small workspace budget, several head groups, at every ISA level this CPU
 // runs: against the reference, bitwise identical for 1, 2 and 4 threads and under concurrent
-// callers, and the same bits whatever the budget (head groups change nothing but the schedule).
+// callers, and the same bits whatever the budget (head groups change nothing but the schedule);
+// and steps 1-2 (RoPE, RMSNorm in place) give the reference's bits on every golden case.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -62,6 +63,25 @@ TEST_P(MlaPrefillCpu, HeadGroupsUnderASmallBudgetGiveTheSameBits) {
   const Bundle grouped = run_cpu(driver(), in);
   cpu::set_workspace_budget_bytes(0);
   expect_same_outputs(grouped, whole, "one head at a time");
+}
+
+// The rotated q and the rotated and normalized cache rows are the reference's bits (the simd
+// rope_norm kernels compute its f64 arithmetic), on every golden case (f32 and bf16 freqs,
+// garbage padding, quantizer edges) and the large shapes above.
+TEST_P(MlaPrefillCpu, StepsOneAndTwoGiveTheReferencesBits) {
+  IsaCap cap(GetParam().level);
+  std::vector<harness::json> knobs{GetParam().c.knobs};
+  if (GetParam().c.name == big_cases().front().name)  // the golden cases once per level
+    for (const auto& c : driver().cases()) knobs.push_back(c.knobs);
+  for (const auto& k : knobs)
+    for (std::uint64_t seed : kSeeds) {
+      const Bundle in = driver().generate(k, seed);
+      Bundle ref = in;
+      ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
+      const Bundle got = run_cpu(driver(), in);
+      EXPECT_TRUE(got.at("out.q").same_bytes(ref.at("out.q"))) << k.dump() << " seed " << seed;
+      EXPECT_TRUE(got.at("out.kv_cache.blocks").same_bytes(ref.at("out.kv_cache.blocks"))) << k.dump() << " seed " << seed;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(mla_prefill_fp8, MlaPrefillCpu, ::testing::ValuesIn(at_every_level(big_cases())),

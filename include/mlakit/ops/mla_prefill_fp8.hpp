@@ -20,7 +20,8 @@
 // * freqs_cis needs a row for every new token's position; positions are not bounded otherwise.
 // * The offsets, page table, cache lengths and cache_offsets are read on the host during validation.
 // * Accuracy of other back-ends against the reference: see the mla_prefill_fp8 driver's tolerance.
-// * The cpu back-end runs steps 1-2 through the reference's code (the same bf16 values), keeps the
+// * The cpu back-end computes steps 1-2 with the reference's f64 arithmetic (the same bf16 values,
+//   bit for bit, in simd kernels over the new tokens in parallel), keeps the
 //   softmax weights in f32 (nothing here allows rounding them) and accumulates in f32 in a fixed
 //   order: its results depend neither on the thread count nor on the workspace budget.
 #pragma once
