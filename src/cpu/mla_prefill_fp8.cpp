@@ -104,15 +104,24 @@ void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillF
 }
 
 // Head h's kv_b_proj rows (cols of them) widened to bf16 and zipped in pairs along latent: the B
-// of bf16_nn, wz[q * 2 cols + 2 n + e] = W[n][2q + e] (a missing last element 0).
+// of bf16_nn, wz[q * 2 cols + 2 n + e] = W[n][2q + e] (a missing last element 0). Rows are widened
+// 16 at a time, so that each output row of pairs is written 64 bytes at a time rather than one
+// pair per 2·cols words.
 void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::uint8_t* w, std::size_t h,
                  std::uint16_t* wz) {
+  constexpr std::size_t kRows = 16;
   const std::size_t cols = s.kv_cols, npairs = (s.latent + 1) / 2;
-  auto* row = static_cast<std::uint16_t*>(thread_scratch(2 * npairs * sizeof(std::uint16_t), 0));
-  row[2 * npairs - 1] = 0;
-  for (std::size_t n = 0; n < cols; ++n) {
-    dec.to_bf16(w + (h * cols + n) * s.latent, row, s.latent);
-    for (std::size_t q = 0; q < npairs; ++q) std::memcpy(wz + q * 2 * cols + 2 * n, row + 2 * q, 2 * sizeof(std::uint16_t));
+  auto* rows = static_cast<std::uint16_t*>(thread_scratch(kRows * 2 * npairs * sizeof(std::uint16_t), 0));
+  for (std::size_t n0 = 0; n0 < cols; n0 += kRows) {
+    const std::size_t nn = std::min(kRows, cols - n0);
+    for (std::size_t j = 0; j < nn; ++j) {
+      rows[j * 2 * npairs + 2 * npairs - 1] = 0;
+      dec.to_bf16(w + (h * cols + n0 + j) * s.latent, rows + j * 2 * npairs, s.latent);
+    }
+    for (std::size_t q = 0; q < npairs; ++q) {
+      std::uint16_t* dst = wz + q * 2 * cols + 2 * n0;
+      for (std::size_t j = 0; j < nn; ++j) std::memcpy(dst + 2 * j, rows + j * 2 * npairs + 2 * q, 2 * sizeof(std::uint16_t));
+    }
   }
 }
 
