@@ -252,6 +252,28 @@ void register_topk(Isa level) {
   }
 }
 
+// ---- FP8 group quantization (op 3 step 4) ----------------------------------------------------------
+// One DeepSeek-V3 latent row (512 bf16 values) as four groups of 128: the maximum, then the codes.
+// GB/s of bf16 read and codes written.
+void register_fp8_quant(Isa level) {
+  const simd::Fp8QuantKernels* k = cpu::fp8_quant_kernels_at(level);
+  add("fp8_quant/row_n512_g128/" + std::string(isa_name(level)), level, [k](benchmark::State& st) {
+    constexpr std::size_t kN = 512, kGroup = 128;
+    std::uint64_t seed = 13;
+    std::vector<std::uint16_t> x(kN);
+    for (auto& v : x) v = f32_to_bf16(8.0f * uniform(seed));
+    std::vector<std::uint8_t> codes(kN);
+    for (auto _ : st) {
+      for (std::size_t g = 0; g < kN; g += kGroup) {
+        const float amax = k->amax_bf16(x.data() + g, kGroup);
+        k->encode_bf16(x.data() + g, kGroup, amax > 0 ? 448.0f / amax : 0.0f, codes.data() + g);
+      }
+      benchmark::ClobberMemory();
+    }
+    set_rate(st, "gbps", 3.0 * kN, peak().dram_gbps_1t * 1e9);
+  });
+}
+
 // ---- RoPE / RMSNorm (op 3 steps 1-2), in place -------------------------------------------------
 // One token of DeepSeek-V3: RoPE on the rope part (64) of 128 query heads (rows 192 apart), and
 // RMSNorm of a 512-wide latent row. GB/s of bf16 read and written.

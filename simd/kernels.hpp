@@ -5,6 +5,7 @@
 
 #include "simd/block_score.hpp"
 #include "simd/fp8_decode.hpp"
+#include "simd/fp8_quant.hpp"
 #include "simd/gemm.hpp"
 #include "simd/index_score.hpp"
 #include "simd/peak.hpp"

@@ -7,6 +7,7 @@
 //   F+F F-F F*F fmadd(a,b,c)=a*b+c  fmax fmin (NaN: either operand may come out)  is_nan flt bits floats
 //     reduce_add reduce_add4
 //   isplat iload istore istore_n iload_u8 iload_u8_n istore_u16 istore_u16_pair istore_u16_n
+//     istore_u8 istore_u8_n (lanes holding 0 .. 255)
 //   I&I I|I I^I I+I shl<S> shr<S> (logical) sar<S>  cmpeq cmpgt (signed) M|M select(m,a,b) (I or F)
 //     any(m) movemask
 //   igather(table, idx) (levels with a gather instruction: avx2 and above)
@@ -122,6 +123,18 @@ inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
   std::uint16_t tmp[8];
   istore_u16(tmp, a);
   std::memcpy(p, tmp, n * 2);
+}
+// Lanes holding 0 .. 255, stored as bytes.
+inline void istore_u8(std::uint8_t* p, I a) {
+  const __m256i w = _mm256_packus_epi32(a.v, a.v);  // per 128-bit half: lanes 0-3 twice as words
+  const __m256i b = _mm256_packus_epi16(w, w);      // ... and as bytes
+  const __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_unpacklo_epi32(lo, hi));
+}
+inline void istore_u8_n(std::uint8_t* p, I a, std::size_t n) {
+  std::uint8_t tmp[8];
+  istore_u8(tmp, a);
+  std::memcpy(p, tmp, n);
 }
 inline I operator&(I a, I b) { return {_mm256_and_si256(a.v, b.v)}; }
 inline I operator|(I a, I b) { return {_mm256_or_si256(a.v, b.v)}; }

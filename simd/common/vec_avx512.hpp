@@ -115,6 +115,10 @@ inline void istore_u16_pair(std::uint16_t* p, I a, I b) {
 inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
   _mm256_mask_storeu_epi16(p, detail::first_n(n), _mm512_cvtepi32_epi16(a.v));
 }
+inline void istore_u8(std::uint8_t* p, I a) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(a.v)); }
+inline void istore_u8_n(std::uint8_t* p, I a, std::size_t n) {
+  _mm_mask_storeu_epi8(p, detail::first_n(n), _mm512_cvtepi32_epi8(a.v));
+}
 inline I operator&(I a, I b) { return {_mm512_and_si512(a.v, b.v)}; }
 inline I operator|(I a, I b) { return {_mm512_or_si512(a.v, b.v)}; }
 inline I operator^(I a, I b) { return {_mm512_xor_si512(a.v, b.v)}; }

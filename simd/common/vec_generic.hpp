@@ -89,6 +89,10 @@ inline void istore_u16_pair(std::uint16_t* p, I a, I b) {
 inline void istore_u16_n(std::uint16_t* p, I a, std::size_t n) {
   for (std::size_t l = 0; l < n; ++l) p[l] = static_cast<std::uint16_t>(a.v[l]);
 }
+inline void istore_u8_n(std::uint8_t* p, I a, std::size_t n) {
+  for (std::size_t l = 0; l < n; ++l) p[l] = static_cast<std::uint8_t>(a.v[l]);
+}
+inline void istore_u8(std::uint8_t* p, I a) { istore_u8_n(p, a, kLanes); }
 inline I operator&(I a, I b) { return {a.v & b.v}; }
 inline I operator|(I a, I b) { return {a.v | b.v}; }
 inline I operator^(I a, I b) { return {a.v ^ b.v}; }

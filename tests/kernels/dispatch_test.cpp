@@ -24,7 +24,7 @@ Isa best_runnable(const std::string& family, Isa want) {
 }
 
 TEST(KernelDispatch, ListHasEveryFamilyAtEveryLevelFastestFirst) {
-  for (const char* family : {"fp8_decode", "gemm", "topk", "peak", "rope_norm"}) {
+  for (const char* family : {"fp8_decode", "gemm", "topk", "peak", "rope_norm", "fp8_quant"}) {
     const auto levels = levels_of(family);
     ASSERT_FALSE(levels.empty()) << family;
     EXPECT_EQ(levels.back(), Isa::generic) << family << ": generic must close the list";
@@ -43,6 +43,7 @@ TEST(KernelDispatch, PicksTheFastestLevelTheCpuRuns) {
     EXPECT_STREQ(cpu::topk_kernels(want).level, isa_name(best_runnable("topk", want)));
     EXPECT_STREQ(cpu::peak_kernels(want).level, isa_name(best_runnable("peak", want)));
     EXPECT_STREQ(cpu::rope_norm_kernels(want).level, isa_name(best_runnable("rope_norm", want)));
+    EXPECT_STREQ(cpu::fp8_quant_kernels(want).level, isa_name(best_runnable("fp8_quant", want)));
     for (const auto& d : declines) {
       EXPECT_GT(d.level, best_runnable("fp8_decode", want));
       EXPECT_EQ(d.reason.rfind(std::string(isa_name(d.level)) + ": ", 0), 0u) << d.reason;

@@ -39,6 +39,7 @@ template <> constexpr const char* family_of<simd::PeakKernels>() { return "peak"
 template <> constexpr const char* family_of<simd::IndexScoreKernels>() { return "index_score"; }
 template <> constexpr const char* family_of<simd::BlockScoreKernels>() { return "block_score"; }
 template <> constexpr const char* family_of<simd::RopeNormKernels>() { return "rope_norm"; }
+template <> constexpr const char* family_of<simd::Fp8QuantKernels>() { return "fp8_quant"; }
 
 bool verbose() {
   static const bool v = [] {
@@ -109,6 +110,9 @@ const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Declin
 const simd::RopeNormKernels& rope_norm_kernels(Isa level, std::vector<Decline>* d) {
   return choose<simd::RopeNormKernels>(level, d);
 }
+const simd::Fp8QuantKernels& fp8_quant_kernels(Isa level, std::vector<Decline>* d) {
+  return choose<simd::Fp8QuantKernels>(level, d);
+}
 
 const simd::Fp8DecodeKernels& fp8_decode_kernels() { return fp8_decode_kernels(active_isa()); }
 const simd::GemmKernels& gemm_kernels() { return gemm_kernels(active_isa()); }
@@ -116,6 +120,7 @@ const simd::TopkKernels& topk_kernels() { return topk_kernels(active_isa()); }
 const simd::IndexScoreKernels& index_score_kernels() { return index_score_kernels(active_isa()); }
 const simd::BlockScoreKernels& block_score_kernels() { return block_score_kernels(active_isa()); }
 const simd::RopeNormKernels& rope_norm_kernels() { return rope_norm_kernels(active_isa()); }
+const simd::Fp8QuantKernels& fp8_quant_kernels() { return fp8_quant_kernels(active_isa()); }
 
 const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level) { return exactly<simd::Fp8DecodeKernels>(level); }
 const simd::GemmKernels* gemm_kernels_at(Isa level) { return exactly<simd::GemmKernels>(level); }
@@ -124,6 +129,7 @@ const simd::PeakKernels* peak_kernels_at(Isa level) { return exactly<simd::PeakK
 const simd::IndexScoreKernels* index_score_kernels_at(Isa level) { return exactly<simd::IndexScoreKernels>(level); }
 const simd::BlockScoreKernels* block_score_kernels_at(Isa level) { return exactly<simd::BlockScoreKernels>(level); }
 const simd::RopeNormKernels* rope_norm_kernels_at(Isa level) { return exactly<simd::RopeNormKernels>(level); }
+const simd::Fp8QuantKernels* fp8_quant_kernels_at(Isa level) { return exactly<simd::Fp8QuantKernels>(level); }
 
 std::vector<Isa> kernel_levels() {
   std::vector<Isa> levels;
@@ -169,6 +175,7 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   }
   const simd::RopeNormKernels& rn = rope_norm_kernels(want);
   out.emplace_back("rope_norm", std::string(rn.level) + " (" + rn.kind + ")");
+  out.emplace_back("fp8_quant", fp8_quant_kernels(want).level);
   return out;
 }
 

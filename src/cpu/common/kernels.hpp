@@ -33,6 +33,7 @@ const simd::PeakKernels& peak_kernels(Isa level, std::vector<Decline>* declines 
 const simd::IndexScoreKernels& index_score_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 const simd::BlockScoreKernels& block_score_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 const simd::RopeNormKernels& rope_norm_kernels(Isa level, std::vector<Decline>* declines = nullptr);
+const simd::Fp8QuantKernels& fp8_quant_kernels(Isa level, std::vector<Decline>* declines = nullptr);
 
 // The same for active_isa(): what an operator call planned now uses.
 const simd::Fp8DecodeKernels& fp8_decode_kernels();
@@ -41,6 +42,7 @@ const simd::TopkKernels& topk_kernels();
 const simd::IndexScoreKernels& index_score_kernels();
 const simd::BlockScoreKernels& block_score_kernels();
 const simd::RopeNormKernels& rope_norm_kernels();
+const simd::Fp8QuantKernels& fp8_quant_kernels();
 
 // The table compiled for exactly `level`, or nullptr when the library has none for it (tests and
 // benchmarks use this to run every level the CPU supports, whatever the cap).
@@ -51,6 +53,7 @@ const simd::PeakKernels* peak_kernels_at(Isa level);
 const simd::IndexScoreKernels* index_score_kernels_at(Isa level);
 const simd::BlockScoreKernels* block_score_kernels_at(Isa level);
 const simd::RopeNormKernels* rope_norm_kernels_at(Isa level);
+const simd::Fp8QuantKernels* fp8_quant_kernels_at(Isa level);
 
 // Levels the library has kernels for, fastest first (from simd/kernels.inc).
 std::vector<Isa> kernel_levels();
