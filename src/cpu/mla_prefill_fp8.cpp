@@ -6,7 +6,8 @@
 // arithmetic bit for bit, so the rotated and normalized bf16 values, and with them the FP8 codes
 // of steps 3-4, are the reference's. Then per sequence:
 //   gather + quantize  the attended buffer rows' latent parts, per bk group, with the spec's exact
-//                      f32 steps (the quantizer shared with the reference): fp8 codes and scales
+//                      f32 steps: the group scale from the quantizer shared with the reference, the
+//                      maximum and the codes from the simd fp8_quant kernels (the same bits)
 //   KV                 per (128-row tile, head), one call per bk group, scaled by sa · w_scale and
 //                      summed in f32, rounded once to bf16: on the bf16 NN tile against weights
 //                      widened and zipped once per call where the level has the pair dot and bk is
@@ -236,6 +237,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
 
   const simd::GemmKernels& g = gemm_kernels();
   const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();
+  const simd::Fp8QuantKernels& fq = fp8_quant_kernels();
   // The KV GEMM on the bf16 NN tile where the level has it and no pair straddles a scale group.
   const bool nn = g.bf16_nn != nullptr && s.bk % 2 == 0;
   const std::size_t wz_words = nn ? (s.latent + 1) / 2 * 2 * s.kv_cols : 0;
@@ -276,15 +278,15 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     qz.rope.resize(rows * s.rope);
     qz.xb.resize(nn ? rows * s.latent : 0);
     parallel_for_tiles(rows, kRowTile, [&](std::size_t r0, std::size_t r1) {
-      auto* x = static_cast<float*>(thread_scratch(s.latent * sizeof(float), 0));
       for (std::size_t j = r0; j < r1; ++j) {
         const std::int64_t pos = offset + static_cast<std::int64_t>(j);
         const std::int64_t blk = lut[b * lut_cols + static_cast<std::size_t>(pos / page)];
         const std::uint16_t* row = blocks + a.kv_cache.row_offset(blk, 0, a.layer_idx, pos % page, 0);
-        for (std::size_t e = 0; e < s.latent; ++e) x[e] = bf16_to_f32(row[e]);
         for (std::size_t gi = 0; gi < s.groups; ++gi) {
           const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
-          qz.sa[j * s.groups + gi] = quant::quantize_group(x + k0, static_cast<std::int64_t>(kn), qz.codes.data() + j * s.latent + k0);
+          const float sa = quant::group_scale(fq.amax_bf16(row + k0, kn));
+          fq.encode_bf16(row + k0, kn, quant::group_inverse(sa), qz.codes.data() + j * s.latent + k0);
+          qz.sa[j * s.groups + gi] = sa;
         }
         std::memcpy(qz.rope.data() + j * s.rope, row + s.latent, s.rope * sizeof(std::uint16_t));
         if (nn) dec.to_bf16(qz.codes.data() + j * s.latent, qz.xb.data() + j * s.latent, s.latent);
