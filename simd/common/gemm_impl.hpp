@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <unistd.h>
+
 #include "simd/common/fp8_decode_impl.hpp"
 #include "simd/gemm.hpp"
 #if defined(__AVX512VBMI__)
@@ -471,6 +473,22 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, std::size_
 }
 #endif
 
+// The budget of a block of A rows: half of this core's L2 as the C library reports it (the other
+// half for B's panels and C), within [64 KiB, 1 MiB]; 256 KiB where it reports nothing. With
+// 64 KiB, 64 rows of a 4096-wide bf16 activation were 8 blocks, each reading the whole weight
+// panel again: the Llama-3-8B QKV projection at 512 tokens took 46 ms, against 38 ms with 512 KiB
+// (bench/RESULTS.md). Which rows share a block changes no result: each output is one tile's chain.
+inline std::size_t a_block_bytes() {
+  static const std::size_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    std::size_t b = l2 > 0 ? static_cast<std::size_t>(l2) / 2 : std::size_t{256} << 10;
+    if (b < (std::size_t{64} << 10)) b = std::size_t{64} << 10;
+    if (b > (std::size_t{1} << 20)) b = std::size_t{1} << 20;
+    return b;
+  }();
+  return bytes;
+}
+
 // ---- the driver: blocks of A rows x register tiles of B rows ------------------------------------
 // `tile(mb, nb, k, a, lda, b, ldb, c, ldc, accumulate)` computes an mb x nb tile (mb <= kMr,
 // nb <= kNr): the plain dot tiles unless told otherwise.
@@ -501,11 +519,11 @@ void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::
   }
 
   Scratch<CT> b_buf(BRows::kNeedsBuffer ? BRows::kPanel * ldk : 0);
-  // Rows of A per block: keep a block of A (in the compute type) within ~64 KiB so it stays in L2
-  // while every register tile of B passes over it. Every block makes B's panels ready again
-  // (converted or expanded), so the blocks are as few as that allows and of even size: 64 rows
-  // of 1 KiB are one block, not 60 and 4.
-  const std::size_t fit = (64 * 1024) / (ldk * sizeof(CT));
+  // Rows of A per block: a block of A (in the compute type) stays in L2 while every register tile
+  // of B passes over it. Every block reads B's panels again (from memory, and converted or
+  // expanded again), so the blocks are as few as the budget allows and of even size: 64 rows of
+  // 1 KiB are one block, not 60 and 4.
+  const std::size_t fit = a_block_bytes() / (ldk * sizeof(CT));
   const std::size_t mc_max = fit < kMr ? kMr : fit;
   const std::size_t blocks = (m + mc_max - 1) / mc_max;
   const std::size_t mc = round_up((m + blocks - 1) / blocks, kMr);

@@ -216,6 +216,28 @@ TEST_P(Gemm, NanPropagates) {
     for (std::size_t j = 0; j < n; ++j) EXPECT_EQ(std::isnan(c[i * n + j]), i == 2 || j == 4) << i << "," << j;
 }
 
+// A taller than the driver's largest block of A rows (1 MiB, whatever this CPU's L2): several
+// blocks, each converting B's panels again where B is not in the compute type. Every element
+// against the exact sum, and each row alone (m = 1) bitwise the same as in the batch: which rows
+// share a block changes no result.
+template <class TA, class TB>
+void check_row_blocks(simd::GemmFn<TA, TB> fn, const char* name) {
+  const Problem p{140, 5, 4100};  // 140 rows of 4100 (8 KiB in bf16, 16 KiB in f32) exceed 1 MiB
+  const auto cs = make_case<TA, TB>(p, 77);
+  const auto batch = run_and_check(fn, cs, p, false, std::string(name) + " tall");
+  for (std::size_t i = 0; i < p.m; i += 23) {
+    std::vector<float> row(p.n);
+    fn(1, p.n, p.k, cs.a.data() + cs.a_off + i * cs.lda, cs.lda, cs.b.data() + cs.b_off, cs.ldb, row.data(), p.n, false);
+    for (std::size_t j = 0; j < p.n; ++j) ASSERT_EQ(bits_of(row[j]), bits_of(batch[i * p.n + j])) << name << " row " << i;
+  }
+}
+
+TEST_P(Gemm, RowsBeyondOneBlockGiveTheSameBitsAsAlone) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  check_row_blocks<std::uint16_t, std::uint16_t>(table().bf16_bf16, "bf16_bf16");
+  check_row_blocks<float, std::uint8_t>(table().f32_f8, "f32_f8");
+}
+
 // k = 0: C = 0 without accumulate, untouched with it.
 TEST_P(Gemm, EmptyReduction) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
