@@ -1,4 +1,4 @@
-// fused_qkv_paged, cpu back-end: shapes that span several row tiles (64 rows), column tiles (128
+// fused_qkv_paged, cpu back-end: shapes that span several row tiles (128 rows), column tiles (128
 // weight columns, the last one partial) and K chunks (512, the last one partial), in every weight
 // format, at every ISA level this CPU runs: against the reference, bitwise identical for 1, 2 and
 // 4 threads and under concurrent callers, and with a decode call (one row per sequence) equal row
@@ -32,10 +32,10 @@ std::vector<BigCase> big_cases() {
        {{"seq_lens", {1, 1, 1, 1, 1, 1}}, {"cache_lens", {0, 15, 16, 17, 100, 3}}, {"K", 200}, {"q_dim", 130},
         {"num_kv_heads", 1}, {"head_dim", 32}, {"dtype", "f32"}}},
       {"fp8_bf16_mla",  // K = 300: a partial last scale block on both axes (N = 246)
-       {{"seq_lens", {70, 5}}, {"cache_lens", {0, 300}}, {"K", 300}, {"q_dim", 150}, {"cache", "mla"},
+       {{"seq_lens", {130, 5}}, {"cache_lens", {0, 300}}, {"K", 300}, {"q_dim", 150}, {"cache", "mla"},
         {"num_kv_heads", 1}, {"head_dim", 96}, {"weight_format", "fp8_block"}}},
       {"fp8_f32",
-       {{"seq_lens", {80}}, {"cache_lens", {7}}, {"K", 256}, {"q_dim", 136}, {"num_kv_heads", 2},
+       {{"seq_lens", {140}}, {"cache_lens", {7}}, {"K", 256}, {"q_dim", 136}, {"num_kv_heads", 2},
         {"head_dim", 32}, {"dtype", "f32"}, {"weight_format", "fp8_block"}}},
       {"fp8_bf16_long_k",  // K = 1100: several activation chunks (512) of several scale blocks, the last partial
        {{"seq_lens", {9, 1}}, {"cache_lens", {3, 40}}, {"K", 1100}, {"q_dim", 100}, {"num_kv_heads", 1},
@@ -44,7 +44,7 @@ std::vector<BigCase> big_cases() {
        {{"seq_lens", {1, 1, 1}}, {"cache_lens", {0, 17, 64}}, {"K", 1300}, {"q_dim", 136}, {"num_kv_heads", 1},
         {"head_dim", 64}, {"dtype", "f32"}, {"weight_format", "fp8_block"}}},
       {"gptq_f32_zp_gidx",
-       {{"seq_lens", {66, 2}}, {"cache_lens", {10, 0}}, {"K", 256}, {"q_dim", 136}, {"num_kv_heads", 1},
+       {{"seq_lens", {130, 2}}, {"cache_lens", {10, 0}}, {"K", 256}, {"q_dim", 136}, {"num_kv_heads", 1},
         {"head_dim", 64}, {"dtype", "f32"}, {"weight_format", "gptq"}, {"group_size", 32}, {"has_zp", true},
         {"g_idx", true}}},
       {"gptq_bf16_decode",
