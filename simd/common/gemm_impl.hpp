@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "simd/common/bf16_round.hpp"
 #include "simd/common/fp8_decode_impl.hpp"
 #include "simd/gemm.hpp"
 #if defined(__AVX512VBMI__)
@@ -612,19 +613,14 @@ void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32
                  float* tables, std::size_t stride) {
   static_assert(16 % kLanes == 0, "a table is whole vectors");
   alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  const I round_bias = isplat(0x7FFF), one = isplat(1), high = isplat(static_cast<std::int32_t>(0xFFFF0000u));
-  const I magnitude = isplat(0x7FFFFFFF), inf = isplat(0x7F800000), quiet = isplat(0x00400000);
   for (std::size_t c = 0; c < n; ++c) {
     // The level's f16 converter is exact (subnormals included, whatever MXCSR says).
     const F s = scales_f16 ? f16_to_f32(hsplat(static_cast<std::int16_t>(scales[c])))
                            : floats(isplat(static_cast<std::int32_t>(std::uint32_t{scales[c]} << 16)));
     const float z = zero_words ? static_cast<float>((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) : 8.0f;
     for (std::size_t q = 0; q < 16; q += kLanes) {
-      // bf16 rounding as f32_to_bf16: to nearest even, NaN quieted with its sign and top payload.
       const I u = bits((fload(kCodes + q) - fsplat(z)) * s);
-      const I rounded = (u + round_bias + (shr<16>(u) & one)) & high;
-      const I nan = (u | quiet) & high;
-      fstore(tables + c * stride + q, floats(select(cmpgt(u & magnitude, inf), nan, rounded)));
+      fstore(tables + c * stride + q, floats(shl<16>(bf16_round_bits(u))));
     }
   }
 }

@@ -104,8 +104,8 @@ double rounding_spread(double exact, double eps) {
   return std::max(std::fabs(bf16_round(exact + eps) - r), std::fabs(bf16_round(exact - eps) - r));
 }
 
-}  // namespace
-
+// Steps 1-2: RoPE on q's rope part and on the new cache rows' rope part, RMSNorm of the new cache
+// rows' latent part, all in place.
 void mla_prefill_fp8_update(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args) {
   const Call c(desc, args);
   auto* q = args.q.as<std::uint16_t>();
@@ -119,6 +119,8 @@ void mla_prefill_fp8_update(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Ar
     }
   }
 }
+
+}  // namespace
 
 void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args,
                                const MlaPrefillFp8BoundModel* model, double* bound) {

@@ -10,10 +10,6 @@ namespace mlakit::reference {
 // Steps 1-7.
 void mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args);
 
-// Steps 1-2 only: RoPE on q's rope part and on the new cache rows' rope part, RMSNorm of the new
-// cache rows' latent part, all in place.
-void mla_prefill_fp8_update(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args);
-
 // How far an optimized back-end's output may be from the reference's when both start from the same
 // q and cache after steps 1-2 (same FP8 codes, then): the relative accuracy of its arithmetic.
 //   kv_eps:              |KV' - KV| <= kv_eps · Σ_k |x_k·W_nk| before KV is rounded to bf16
