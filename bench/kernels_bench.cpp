@@ -214,6 +214,12 @@ void register_gemm(Isa level) {
   if (g->bf16_nn)
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m128n512k64/" + lv, level, g->bf16_nn, true, 128, 512, 64,
                                             1024);
+  // MLA prefill attention, one 64-query x 64-key step of one head: scores over qk 192 against
+  // pair-major K, and P·V into v 128 accumulated.
+  if (g->bf16_nn)
+    gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m64n64k192/" + lv, level, g->bf16_nn, true, 64, 64, 192, 128);
+  gemm_case<float, float>("gemm/f32_nn_m64n128k64/" + lv, level, g->f32_nn, false, 64, 128, 64, 128);
+  gemm_case<float, std::uint16_t>("gemm/f32_bf16_nn_m64n128k64/" + lv, level, g->f32_bf16_nn, false, 64, 128, 64, 128);
   register_int4(level);
 }
 

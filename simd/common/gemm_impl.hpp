@@ -637,24 +637,31 @@ constexpr std::size_t kNnR = 3, kNnC = 3;
 constexpr std::size_t kNnR = 6, kNnC = 4;
 #endif
 
-// One step of an NN tile: an f32 step takes one row of B and a broadcast element of A; a bf16
-// step (levels with the pair dot) a zipped row pair and a broadcast pair of A, whose odd last
-// element goes alone (its neighbour is not part of A).
-template <class T>
+// One step of an NN tile: an f32 step takes one row of B (f32, or bf16 widened exactly) and a
+// broadcast element of A; a bf16 step (levels with the pair dot) a zipped row pair and a broadcast
+// pair of A, whose odd last element goes alone (its neighbour is not part of A).
+template <class TA, class TB>
 struct NnStep;
-template <>
-struct NnStep<float> {
+template <class TB>
+struct NnStepF32 {
   using V = F;
   static constexpr std::size_t kRows = 1;
   static V a_at(const float* a, std::size_t p, std::size_t) { return fsplat(a[p]); }
   static V b_at(const float* bp, std::size_t j, std::size_t lanes) {
     return lanes == kLanes ? fload(bp + j * kLanes) : fload_n(bp + j * kLanes, lanes);
   }
+  static V b_at(const std::uint16_t* bp, std::size_t j, std::size_t lanes) {
+    return lanes == kLanes ? fload_bf16(bp + j * kLanes) : fload_bf16_n(bp + j * kLanes, lanes);
+  }
   static F mac(F acc, V a, V b) { return fmadd(a, b, acc); }
 };
+template <>
+struct NnStep<float, float> : NnStepF32<float> {};
+template <>
+struct NnStep<float, std::uint16_t> : NnStepF32<std::uint16_t> {};
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 template <>
-struct NnStep<std::uint16_t> {
+struct NnStep<std::uint16_t, std::uint16_t> {
   using V = B;
   static constexpr std::size_t kRows = 2;
   static V a_at(const std::uint16_t* a, std::size_t p, std::size_t k) {
@@ -669,22 +676,33 @@ struct NnStep<std::uint16_t> {
 };
 #endif
 
+// Where the sums go: C (+)= sum, or, with row and column scales, C (+)= (rs[i] * cs[j]) * sum (one
+// product, then one fused multiply-add per output).
+struct NnOut {
+  float* c;
+  std::size_t ldc;
+  bool accumulate;
+  const float* rs = nullptr;  // the tile's rows' scales, or null
+  const float* cs = nullptr;  // the tile's columns' scales (with rs)
+};
+
 // Columns [0, (C - 1) * kLanes + last) of the tile; last = kLanes unless the tile ends the row.
-template <class T, std::size_t R, std::size_t C>
-void tile_nn(std::size_t k, const T* a, std::size_t lda, const T* b, std::size_t ldb, float* c, std::size_t ldc,
-             std::size_t last, bool accumulate) {
-  using S = NnStep<T>;
+template <class TA, class TB, std::size_t R, std::size_t C>
+void tile_nn(std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size_t ldb, NnOut out, std::size_t last) {
+  using S = NnStep<TA, TB>;
+  const auto load_n = [&](const float* p, std::size_t j) {
+    return j + 1 < C || last == kLanes ? fload(p + j * kLanes) : fload_n(p + j * kLanes, last);
+  };
+  // A scaled sum starts from zero: the scale applies to the tile's sum alone.
+  const bool chain_from_c = out.accumulate && !out.rs;
   // Every loop over the tile unrolled: otherwise GCC keeps the accumulators in memory.
   F s[R][C];
 #pragma GCC unroll 8
   for (std::size_t r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (std::size_t j = 0; j < C; ++j) {
-      const float* cp = c + r * ldc + j * kLanes;
-      s[r][j] = !accumulate ? fzero() : (j + 1 < C || last == kLanes ? fload(cp) : fload_n(cp, last));
-    }
+    for (std::size_t j = 0; j < C; ++j) s[r][j] = chain_from_c ? load_n(out.c + r * out.ldc, j) : fzero();
   for (std::size_t p = 0, q = 0; p < k; p += S::kRows, ++q) {
-    const T* bp = b + q * ldb;
+    const TB* bp = b + q * ldb;
     typename S::V av[R];
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < R; ++r) av[r] = S::a_at(a + r * lda, p, k);
@@ -695,37 +713,49 @@ void tile_nn(std::size_t k, const T* a, std::size_t lda, const T* b, std::size_t
       for (std::size_t r = 0; r < R; ++r) s[r][j] = S::mac(s[r][j], av[r], bv);
     }
   }
+  if (out.rs) {
+    F cs[C];
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < C; ++j) cs[j] = load_n(out.cs, j);
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < R; ++r) {
+      const F rs = fsplat(out.rs[r]);
+#pragma GCC unroll 8
+      for (std::size_t j = 0; j < C; ++j)
+        s[r][j] = out.accumulate ? fmadd(rs * cs[j], s[r][j], load_n(out.c + r * out.ldc, j)) : rs * cs[j] * s[r][j];
+    }
+  }
 #pragma GCC unroll 8
   for (std::size_t r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < C; ++j) {
-      float* cp = c + r * ldc + j * kLanes;
+      float* cp = out.c + r * out.ldc + j * kLanes;
       if (j + 1 < C || last == kLanes) fstore(cp, s[r][j]);
       else fstore_n(cp, s[r][j], last);
     }
 }
 
-template <class T>
-using NnFn = void (*)(std::size_t, const T*, std::size_t, const T*, std::size_t, float*, std::size_t, std::size_t,
-                      bool);
-template <class T>
+template <class TA, class TB>
+using NnFn = void (*)(std::size_t, const TA*, std::size_t, const TB*, std::size_t, NnOut, std::size_t);
+template <class TA, class TB>
 struct NnTable {
-  NnFn<T> fn[kNnR][kNnC];
+  NnFn<TA, TB> fn[kNnR][kNnC];
 };
-template <class T, std::size_t... Is>
-constexpr NnTable<T> make_nn_tiles(std::index_sequence<Is...>) {
-  NnTable<T> t{};
-  ((t.fn[Is / kNnC][Is % kNnC] = &tile_nn<T, Is / kNnC + 1, Is % kNnC + 1>), ...);
+template <class TA, class TB, std::size_t... Is>
+constexpr NnTable<TA, TB> make_nn_tiles(std::index_sequence<Is...>) {
+  NnTable<TA, TB> t{};
+  ((t.fn[Is / kNnC][Is % kNnC] = &tile_nn<TA, TB, Is / kNnC + 1, Is % kNnC + 1>), ...);
   return t;
 }
-template <class T>
-constexpr NnTable<T> kNnTiles = make_nn_tiles<T>(std::make_index_sequence<kNnR * kNnC>{});
+template <class TA, class TB>
+constexpr NnTable<TA, TB> kNnTiles = make_nn_tiles<TA, TB>(std::make_index_sequence<kNnR * kNnC>{});
 
-// f32_nn (T = float) and bf16_nn (T = bf16, B zipped). Column blocks of kNnC vectors outside, row
-// tiles inside: the block's slice of B stays in L1 while every row of A passes over it.
-template <class T>
-void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t lda, const T* b, std::size_t ldb,
-             float* c, std::size_t ldc, bool accumulate) {
+// f32_nn (f32 x f32), f32_bf16_nn (f32 x bf16) and bf16_nn (bf16 x bf16, B zipped), plain or
+// scaled. Column blocks of kNnC vectors outside, row tiles inside: the block's slice of B stays in
+// L1 while every row of A passes over it.
+template <class TA, class TB>
+void nn_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b,
+               std::size_t ldb, NnOut out) {
   if (m == 0 || n == 0) return;
   const std::size_t vecs = (n + kLanes - 1) / kLanes, last = n - (vecs - 1) * kLanes;
   for (std::size_t v0 = 0; v0 < vecs; v0 += kNnC) {
@@ -733,10 +763,29 @@ void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_
     const std::size_t tail = v0 + cb == vecs ? last : kLanes;
     for (std::size_t i = 0; i < m; i += kNnR) {
       const std::size_t rb = m - i < kNnR ? m - i : kNnR;
-      kNnTiles<T>.fn[rb - 1][cb - 1](k, a + i * lda, lda, b + NnStep<T>::kRows * v0 * kLanes, ldb,
-                                     c + i * ldc + v0 * kLanes, ldc, tail, accumulate);
+      NnOut tile = out;
+      tile.c = out.c + i * out.ldc + v0 * kLanes;
+      if (out.rs) {
+        tile.rs = out.rs + i;
+        tile.cs = out.cs + v0 * kLanes;
+      }
+      kNnTiles<TA, TB>.fn[rb - 1][cb - 1](k, a + i * lda, lda, b + NnStep<TA, TB>::kRows * v0 * kLanes, ldb, tile,
+                                          tail);
     }
   }
+}
+
+template <class TA, class TB>
+void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b,
+             std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  nn_blocks<TA, TB>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate});
+}
+
+// To nearest even, as mlakit::f32_to_bf16.
+void round_bf16(const float* x, std::uint16_t* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) istore_u16(dst + i, bf16_round_bits(bits(fload(x + i))));
+  if (i < n) istore_u16_n(dst + i, bf16_round_bits(bits(fload_n(x + i, n - i))), n - i);
 }
 
 alignas(64) constexpr std::int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -835,6 +884,32 @@ void zip_rows_bf16(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t
   }
 }
 
+void bf16_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                    const std::uint16_t* b, std::size_t ldb, const float* rs, const float* cs, float* c,
+                    std::size_t ldc, bool accumulate) {
+  nn_blocks<std::uint16_t, std::uint16_t>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
+}
+
+// 16 rows per vector, gathered pair by pair: the rows are the lanes of the output.
+void pack_pairs_bf16(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
+                     std::size_t ldd) {
+  const auto* words = reinterpret_cast<const std::uint32_t*>(x);
+  auto* out = reinterpret_cast<std::int32_t*>(dst);
+  for (std::size_t i0 = 0; i0 < rows; i0 += kLanes) {
+    const std::size_t lanes = rows - i0 < kLanes ? rows - i0 : kLanes;
+    alignas(64) std::int32_t offsets[kLanes];
+    for (std::size_t i = 0; i < kLanes; ++i) offsets[i] = static_cast<std::int32_t>((i < lanes ? i : 0) * ldx);
+    const I idx = iload(offsets);
+    const std::uint32_t* row0 = words + i0 * ldx;
+    for (std::size_t p = 0; 2 * p < n; ++p) {
+      const I lo = bf16_round_bits(igather(row0 + 2 * p, idx));
+      const I hi = 2 * p + 1 < n ? shl<16>(bf16_round_bits(igather(row0 + 2 * p + 1, idx))) : isplat(0);
+      if (lanes == kLanes) istore(out + p * ldd + i0, lo | hi);
+      else istore_n(out + p * ldd + i0, lo | hi, lanes);
+    }
+  }
+}
+
 void to_bf16_scaled(const float* x, const float* f, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + kBf16Lanes <= n; i += kBf16Lanes) {
@@ -867,15 +942,21 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_int4<std::uint16_t>,
                      &gemm_int4<float>,
                      &int4_tables,
-                     &gemm_nn<float>,
+                     &gemm_nn<float, float>,
+                     &gemm_nn<float, std::uint16_t>,
+                     &round_bf16,
                      &scale_max,
                      &exp_sum,
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-                     &gemm_nn<std::uint16_t>,
+                     &gemm_nn<std::uint16_t, std::uint16_t>,
                      &zip_rows_bf16,
                      &to_bf16_scaled,
+                     &bf16_nn_scaled,
+                     &pack_pairs_bf16,
                      &gemm_bf16_f8_block_scaled};
 #else
+                     nullptr,
+                     nullptr,
                      nullptr,
                      nullptr,
                      nullptr,

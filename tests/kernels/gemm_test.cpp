@@ -426,6 +426,63 @@ TEST_P(Gemm, NnMatchesExactSumsAndGeneric) {
         }
 }
 
+// f32_bf16_nn reads its bf16 value rows widened exactly, so it gives f32_nn's bits over the widened
+// rows: every shape around the register tile, every kind of bf16 pattern (NaN, infinities,
+// subnormals among them), strided and unaligned operands, nothing written outside the tile.
+TEST_P(Gemm, F32Bf16NnGivesTheBitsOfF32NnOverWidenedRows) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(41);
+  std::size_t seed = 0;
+  for (std::size_t m : {1, 2, 3, 5, 6, 7, 13})
+    for (std::size_t n : {1, 3, 8, 15, 16, 17, 64, 65, 100})
+      for (std::size_t k : {0, 1, 2, 7, 64})
+        for (bool acc : {false, true}) {
+          ++seed;
+          const std::size_t lda = k + seed % 3, ldb = n + seed % 5, ldc = n + 1 + seed % 2, off = 1 + seed % 3;
+          std::vector<float> a(off + m * lda + 8);
+          for (auto& x : a) x = rng.uniform(-2.0f, 2.0f);
+          std::vector<std::uint16_t> b(off + k * ldb + 8);
+          // Mostly ordinary values; one word in 16 any pattern at all.
+          for (auto& x : b)
+            x = rng.below(16) == 0 ? static_cast<std::uint16_t>(rng.below(65536)) : f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+          std::vector<float> wide(b.size());
+          for (std::size_t e = 0; e < b.size(); ++e) wide[e] = bf16_to_f32(b[e]);
+          std::vector<float> c(off + m * ldc + 8, float_of(kGuard));
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          std::vector<float> want = c;
+          table().f32_bf16_nn(m, n, k, a.data() + off, lda, b.data() + off, ldb, c.data() + off, ldc, acc);
+          table().f32_nn(m, n, k, a.data() + off, lda, wide.data() + off, ldb, want.data() + off, ldc, acc);
+          for (std::size_t e = 0; e < c.size(); ++e)
+            ASSERT_EQ(bits_of(c[e]), bits_of(want[e])) << "m=" << m << " n=" << n << " k=" << k << " at " << e;
+        }
+}
+
+// round_bf16 against mlakit::f32_to_bf16, bit for bit: random patterns of every exponent, halfway
+// cases of both parities, subnormals, infinities, NaN with full payloads; lengths around the
+// vector width, nothing past n written.
+TEST_P(Gemm, RoundBf16MatchesTheScalarRounding) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(43);
+  std::vector<float> xs;
+  for (int i = 0; i < 20000; ++i) {
+    std::uint32_t u = static_cast<std::uint32_t>(rng.below(65536)) << 16 | static_cast<std::uint32_t>(rng.below(65536));
+    if (i % 4 == 1) u = (u & 0xFFFF0000u) | 0x8000u;            // a tie
+    if (i % 4 == 2) u = (u & 0x807FFFFFu);                      // subnormal or zero
+    if (i % 8 == 3) u = (u & 0x807FFFFFu) | 0x7F800000u;        // infinity or NaN
+    xs.push_back(float_of(u));
+  }
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
+                        std::size_t{33}, xs.size()}) {
+    std::vector<std::uint16_t> d(n + 2, 0xA5A5);
+    table().round_bf16(xs.data(), d.data() + 1, n);
+    EXPECT_EQ(d[0], 0xA5A5);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[1 + i], f32_to_bf16(xs[i])) << "bits " << std::hex << bits_of(xs[i]);
+    EXPECT_EQ(d[n + 1], 0xA5A5) << "n=" << n;
+  }
+}
+
 // x * f * c in place, and the maximum: NaN when any product is NaN, -inf for none; no element
 // past n touched; lengths around the vector width.
 TEST_P(Gemm, ScaleMaxScalesInPlaceAndFindsTheMaximum) {
@@ -524,6 +581,8 @@ TEST_P(Gemm, Bf16NnPiecesMatchTheirDefinitions) {
     EXPECT_EQ(t.bf16_nn, nullptr);
     EXPECT_EQ(t.zip_rows_bf16, nullptr);
     EXPECT_EQ(t.to_bf16_scaled, nullptr);
+    EXPECT_EQ(t.bf16_nn_scaled, nullptr);
+    EXPECT_EQ(t.pack_pairs_bf16, nullptr);
     return;
   }
   Rng rng(37);
@@ -591,6 +650,87 @@ TEST_P(Gemm, Bf16NnPiecesMatchTheirDefinitions) {
                 << "m=" << m << " n=" << n << " k=" << k << " at (" << i << "," << j << ")" << (acc ? " +=" : "");
           }
         }
+}
+
+// bf16_nn_scaled: bf16_nn's sums (its bits, from zero) times rs[i]·cs[j], then added to C with one
+// fused multiply-add: bit for bit, every shape around the tile, scales of every magnitude, NaN
+// in a scale reaching only its row or column, nothing written outside the tile.
+TEST_P(Gemm, Bf16NnScaledAppliesRowAndColumnScalesToEachSum) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  if (!t.bf16_dot) GTEST_SKIP() << "no bf16 dot at this level (null, checked above)";
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(47);
+  std::size_t seed = 0;
+  for (std::size_t m : {1, 5, 6, 7, 13})
+    for (std::size_t n : {1, 15, 16, 17, 64, 65, 100})
+      for (std::size_t k : {0, 1, 2, 63, 128})
+        for (bool acc : {false, true}) {
+          ++seed;
+          const std::size_t lda = k + 1 + seed % 3, kp = (k + 1) / 2, ldz = 2 * n + 2 * (seed % 3), ldc = n + 1;
+          std::vector<std::uint16_t> a(m * lda + 2), z(kp * ldz + 64);
+          for (auto& v : a) v = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+          for (auto& v : z) v = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+          std::vector<float> rs(m + 1), cs(n + 1);
+          for (auto& v : rs) v = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.below(40)) - 20);
+          for (auto& v : cs) v = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.below(40)) - 20);
+          if (seed % 5 == 0) rs[1 + (seed / 5) % m] = std::numeric_limits<float>::quiet_NaN();
+          if (seed % 7 == 0) cs[1 + (seed / 7) % n] = std::numeric_limits<float>::quiet_NaN();
+          std::vector<float> c(m * ldc + 4, float_of(kGuard));
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[1 + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          const std::vector<float> c0 = c;
+          std::vector<float> sums(m * ldc + 4, float_of(kGuard));
+          t.bf16_nn(m, n, k, a.data() + 1, lda, z.data(), ldz, sums.data() + 1, ldc, false);
+          t.bf16_nn_scaled(m, n, k, a.data() + 1, lda, z.data(), ldz, rs.data() + 1, cs.data() + 1, c.data() + 1, ldc,
+                           acc);
+          for (std::size_t e = 0; e < c.size(); ++e) {
+            const bool inside = e >= 1 && (e - 1) / ldc < m && (e - 1) % ldc < n;
+            if (!inside) {
+              ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n;
+              continue;
+            }
+            const std::size_t i = (e - 1) / ldc, j = (e - 1) % ldc;
+            const float f = rs[1 + i] * cs[1 + j];
+            const float want = acc ? std::fma(f, sums[e], c0[e]) : f * sums[e];
+            if (std::isnan(want)) ASSERT_TRUE(std::isnan(c[e])) << "m=" << m << " n=" << n << " at (" << i << "," << j << ")";
+            else ASSERT_EQ(bits_of(c[e]), bits_of(want)) << "m=" << m << " n=" << n << " k=" << k << " at (" << i << "," << j << ")";
+          }
+        }
+}
+
+// pack_pairs_bf16 word by word against mlakit::f32_to_bf16 of its source element: rows around
+// the vector width, odd and even widths (a missing last element 0), padded strides, values of
+// every kind (ties, subnormals, NaN payloads); nothing of dst written outside the pairs x rows.
+TEST_P(Gemm, PackPairsBf16RoundsEveryElementIntoItsPairRow) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  if (!t.bf16_dot) GTEST_SKIP() << "no bf16 dot at this level (null, checked above)";
+  Rng rng(53);
+  for (std::size_t rows : {1, 7, 15, 16, 17, 33, 64})
+    for (std::size_t n : {1, 2, 3, 32, 33, 128}) {
+      const std::size_t ldx = n + rows % 3, pairs = (n + 1) / 2, ldd = rows + 1 + rows % 2;
+      std::vector<float> x(rows * ldx + 1);
+      for (std::size_t e = 0; e < x.size(); ++e) {
+        std::uint32_t u = static_cast<std::uint32_t>(rng.below(65536)) << 16 | static_cast<std::uint32_t>(rng.below(65536));
+        if (e % 3 == 1) u = (u & 0xFFFF0000u) | 0x8000u;
+        if (e % 11 == 2) u &= 0x807FFFFFu;
+        if (e % 13 == 3) u = (u & 0x807FFFFFu) | 0x7F800000u;
+        x[e] = float_of(u);
+      }
+      std::vector<std::uint16_t> d(2 * (pairs * ldd + 2), 0xA5A5);
+      t.pack_pairs_bf16(x.data() + 1, ldx, rows, n, d.data() + 2, ldd);
+      for (std::size_t w = 0; w < d.size(); ++w) {
+        const std::size_t word = w / 2, e = w % 2;
+        if (word == 0 || word > pairs * ldd || (word - 1) % ldd >= rows) {
+          ASSERT_EQ(d[w], 0xA5A5) << "wrote outside at " << w << ", rows=" << rows << " n=" << n;
+          continue;
+        }
+        const std::size_t p = (word - 1) / ldd, i = (word - 1) % ldd, col = 2 * p + e;
+        const std::uint16_t want = col < n ? f32_to_bf16(x[1 + i * ldx + col]) : 0;
+        ASSERT_EQ(d[w], want) << "rows=" << rows << " n=" << n << " pair " << p << " row " << i << " e " << e;
+      }
+    }
 }
 
 // Block-scaled bf16 x fp8 (the bf16 dot levels): against the exact scaled sums within the derived
