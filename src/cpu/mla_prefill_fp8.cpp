@@ -11,12 +11,16 @@
 //   KV                 per (128-row tile, head), one call per bk group, scaled by sa · w_scale and
 //                      summed in f32, rounded once to bf16: on the bf16 NN tile against weights
 //                      widened and zipped once per call where the level has the pair dot and bk is
-//                      even, on the fp8 x fp8 dot tiles otherwise; K rows get the shared rope part
-//                      appended, V rows are kept as f32
+//                      even, the scales applied in the tile's epilogue; on the fp8 x fp8 dot tiles
+//                      and a pass of scaling otherwise. K's nope part is stored pair-major where
+//                      the level has the pair dot (its rope part, the same for every head, once per
+//                      sequence), else row-major with the rope part appended; V rows are kept in
+//                      bf16, which is what the spec's rounding leaves of them
 //   attention          per (head, 64-query tile): 64-key chunks up to the tile's last visible key,
-//                      scores on the bf16 NN tile against pair-major K (the dot tiles elsewhere),
-//                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
-//                      tile (P stays f32: the spec allows no rounding)
+//                      scores on the bf16 NN tile against pair-major K (nope pairs, then on in the
+//                      same chains over the rope pairs; the dot tiles elsewhere), online softmax in
+//                      f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN tile reading the
+//                      bf16 V rows widened (P stays f32: the spec allows no rounding)
 // Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
 // writes 0 (as the reference); scores that are all -inf give NaN (as the reference's
 // exp(-inf - (-inf))). Each output depends only on its own head's fixed chunk order: the same
@@ -44,18 +48,35 @@ namespace {
 constexpr std::size_t kRowTile = 128;   // buffer rows per KV task (each call widens its weight block once)
 constexpr std::size_t kQueryTile = 64;  // queries per attention task
 constexpr std::size_t kKeyChunk = 64;   // keys per attention step
+static_assert(kRowTile % kKeyChunk == 0, "a KV task's rows are whole key chunks");
 
 struct Shape {
   std::size_t H, nope, rope, v, latent, bn, bk, qk, kv_cols, groups, ldk;
 };
 
-// Where each head's K lives. Row-major ([rows x ldk] bf16, rows along the reduction: B of the dot
-// tiles) or, where the level has the bf16 pair dot, pair-major ([pairs x ldr] words of two bf16
-// dims: the zipped B of bf16_nn), so the scores, whose reduction is only nope + rope long, run
-// without the dot tile's horizontal reductions.
+// Pair-major rows of keys by chunks of kKeyChunk keys: per chunk [pairs x kKeyChunk] words of two
+// bf16 dims, the zipped B of bf16_nn. Each chunk is one contiguous block, read front to back (with
+// pair rows the whole key range apart, a chunk's rows lay a multiple of 4 KiB apart for the usual
+// lengths and every query tile waited on them from L3).
+struct PairChunks {
+  std::size_t npairs;
+  std::size_t chunk_words() const { return 2 * npairs * kKeyChunk; }
+  std::size_t words(std::size_t rows) const { return num_tiles(std::max<std::size_t>(1, rows), kKeyChunk) * chunk_words(); }
+  // The word of pair p of key r.
+  std::size_t pair_word(std::size_t p, std::size_t r) const {
+    return (r / kKeyChunk) * chunk_words() + 2 * (p * kKeyChunk + r % kKeyChunk);
+  }
+};
+
+// Where each head's K lives. Row-major ([rows x ldk] bf16, nope then rope, rows along the
+// reduction: B of the dot tiles) or, where the level has the bf16 pair dot, pair-major: the head's
+// nope part in its own chunks and the rope part, which every head shares, in one set of chunks per
+// sequence (Quantized::rope_pairs); the scores then run without the dot tile's horizontal
+// reductions, and the rope part is laid out once rather than once per head.
 struct KLayout {
   bool pairs;
-  std::size_t rows, ldr, npairs, head_words;  // head_words: bf16 words per head
+  std::size_t rows, head_words;  // head_words: bf16 words per head
+  PairChunks nope;               // the head's nope pairs (pairs)
 };
 
 // The attended buffer rows of one sequence, quantized: codes [rows x latent], scales [rows x groups],
@@ -63,8 +84,10 @@ struct KLayout {
 struct Quantized {
   std::vector<std::uint8_t> codes;
   std::vector<std::uint16_t> xb;  // the codes as bf16 (exact), where the KV GEMM runs on the NN tile
-  std::vector<float> sa;
+  std::vector<float> sa;          // [groups x rows]: a group's scales of consecutive rows side by side
   std::vector<std::uint16_t> rope;
+  PairChunks rope_chunks;
+  std::vector<std::uint16_t> rope_pairs;  // the rope parts pair-major (where K is)
 };
 
 // Steps 1-2 on every new token, in place.
@@ -126,61 +149,63 @@ void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::u
   }
 }
 
-// Steps 5-6 for head h and buffer rows [r0, r1): K (bf16, [latent-projected nope | rope]) and V
-// (f32, v) of the head. wz: the head's zipped weights (the NN tile), or null (the dot tiles).
+// Steps 5-6 for head h and buffer rows [r0, r1): K (bf16: the latent-projected nope part, and in
+// the row-major layout the rope part after it) and V (f32, v) of the head. wz: the head's zipped
+// weights (the NN tile, each group's scales applied in the tile's epilogue), or null (the dot
+// tiles, then a pass of scaling).
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, const std::uint8_t* w,
              const std::uint16_t* wz, const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0,
-             std::size_t r1, const KLayout& kl, std::uint16_t* k, float* v) {
+             std::size_t r1, const KLayout& kl, std::uint16_t* k, std::uint16_t* v) {
   const std::size_t rows = kl.rows;
   const std::size_t m = r1 - r0, cols = s.kv_cols;
   auto* tmp = static_cast<float*>(thread_scratch((2 * kRowTile + 1) * cols * sizeof(float), 3));
   float* acc = tmp + kRowTile * cols;
   float* ws = acc + kRowTile * cols;  // this group's weight scale of each column
-  std::fill(acc, acc + m * cols, 0.0f);
   const std::size_t n0 = h * cols;
   for (std::size_t gi = 0; gi < s.groups; ++gi) {
     const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
-    if (wz) g.bf16_nn(m, cols, kn, qz.xb.data() + r0 * s.latent + k0, s.latent, wz + k0 * cols, 2 * cols, tmp, cols, false);
-    else g.f8_f8(m, cols, kn, qz.codes.data() + r0 * s.latent + k0, s.latent, w + n0 * s.latent + k0, s.latent, tmp,
-                 cols, false);
     for (std::size_t n = 0; n < cols; ++n) ws[n] = w_scale[((n0 + n) / s.bn) * s.groups + gi];
+    const float* sa = qz.sa.data() + gi * rows + r0;
+    if (wz) {
+      g.bf16_nn_scaled(m, cols, kn, qz.xb.data() + r0 * s.latent + k0, s.latent, wz + k0 * cols, 2 * cols, sa, ws, acc,
+                       cols, gi > 0);
+      continue;
+    }
+    g.f8_f8(m, cols, kn, qz.codes.data() + r0 * s.latent + k0, s.latent, w + n0 * s.latent + k0, s.latent, tmp, cols,
+            false);
     for (std::size_t i = 0; i < m; ++i) {
-      const float sa = qz.sa[(r0 + i) * s.groups + gi];
       float* ar = acc + i * cols;
       const float* tr = tmp + i * cols;
-      for (std::size_t n = 0; n < cols; ++n) ar[n] += (sa * ws[n]) * tr[n];
+      for (std::size_t n = 0; n < cols; ++n) ar[n] = (gi > 0 ? ar[n] : 0.0f) + (sa[i] * ws[n]) * tr[n];
     }
   }
   std::uint16_t* kh = k + hl * kl.head_words;
-  float* vh = v + hl * rows * s.v;
-  // Pair-major K: the tile's rows first, then written pair by pair (contiguous along the rows).
-  const std::size_t ldt = 2 * kl.npairs;
-  auto* ktile = static_cast<std::uint16_t*>(thread_scratch(kRowTile * ldt * sizeof(std::uint16_t), 1));
+  std::uint16_t* vh = v + hl * rows * s.v;
+  if (kl.pairs)
+    for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk)  // r0 starts a chunk: kRowTile is whole chunks
+      g.pack_pairs_bf16(acc + (c0 - r0) * cols, cols, std::min(kKeyChunk, r1 - c0), s.nope, kh + kl.nope.pair_word(0, c0),
+                        kKeyChunk);
   for (std::size_t i = 0; i < m; ++i) {
     const float* a = acc + i * cols;
-    std::uint16_t* kr = kl.pairs ? ktile + i * ldt : kh + (r0 + i) * s.ldk;
-    for (std::size_t d = 0; d < s.nope; ++d) kr[d] = f32_to_bf16(a[d]);
-    std::memcpy(kr + s.nope, qz.rope.data() + (r0 + i) * s.rope, s.rope * sizeof(std::uint16_t));
-    if (kl.pairs && s.qk % 2) kr[s.qk] = 0;
-    float* vr = vh + (r0 + i) * s.v;
-    for (std::size_t d = 0; d < s.v; ++d) vr[d] = bf16_to_f32(f32_to_bf16(a[s.nope + d]));
-  }
-  if (kl.pairs)
-    for (std::size_t p = 0; p < kl.npairs; ++p) {
-      std::uint16_t* dst = kh + 2 * (p * kl.ldr + r0);
-      for (std::size_t i = 0; i < m; ++i) std::memcpy(dst + 2 * i, ktile + i * ldt + 2 * p, 2 * sizeof(std::uint16_t));
+    if (!kl.pairs) {
+      std::uint16_t* kr = kh + (r0 + i) * s.ldk;
+      g.round_bf16(a, kr, s.nope);
+      std::memcpy(kr + s.nope, qz.rope.data() + (r0 + i) * s.rope, s.rope * sizeof(std::uint16_t));
     }
+    g.round_bf16(a + s.nope, vh + (r0 + i) * s.v, s.v);
+  }
 }
 
 // Step 7 for head h (local index hl) and queries [i0, i1) of a sequence whose query i sees keys
 // [0, visible(i)).
 template <class Visible>
 void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, std::size_t h, std::size_t hl,
-            const KLayout& kl, const std::uint16_t* k, const float* v, std::size_t first_t, std::size_t i0,
+            const KLayout& kl, const std::uint16_t* k, const Quantized& qz, const std::uint16_t* v, std::size_t first_t,
+            std::size_t i0,
             std::size_t i1, float scale, Visible visible, std::uint16_t* out) {
   const std::size_t mq = i1 - i0;
   const std::uint16_t* kh = k + hl * kl.head_words;
-  const float* vh = v + hl * kl.rows * s.v;
+  const std::uint16_t* vh = v + hl * kl.rows * s.v;
   auto* sbuf = static_cast<float*>(thread_scratch((kQueryTile * kKeyChunk + kQueryTile * s.v + 2 * kQueryTile) *
                                                       sizeof(float), 2));
   float* o = sbuf + kQueryTile * kKeyChunk;
@@ -193,8 +218,15 @@ void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, 
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
   for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
     const std::size_t cnt = std::min(kKeyChunk, keys - j0);
-    if (kl.pairs) g.bf16_nn(mq, cnt, s.qk, qt, s.H * s.qk, kh + 2 * j0, 2 * kl.ldr, sbuf, kKeyChunk, false);
-    else g.bf16_bf16(mq, cnt, s.qk, qt, s.H * s.qk, kh + j0 * s.ldk, s.ldk, sbuf, kKeyChunk, false);
+    if (kl.pairs) {
+      // One chain per score over the nope pairs, then on over the rope pairs (the second call
+      // starts from the first's exact f32 sums).
+      g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kh + kl.nope.pair_word(0, j0), 2 * kKeyChunk, sbuf, kKeyChunk, false);
+      g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, qz.rope_pairs.data() + qz.rope_chunks.pair_word(0, j0),
+                2 * kKeyChunk, sbuf, kKeyChunk, true);
+    } else {
+      g.bf16_bf16(mq, cnt, s.qk, qt, s.H * s.qk, kh + j0 * s.ldk, s.ldk, sbuf, kKeyChunk, false);
+    }
     for (std::size_t r = 0; r < mq; ++r) {
       float* sr = sbuf + r * kKeyChunk;
       const std::size_t vis_all = visible(i0 + r);
@@ -202,7 +234,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, 
       std::fill(sr + vis, sr + cnt, 0.0f);  // keys this query does not see weigh 0
       if (vis > 0) online_softmax_step(g, sr, nullptr, scale, vis, m[r], l[r], o + r * s.v, s.v);
     }
-    g.f32_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
+    g.f32_bf16_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
   }
   for (std::size_t r = 0; r < mq; ++r) {
     std::uint16_t* dst = out + ((first_t + i0 + r) * s.H + h) * s.v;
@@ -274,9 +306,12 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
 
     // Steps 3-4.
     qz.codes.resize(rows * s.latent);
+    const bool pairs = g.bf16_nn != nullptr;
     qz.sa.resize(rows * s.groups);
     qz.rope.resize(rows * s.rope);
     qz.xb.resize(nn ? rows * s.latent : 0);
+    qz.rope_chunks.npairs = (s.rope + 1) / 2;
+    qz.rope_pairs.resize(pairs ? qz.rope_chunks.words(rows) : 0);
     parallel_for_tiles(rows, kRowTile, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t j = r0; j < r1; ++j) {
         const std::int64_t pos = offset + static_cast<std::int64_t>(j);
@@ -286,25 +321,27 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
           const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
           const float sa = quant::group_scale(fq.amax_bf16(row + k0, kn));
           fq.encode_bf16(row + k0, kn, quant::group_inverse(sa), qz.codes.data() + j * s.latent + k0);
-          qz.sa[j * s.groups + gi] = sa;
+          qz.sa[gi * rows + j] = sa;
         }
         std::memcpy(qz.rope.data() + j * s.rope, row + s.latent, s.rope * sizeof(std::uint16_t));
+        if (pairs)
+          for (std::size_t e = 0; e < s.rope; ++e) qz.rope_pairs[qz.rope_chunks.pair_word(e / 2, j) + e % 2] = row[s.latent + e];
+        if (pairs && s.rope % 2) qz.rope_pairs[qz.rope_chunks.pair_word(s.rope / 2, j) + 1] = 0;
         if (nn) dec.to_bf16(qz.codes.data() + j * s.latent, qz.xb.data() + j * s.latent, s.latent);
       }
     });
 
     // Heads in groups whose K and V fit the workspace budget.
     KLayout kl{};
-    kl.pairs = g.bf16_nn != nullptr;
+    kl.pairs = pairs;
     kl.rows = rows;
-    kl.ldr = round_up(std::max<std::size_t>(1, rows), 16);
-    kl.npairs = (s.qk + 1) / 2;
-    kl.head_words = kl.pairs ? 2 * kl.npairs * kl.ldr : std::max<std::size_t>(1, rows) * s.ldk;
+    kl.nope.npairs = (s.nope + 1) / 2;
+    kl.head_words = kl.pairs ? kl.nope.words(rows) : std::max<std::size_t>(1, rows) * s.ldk;
     const std::size_t head_bytes = (kl.head_words + wz_words) * sizeof(std::uint16_t) +
-                                   std::max<std::size_t>(1, rows) * s.v * sizeof(float);
+                                   std::max<std::size_t>(1, rows) * s.v * sizeof(std::uint16_t);
     const std::size_t hg = items_within_budget(head_bytes, s.H);
     const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * kl.head_words);
-    const auto v = std::make_unique_for_overwrite<float[]>(hg * std::max<std::size_t>(1, rows) * s.v);
+    const auto v = std::make_unique_for_overwrite<std::uint16_t[]>(hg * std::max<std::size_t>(1, rows) * s.v);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
       if (nn && rows > 0 && (wz_h0 != h0 || wz_hn != hn)) {
@@ -327,7 +364,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       parallel_for_tiles(q_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / q_tiles, i0 = (t % q_tiles) * kQueryTile;
-          attend(s, g, q, h0 + hl, hl, kl, k.get(), v.get(), first_t, i0, std::min(seq_len, i0 + kQueryTile),
+          attend(s, g, q, h0 + hl, hl, kl, k.get(), qz, v.get(), first_t, i0, std::min(seq_len, i0 + kQueryTile),
                  d.scale, visible, out);
         }
       });
