@@ -83,6 +83,18 @@ struct GemmKernels {
   // dst[i] = bf16(x[i]) for i < n, as mlakit::f32_to_bf16 (to nearest even, subnormals kept, NaN
   // quieted).
   void (*round_bf16)(const float* x, std::uint16_t* dst, std::size_t n);
+  // The pieces of a block-scaled projection whose output feeds later NN products:
+  // f32_nn_scaled is f32_nn with a scale per row of A and per column of B on each tile's sum:
+  //   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + (rs[i] * cs[j]) * sum_p A[i*lda + p] * B[p*ldb + j],
+  //   the sum one chain from zero as f32_nn's, the scale product rounded to f32, then one fused
+  //   multiply-add (on generic, which has none, a product and a sum). (bf16_nn_scaled below is
+  //   the same on the pair dot.)
+  // transpose_bf16 rounds f32 rows into columns: dst[j*ldd + i] = bf16(x[i*ldx + j]) for i < rows,
+  //   j < n, rounded as round_bf16; nothing else of dst is written.
+  void (*f32_nn_scaled)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* b,
+                        std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate);
+  void (*transpose_bf16)(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
+                         std::size_t ldd);
   // x[i] = (x[i] * f[i]) * c for i < n (without the f[i] factor when f is null); returns the
   // largest result, NaN if any result is NaN, -inf when n is 0.
   float (*scale_max)(float* x, const float* f, float c, std::size_t n);
@@ -98,12 +110,10 @@ struct GemmKernels {
   GemmFn<std::uint16_t, std::uint16_t> bf16_nn;
   void (*zip_rows_bf16)(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t n, std::uint16_t* dst);
   void (*to_bf16_scaled)(const float* x, const float* f, std::uint16_t* dst, std::size_t n);
-  // Where bf16_dot is true (null elsewhere), the pieces of a block-scaled projection into pair-major
-  // rows (MLA's K, whose pairs run along the reduction of the scores):
+  // Where bf16_dot is true (null elsewhere), the same pieces on the pair dot:
   // bf16_nn_scaled is bf16_nn with a scale per row of A and per column of B on each tile's sum:
   //   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + (rs[i] * cs[j]) * sum_q pair dots,
-  //   the scale product rounded to f32, then one fused multiply-add (|err| of the sum as bf16_nn,
-  //   plus 2 * 2^-24 |scaled sum| and the add's rounding).
+  //   the scale product rounded to f32, then one fused multiply-add.
   // pack_pairs_bf16 rounds f32 rows into pair-major words, the rows along each pair row:
   //   dst[2 (p*ldd + i) + e] = bf16(x[i*ldx + 2p + e]) for i < rows, 2p + e < n (a missing last
   //   element 0), rounded as mlakit::f32_to_bf16 (to nearest even, subnormals kept, NaN quieted).

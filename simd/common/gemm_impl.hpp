@@ -628,11 +628,11 @@ void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32
 // ---- attention over gathered rows: P·V, the scaled row maximum, the shifted exponentials ------
 // NN register tile: kNnR rows of A (each element broadcast) x kNnC vectors of B row p; the
 // accumulators, the broadcasts and one B vector fit the register file (avx512 24+6+1 of 32,
-// avx2 9+3+1 of 16).
+// avx2 12+3+1 of 16; 3 x 3 was 10-15 % slower here).
 #if defined(MLAKIT_SIMD_LEVEL_generic)
 constexpr std::size_t kNnR = 2, kNnC = 2;
 #elif defined(MLAKIT_SIMD_LEVEL_avx2)
-constexpr std::size_t kNnR = 3, kNnC = 3;
+constexpr std::size_t kNnR = 3, kNnC = 4;
 #else
 constexpr std::size_t kNnR = 6, kNnC = 4;
 #endif
@@ -781,6 +781,55 @@ void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size
   nn_blocks<TA, TB>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate});
 }
 
+void f32_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* b,
+                   std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate) {
+  nn_blocks<float, float>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
+}
+
+// Column j of kLanes rows of x as the lanes of a vector (rows past the last valid one read row 0
+// again): a gather where the level has one.
+class ColumnReader {
+ public:
+  ColumnReader(const float* x, std::size_t ldx, std::size_t lanes) : x_(reinterpret_cast<const std::uint32_t*>(x)) {
+    for (std::size_t i = 0; i < kLanes; ++i) offsets_[i] = static_cast<std::int32_t>((i < lanes ? i : 0) * ldx);
+    idx_ = iload(offsets_);
+  }
+  I operator()(std::size_t j) const {
+#if defined(MLAKIT_SIMD_LEVEL_generic)
+    alignas(64) std::int32_t v[kLanes];
+    for (std::size_t i = 0; i < kLanes; ++i) std::memcpy(&v[i], x_ + offsets_[i] + j, sizeof v[i]);
+    return iload(v);
+#else
+    return igather(x_ + j, idx_);
+#endif
+  }
+
+ private:
+  const std::uint32_t* x_;
+  alignas(64) std::int32_t offsets_[kLanes];
+  I idx_;
+};
+
+// f(column reader, first row, rows in this vector) for each kLanes rows of x.
+template <class Fn>
+void for_row_lanes(const float* x, std::size_t ldx, std::size_t rows, Fn&& f) {
+  for (std::size_t i0 = 0; i0 < rows; i0 += kLanes) {
+    const std::size_t lanes = rows - i0 < kLanes ? rows - i0 : kLanes;
+    f(ColumnReader(x + i0 * ldx, ldx, lanes), i0, lanes);
+  }
+}
+
+void transpose_bf16(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
+                    std::size_t ldd) {
+  for_row_lanes(x, ldx, rows, [&](const ColumnReader& col, std::size_t i0, std::size_t lanes) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const I r = bf16_round_bits(col(j));
+      if (lanes == kLanes) istore_u16(dst + j * ldd + i0, r);
+      else istore_u16_n(dst + j * ldd + i0, r, lanes);
+    }
+  });
+}
+
 // To nearest even, as mlakit::f32_to_bf16.
 void round_bf16(const float* x, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;
@@ -890,24 +939,17 @@ void bf16_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const std::uint
   nn_blocks<std::uint16_t, std::uint16_t>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
 }
 
-// 16 rows per vector, gathered pair by pair: the rows are the lanes of the output.
 void pack_pairs_bf16(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
                      std::size_t ldd) {
-  const auto* words = reinterpret_cast<const std::uint32_t*>(x);
   auto* out = reinterpret_cast<std::int32_t*>(dst);
-  for (std::size_t i0 = 0; i0 < rows; i0 += kLanes) {
-    const std::size_t lanes = rows - i0 < kLanes ? rows - i0 : kLanes;
-    alignas(64) std::int32_t offsets[kLanes];
-    for (std::size_t i = 0; i < kLanes; ++i) offsets[i] = static_cast<std::int32_t>((i < lanes ? i : 0) * ldx);
-    const I idx = iload(offsets);
-    const std::uint32_t* row0 = words + i0 * ldx;
+  for_row_lanes(x, ldx, rows, [&](const ColumnReader& col, std::size_t i0, std::size_t lanes) {
     for (std::size_t p = 0; 2 * p < n; ++p) {
-      const I lo = bf16_round_bits(igather(row0 + 2 * p, idx));
-      const I hi = 2 * p + 1 < n ? shl<16>(bf16_round_bits(igather(row0 + 2 * p + 1, idx))) : isplat(0);
+      const I lo = bf16_round_bits(col(2 * p));
+      const I hi = 2 * p + 1 < n ? shl<16>(bf16_round_bits(col(2 * p + 1))) : isplat(0);
       if (lanes == kLanes) istore(out + p * ldd + i0, lo | hi);
       else istore_n(out + p * ldd + i0, lo | hi, lanes);
     }
-  }
+  });
 }
 
 void to_bf16_scaled(const float* x, const float* f, std::uint16_t* dst, std::size_t n) {
@@ -945,6 +987,8 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_nn<float, float>,
                      &gemm_nn<float, std::uint16_t>,
                      &round_bf16,
+                     &f32_nn_scaled,
+                     &transpose_bf16,
                      &scale_max,
                      &exp_sum,
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)

@@ -652,85 +652,105 @@ TEST_P(Gemm, Bf16NnPiecesMatchTheirDefinitions) {
         }
 }
 
-// bf16_nn_scaled: bf16_nn's sums (its bits, from zero) times rs[i]·cs[j], then added to C with one
-// fused multiply-add: bit for bit, every shape around the tile, scales of every magnitude, NaN
-// in a scale reaching only its row or column, nothing written outside the tile.
-TEST_P(Gemm, Bf16NnScaledAppliesRowAndColumnScalesToEachSum) {
+// f32_nn_scaled (every level) and bf16_nn_scaled (pair dot levels): the plain tile's sums (its
+// bits, from zero) times rs[i]·cs[j], then added to C with one fused multiply-add (generic: a
+// product and a sum): bit for bit,
+// every shape around the tile, scales of every magnitude, NaN in a scale reaching only its row or
+// column, nothing written outside the tile.
+TEST_P(Gemm, NnScaledAppliesRowAndColumnScalesToEachSum) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   const simd::GemmKernels& t = table();
-  if (!t.bf16_dot) GTEST_SKIP() << "no bf16 dot at this level (null, checked above)";
   constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
   Rng rng(47);
   std::size_t seed = 0;
-  for (std::size_t m : {1, 5, 6, 7, 13})
-    for (std::size_t n : {1, 15, 16, 17, 64, 65, 100})
-      for (std::size_t k : {0, 1, 2, 63, 128})
-        for (bool acc : {false, true}) {
-          ++seed;
-          const std::size_t lda = k + 1 + seed % 3, kp = (k + 1) / 2, ldz = 2 * n + 2 * (seed % 3), ldc = n + 1;
-          std::vector<std::uint16_t> a(m * lda + 2), z(kp * ldz + 64);
-          for (auto& v : a) v = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
-          for (auto& v : z) v = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
-          std::vector<float> rs(m + 1), cs(n + 1);
-          for (auto& v : rs) v = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.below(40)) - 20);
-          for (auto& v : cs) v = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.below(40)) - 20);
-          if (seed % 5 == 0) rs[1 + (seed / 5) % m] = std::numeric_limits<float>::quiet_NaN();
-          if (seed % 7 == 0) cs[1 + (seed / 7) % n] = std::numeric_limits<float>::quiet_NaN();
-          std::vector<float> c(m * ldc + 4, float_of(kGuard));
-          for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t j = 0; j < n; ++j) c[1 + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
-          const std::vector<float> c0 = c;
-          std::vector<float> sums(m * ldc + 4, float_of(kGuard));
-          t.bf16_nn(m, n, k, a.data() + 1, lda, z.data(), ldz, sums.data() + 1, ldc, false);
-          t.bf16_nn_scaled(m, n, k, a.data() + 1, lda, z.data(), ldz, rs.data() + 1, cs.data() + 1, c.data() + 1, ldc,
-                           acc);
-          for (std::size_t e = 0; e < c.size(); ++e) {
-            const bool inside = e >= 1 && (e - 1) / ldc < m && (e - 1) % ldc < n;
-            if (!inside) {
-              ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n;
-              continue;
+  const bool fused = GetParam() != Isa::generic;
+  for (bool pairs : {false, true}) {
+    if (pairs && !t.bf16_dot) continue;  // null there (checked with the other pair pieces)
+    for (std::size_t m : {1, 5, 6, 7, 13})
+      for (std::size_t n : {1, 15, 16, 17, 64, 65, 100})
+        for (std::size_t k : {0, 1, 2, 63, 128})
+          for (bool acc : {false, true}) {
+            ++seed;
+            const std::size_t lda = k + 1 + seed % 3, kp = pairs ? (k + 1) / 2 : k;
+            const std::size_t ldb = (pairs ? 2 : 1) * n + 2 * (seed % 3), ldc = n + 1;
+            std::vector<std::uint16_t> a16(m * lda + 2), b16(kp * ldb + 64);
+            std::vector<float> a32(a16.size()), b32(b16.size());
+            for (std::size_t e = 0; e < a16.size(); ++e) a32[e] = bf16_to_f32(a16[e] = f32_to_bf16(rng.uniform(-2.0f, 2.0f)));
+            for (std::size_t e = 0; e < b16.size(); ++e) b32[e] = bf16_to_f32(b16[e] = f32_to_bf16(rng.uniform(-2.0f, 2.0f)));
+            std::vector<float> rs(m + 1), cs(n + 1);
+            for (auto& v : rs) v = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.below(40)) - 20);
+            for (auto& v : cs) v = std::ldexp(rng.uniform(1.0f, 2.0f), static_cast<int>(rng.below(40)) - 20);
+            if (seed % 5 == 0) rs[1 + (seed / 5) % m] = std::numeric_limits<float>::quiet_NaN();
+            if (seed % 7 == 0) cs[1 + (seed / 7) % n] = std::numeric_limits<float>::quiet_NaN();
+            std::vector<float> c(m * ldc + 4, float_of(kGuard));
+            for (std::size_t i = 0; i < m; ++i)
+              for (std::size_t j = 0; j < n; ++j) c[1 + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+            const std::vector<float> c0 = c;
+            std::vector<float> sums(m * ldc + 4, float_of(kGuard));
+            if (pairs) {
+              t.bf16_nn(m, n, k, a16.data() + 1, lda, b16.data(), ldb, sums.data() + 1, ldc, false);
+              t.bf16_nn_scaled(m, n, k, a16.data() + 1, lda, b16.data(), ldb, rs.data() + 1, cs.data() + 1,
+                               c.data() + 1, ldc, acc);
+            } else {
+              t.f32_nn(m, n, k, a32.data() + 1, lda, b32.data(), ldb, sums.data() + 1, ldc, false);
+              t.f32_nn_scaled(m, n, k, a32.data() + 1, lda, b32.data(), ldb, rs.data() + 1, cs.data() + 1, c.data() + 1,
+                              ldc, acc);
             }
-            const std::size_t i = (e - 1) / ldc, j = (e - 1) % ldc;
-            const float f = rs[1 + i] * cs[1 + j];
-            const float want = acc ? std::fma(f, sums[e], c0[e]) : f * sums[e];
-            if (std::isnan(want)) ASSERT_TRUE(std::isnan(c[e])) << "m=" << m << " n=" << n << " at (" << i << "," << j << ")";
-            else ASSERT_EQ(bits_of(c[e]), bits_of(want)) << "m=" << m << " n=" << n << " k=" << k << " at (" << i << "," << j << ")";
+            for (std::size_t e = 0; e < c.size(); ++e) {
+              const bool inside = e >= 1 && (e - 1) / ldc < m && (e - 1) % ldc < n;
+              if (!inside) {
+                ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n;
+                continue;
+              }
+              const std::size_t i = (e - 1) / ldc, j = (e - 1) % ldc;
+              const float f = rs[1 + i] * cs[1 + j];
+              // generic has no fused multiply-add: a product and a sum.
+              const float want = !acc ? f * sums[e] : fused ? std::fma(f, sums[e], c0[e]) : f * sums[e] + c0[e];
+              if (std::isnan(want)) ASSERT_TRUE(std::isnan(c[e])) << "m=" << m << " n=" << n << " at (" << i << "," << j << ")";
+              else
+                ASSERT_EQ(bits_of(c[e]), bits_of(want))
+                    << (pairs ? "bf16" : "f32") << " m=" << m << " n=" << n << " k=" << k << " at (" << i << "," << j << ")";
+            }
           }
-        }
+  }
 }
 
-// pack_pairs_bf16 word by word against mlakit::f32_to_bf16 of its source element: rows around
-// the vector width, odd and even widths (a missing last element 0), padded strides, values of
-// every kind (ties, subnormals, NaN payloads); nothing of dst written outside the pairs x rows.
-TEST_P(Gemm, PackPairsBf16RoundsEveryElementIntoItsPairRow) {
+// transpose_bf16 (every level) and pack_pairs_bf16 (pair dot levels) element by element against
+// mlakit::f32_to_bf16 of the source: rows around the vector width, odd and even widths (a pair's
+// missing last element 0), padded strides, values of every kind (ties, subnormals, NaN payloads);
+// nothing of dst written outside the columns (pairs) x rows.
+TEST_P(Gemm, TransposeAndPackRoundEveryElementIntoItsRow) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   const simd::GemmKernels& t = table();
-  if (!t.bf16_dot) GTEST_SKIP() << "no bf16 dot at this level (null, checked above)";
   Rng rng(53);
-  for (std::size_t rows : {1, 7, 15, 16, 17, 33, 64})
-    for (std::size_t n : {1, 2, 3, 32, 33, 128}) {
-      const std::size_t ldx = n + rows % 3, pairs = (n + 1) / 2, ldd = rows + 1 + rows % 2;
-      std::vector<float> x(rows * ldx + 1);
-      for (std::size_t e = 0; e < x.size(); ++e) {
-        std::uint32_t u = static_cast<std::uint32_t>(rng.below(65536)) << 16 | static_cast<std::uint32_t>(rng.below(65536));
-        if (e % 3 == 1) u = (u & 0xFFFF0000u) | 0x8000u;
-        if (e % 11 == 2) u &= 0x807FFFFFu;
-        if (e % 13 == 3) u = (u & 0x807FFFFFu) | 0x7F800000u;
-        x[e] = float_of(u);
-      }
-      std::vector<std::uint16_t> d(2 * (pairs * ldd + 2), 0xA5A5);
-      t.pack_pairs_bf16(x.data() + 1, ldx, rows, n, d.data() + 2, ldd);
-      for (std::size_t w = 0; w < d.size(); ++w) {
-        const std::size_t word = w / 2, e = w % 2;
-        if (word == 0 || word > pairs * ldd || (word - 1) % ldd >= rows) {
-          ASSERT_EQ(d[w], 0xA5A5) << "wrote outside at " << w << ", rows=" << rows << " n=" << n;
-          continue;
+  for (std::size_t width : {1, 2}) {
+    if (width == 2 && !t.bf16_dot) continue;  // null there (checked with the other pair pieces)
+    for (std::size_t rows : {1, 7, 15, 16, 17, 33, 64})
+      for (std::size_t n : {1, 2, 3, 32, 33, 128}) {
+        const std::size_t ldx = n + rows % 3, slots = (n + width - 1) / width, ldd = rows + 1 + rows % 2;
+        std::vector<float> x(rows * ldx + 1);
+        for (std::size_t e = 0; e < x.size(); ++e) {
+          std::uint32_t u = static_cast<std::uint32_t>(rng.below(65536)) << 16 | static_cast<std::uint32_t>(rng.below(65536));
+          if (e % 3 == 1) u = (u & 0xFFFF0000u) | 0x8000u;
+          if (e % 11 == 2) u &= 0x807FFFFFu;
+          if (e % 13 == 3) u = (u & 0x807FFFFFu) | 0x7F800000u;
+          x[e] = float_of(u);
         }
-        const std::size_t p = (word - 1) / ldd, i = (word - 1) % ldd, col = 2 * p + e;
-        const std::uint16_t want = col < n ? f32_to_bf16(x[1 + i * ldx + col]) : 0;
-        ASSERT_EQ(d[w], want) << "rows=" << rows << " n=" << n << " pair " << p << " row " << i << " e " << e;
+        std::vector<std::uint16_t> d(width * (slots * ldd + 2), 0xA5A5);
+        if (width == 2) t.pack_pairs_bf16(x.data() + 1, ldx, rows, n, d.data() + 2, ldd);
+        else t.transpose_bf16(x.data() + 1, ldx, rows, n, d.data() + 1, ldd);
+        for (std::size_t w = 0; w < d.size(); ++w) {
+          const std::size_t slot = w / width, e = w % width;
+          if (slot == 0 || slot > slots * ldd || (slot - 1) % ldd >= rows) {
+            ASSERT_EQ(d[w], 0xA5A5) << "wrote outside at " << w << ", width " << width << " rows=" << rows << " n=" << n;
+            continue;
+          }
+          const std::size_t j = (slot - 1) / ldd, i = (slot - 1) % ldd, col = width * j + e;
+          const std::uint16_t want = col < n ? f32_to_bf16(x[1 + i * ldx + col]) : 0;
+          ASSERT_EQ(d[w], want) << "width " << width << " rows=" << rows << " n=" << n << " column " << j << " row " << i;
+        }
       }
-    }
+  }
 }
 
 // Block-scaled bf16 x fp8 (the bf16 dot levels): against the exact scaled sums within the derived
