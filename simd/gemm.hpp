@@ -90,7 +90,8 @@ struct GemmKernels {
   //   multiply-add (on generic, which has none, a product and a sum). (bf16_nn_scaled below is
   //   the same on the pair dot.)
   // transpose_bf16 rounds f32 rows into columns: dst[j*ldd + i] = bf16(x[i*ldx + j]) for i < rows,
-  //   j < n, rounded as round_bf16; nothing else of dst is written.
+  //   j < n, rounded as round_bf16; nothing else of dst is written. (Sixteen rows are read as the
+  //   lanes of a gather: 16·ldx must stay below 2^31.)
   void (*f32_nn_scaled)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* b,
                         std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate);
   void (*transpose_bf16)(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
@@ -117,7 +118,7 @@ struct GemmKernels {
   // pack_pairs_bf16 rounds f32 rows into pair-major words, the rows along each pair row:
   //   dst[2 (p*ldd + i) + e] = bf16(x[i*ldx + 2p + e]) for i < rows, 2p + e < n (a missing last
   //   element 0), rounded as mlakit::f32_to_bf16 (to nearest even, subnormals kept, NaN quieted).
-  //   Nothing else of dst is written.
+  //   Nothing else of dst is written; 16·ldx below 2^31 as for transpose_bf16.
   void (*bf16_nn_scaled)(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
                          const std::uint16_t* b, std::size_t ldb, const float* rs, const float* cs, float* c,
                          std::size_t ldc, bool accumulate);
