@@ -42,11 +42,7 @@ struct Plan {
 
 // Chunk buffers belong to the calling thread (never to a worker's scratch slots, which tasks of
 // other calls running on this thread may reuse).
-float* chunk_buffer(std::size_t floats) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < floats) buf.resize(floats);
-  return buf.data();
-}
+float* chunk_buffer(std::size_t floats) { return call_buffer_of<float>(floats, 0); }
 
 // Keys [j0, j0 + nk) of sequence b: K rows decoded to f32 (stride D) and their scales, one page
 // run at a time.

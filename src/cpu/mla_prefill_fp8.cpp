@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -81,14 +80,16 @@ struct KLayout {
 
 // The attended buffer rows of one sequence, quantized: the codes [rows x latent] widened exactly to
 // the KV GEMM's A (bf16 for the pair dot, else f32), scales [groups x rows] (a group's scales of
-// consecutive rows side by side: the row scales of the GEMM's epilogue), and the rope parts.
+// consecutive rows side by side: the row scales of the GEMM's epilogue), and the rope parts. All
+// in the calling thread's call buffers, as are K, V and the laid-out weights.
 struct Quantized {
-  std::vector<std::uint16_t> xb;
-  std::vector<float> xf;
-  std::vector<float> sa;
+  std::uint16_t* xb;
+  float* xf;
+  float* sa;
   KeyRows rope;
-  std::vector<std::uint16_t> rope_rows;
+  std::uint16_t* rope_rows;
 };
+enum CallSlot { kSlotK, kSlotV, kSlotWeights, kSlotCodes, kSlotScales, kSlotRope };
 
 // Steps 1-2 on every new token, in place.
 void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
@@ -164,12 +165,12 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
   for (std::size_t gi = 0; gi < s.groups; ++gi) {
     const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
     for (std::size_t n = 0; n < cols; ++n) ws[n] = w_scale[((n0 + n) / s.bn) * s.groups + gi];
-    const float* sa = qz.sa.data() + gi * rows + r0;
+    const float* sa = qz.sa + gi * rows + r0;
     if (pair_gemm)
-      g.bf16_nn_scaled(m, cols, kn, qz.xb.data() + r0 * s.latent + k0, s.latent,
+      g.bf16_nn_scaled(m, cols, kn, qz.xb + r0 * s.latent + k0, s.latent,
                        static_cast<const std::uint16_t*>(wzf) + k0 * cols, 2 * cols, sa, ws, acc, cols, gi > 0);
     else
-      g.f32_nn_scaled(m, cols, kn, qz.xf.data() + r0 * s.latent + k0, s.latent, static_cast<const float*>(wzf) + k0 * cols,
+      g.f32_nn_scaled(m, cols, kn, qz.xf + r0 * s.latent + k0, s.latent, static_cast<const float*>(wzf) + k0 * cols,
                       cols, sa, ws, acc, cols, gi > 0);
   }
   std::uint16_t* kh = k + hl * kl.head_words;
@@ -215,7 +216,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, 
     // One chain per score over the nope part, then on over the rope part (the second call starts
     // from the first's exact f32 sums).
     const std::uint16_t* kn = kh + kl.nope.at(0, j0);
-    const std::uint16_t* kr = qz.rope_rows.data() + qz.rope.at(0, j0);
+    const std::uint16_t* kr = qz.rope_rows + qz.rope.at(0, j0);
     if (pairs) {
       g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, sbuf, kKeyChunk, false);
       g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, sbuf, kKeyChunk, true);
@@ -285,13 +286,14 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   const auto* w_scale = a.kv_b_proj_scale.as<const float>();
   auto* out = a.output.as<std::uint16_t>();
 
-  Quantized qz;
+  Quantized qz{};
   qz.rope = KeyRows{pairs ? (s.rope + 1) / 2 : s.rope, pairs ? 2u : 1u};
   KLayout kl{};
   kl.nope = KeyRows{pairs ? (s.nope + 1) / 2 : s.nope, pairs ? 2u : 1u};
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
-  std::vector<std::byte> wz;
+  std::byte* wz = nullptr;
+  bool wz_valid = false;
   std::size_t wz_h0 = 0, wz_hn = 0;
   for (std::size_t b = 0; b < B; ++b) {
     const std::size_t first_t = iro[b], seq_len = iro[b + 1] - first_t;
@@ -306,10 +308,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     };
 
     // Steps 3-4.
-    qz.sa.resize(rows * s.groups);
-    qz.xb.resize(pair_gemm ? rows * s.latent : 0);
-    qz.xf.resize(pair_gemm ? 0 : rows * s.latent);
-    qz.rope_rows.resize(qz.rope.words(rows));
+    qz.sa = call_buffer_of<float>(rows * s.groups, kSlotScales);
+    if (pair_gemm) qz.xb = call_buffer_of<std::uint16_t>(rows * s.latent, kSlotCodes);
+    else qz.xf = call_buffer_of<float>(rows * s.latent, kSlotCodes);
+    qz.rope_rows = call_buffer_of<std::uint16_t>(qz.rope.words(rows), kSlotRope);
     parallel_for_tiles(rows, kRowTile, [&](std::size_t r0, std::size_t r1) {
       auto* codes = static_cast<std::uint8_t*>(thread_scratch(s.latent, 0));
       for (std::size_t j = r0; j < r1; ++j) {
@@ -322,8 +324,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
           fq.encode_bf16(row + k0, kn, quant::group_inverse(sa), codes + k0);
           qz.sa[gi * rows + j] = sa;
         }
-        if (pair_gemm) dec.to_bf16(codes, qz.xb.data() + j * s.latent, s.latent);
-        else dec.to_f32(codes, qz.xf.data() + j * s.latent, s.latent);
+        if (pair_gemm) dec.to_bf16(codes, qz.xb + j * s.latent, s.latent);
+        else dec.to_f32(codes, qz.xf + j * s.latent, s.latent);
         for (std::size_t e = 0; e < s.rope; ++e) qz.rope_rows[qz.rope.at(e / qz.rope.width, j) + e % qz.rope.width] = row[s.latent + e];
         if (qz.rope.width == 2 && s.rope % 2) qz.rope_rows[qz.rope.at(s.rope / 2, j) + 1] = 0;
       }
@@ -335,16 +337,17 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     const std::size_t head_bytes =
         (kl.head_words + std::max<std::size_t>(1, rows) * s.v) * sizeof(std::uint16_t) + wz_bytes;
     const std::size_t hg = items_within_budget(head_bytes, s.H);
-    const auto k = std::make_unique_for_overwrite<std::uint16_t[]>(hg * kl.head_words);
-    const auto v = std::make_unique_for_overwrite<std::uint16_t[]>(hg * std::max<std::size_t>(1, rows) * s.v);
+    std::uint16_t* const k = call_buffer_of<std::uint16_t>(hg * kl.head_words, kSlotK);
+    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * std::max<std::size_t>(1, rows) * s.v, kSlotV);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
-      if (rows > 0 && (wz.empty() || wz_h0 != h0 || wz_hn != hn)) {
-        wz.resize(hn * wz_bytes);
+      if (rows > 0 && (!wz_valid || wz_h0 != h0 || wz_hn != hn)) {
+        wz = call_buffer_of<std::byte>(hn * wz_bytes, kSlotWeights);
+        wz_valid = true;
         parallel_for_tiles(hn, 1, [&](std::size_t hb, std::size_t he) {
           for (std::size_t hl = hb; hl < he; ++hl) {
-            if (pair_gemm) zip_weights(s, dec, w, h0 + hl, reinterpret_cast<std::uint16_t*>(wz.data() + hl * wz_bytes));
-            else zip_weights(s, dec, w, h0 + hl, reinterpret_cast<float*>(wz.data() + hl * wz_bytes));
+            if (pair_gemm) zip_weights(s, dec, w, h0 + hl, reinterpret_cast<std::uint16_t*>(wz + hl * wz_bytes));
+            else zip_weights(s, dec, w, h0 + hl, reinterpret_cast<float*>(wz + hl * wz_bytes));
           }
         });
         wz_h0 = h0;
@@ -354,15 +357,15 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       parallel_for_tiles(row_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / row_tiles, r0 = (t % row_tiles) * kRowTile;
-          project(s, g, qz, pair_gemm, wz.data() + hl * wz_bytes, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile),
-                  kl, k.get(), v.get());
+          project(s, g, qz, pair_gemm, wz + hl * wz_bytes, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile),
+                  kl, k, v);
         }
       });
       const std::size_t q_tiles = num_tiles(seq_len, kQueryTile);
       parallel_for_tiles(q_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / q_tiles, i0 = (t % q_tiles) * kQueryTile;
-          attend(s, g, q, h0 + hl, hl, kl, k.get(), qz, v.get(), first_t, i0, std::min(seq_len, i0 + kQueryTile),
+          attend(s, g, q, h0 + hl, hl, kl, k, qz, v, first_t, i0, std::min(seq_len, i0 + kQueryTile),
                  d.scale, visible, out);
         }
       });

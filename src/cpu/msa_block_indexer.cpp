@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "cpu/common/kernels.hpp"
@@ -206,12 +205,12 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
       s_floats += sf;
       ++t1;
     }
-    const auto packed = std::make_unique_for_overwrite<unsigned char[]>(q_bytes);
-    const auto scores = std::make_unique_for_overwrite<float[]>(s_floats);
+    unsigned char* const packed = call_buffer_of<unsigned char>(q_bytes, 0);
+    float* const scores = call_buffer_of<float>(s_floats, 1);
 
     parallel_for_each(t1 - t0, [&](std::size_t i) {
       const QueryTile& qt = tiles[t0 + i];
-      p.bs->pack_q(q + qt.row0 * dim, qt.rows, dim, dim, packed.get() + qt.q_at);
+      p.bs->pack_q(q + qt.row0 * dim, qt.rows, dim, dim, packed + qt.q_at);
     });
 
     // Work tiles: each query tile's blocks in ranges of about kGroupBlocks / groups blocks.
@@ -226,12 +225,12 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
     parallel_for_each(work.size(), [&](std::size_t i) {
       const WorkTile& w = work[i];
       const QueryTile& qt = tiles[w.tile];
-      score_tile(p, qt, w.c0, w.c1, packed.get() + qt.q_at, scores.get() + qt.s_at);
+      score_tile(p, qt, w.c0, w.c1, packed + qt.q_at, scores + qt.s_at);
     });
 
     parallel_for_each(t1 - t0, [&](std::size_t i) {
       const QueryTile& qt = tiles[t0 + i];
-      select_tile(p, qt, scores.get() + qt.s_at);
+      select_tile(p, qt, scores + qt.s_at);
     });
     t0 = t1;
   }

@@ -1,8 +1,10 @@
-// Scheduling helpers: fixed tiles independent of the thread count, thread control, workspace budget.
+// Scheduling helpers: fixed tiles independent of the thread count, thread control, workspace budget,
+// per-thread scratch and call buffers.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "cpu/common/parallel.hpp"
@@ -115,6 +117,38 @@ TEST(Parallel, ThreadScratchIsAlignedAndReused) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 64, 0u);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
+}
+
+// Call buffers: aligned, one per slot, reused while big enough (a call's second use of a slot sees
+// the first's contents), each thread its own, and usable again after release.
+TEST(Parallel, CallBuffersAreAlignedPerSlotReusedAndPerThread) {
+  auto* a = cpu::call_buffer_of<std::uint32_t>(1000, 0);
+  auto* c = cpu::call_buffer_of<std::uint32_t>(1000, 7);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c) % 64, 0u);
+  EXPECT_NE(a, c);
+  for (std::uint32_t i = 0; i < 1000; ++i) a[i] = i * 2654435761u;
+  auto* b = cpu::call_buffer_of<std::uint32_t>(500, 0);
+  EXPECT_EQ(a, b);
+  for (std::uint32_t i = 0; i < 500; ++i) ASSERT_EQ(b[i], i * 2654435761u);
+  // Growing gives memory of the new size (written end to end here).
+  auto* big = cpu::call_buffer_of<std::uint32_t>(1 << 20, 0);
+  for (std::uint32_t i = 0; i < (1u << 20); ++i) big[i] = i;
+  EXPECT_EQ(big[(1 << 20) - 1], (1u << 20) - 1);
+  // Another thread has its own.
+  std::uint32_t* other = nullptr;
+  std::thread([&] {
+    other = cpu::call_buffer_of<std::uint32_t>(1000, 0);
+    other[0] = 7;
+  }).join();
+  EXPECT_NE(other, big);
+  EXPECT_EQ(big[0], 0u);
+  cpu::release_call_buffers();
+  auto* again = cpu::call_buffer_of<std::uint32_t>(10, 0);
+  ASSERT_NE(again, nullptr);
+  again[9] = 1;
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(again) % 64, 0u);
+  cpu::release_call_buffers();
 }
 
 }  // namespace

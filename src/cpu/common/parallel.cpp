@@ -57,14 +57,26 @@ std::size_t default_budget() {
   return static_cast<std::size_t>(mb) << 20;
 }
 
-struct ThreadScratch {
-  void* p[4] = {};
-  std::size_t size[4] = {};
-  ~ThreadScratch() {
-    for (void* q : p)
-      if (q) ::operator delete(q, std::align_val_t(64));
+template <int N>
+struct ThreadBuffers {
+  void* p[N] = {};
+  std::size_t size[N] = {};
+  void release() {
+    for (int i = 0; i < N; ++i) {
+      if (p[i]) ::operator delete(p[i], std::align_val_t(64));
+      p[i] = nullptr;
+      size[i] = 0;
+    }
   }
+  ~ThreadBuffers() { release(); }
 };
+using ThreadScratch = ThreadBuffers<4>;
+using CallBuffers = ThreadBuffers<8>;
+
+CallBuffers& call_buffers() {
+  thread_local CallBuffers b;
+  return b;
+}
 
 }  // namespace
 
@@ -117,6 +129,20 @@ std::size_t items_within_budget(std::size_t bytes_per_item, std::size_t total, s
   if (n > total) n = total;
   return n;
 }
+
+void* call_buffer(std::size_t bytes, int slot) {
+  CallBuffers& b = call_buffers();
+  if (slot < 0 || slot > 7) slot = 0;
+  if (b.size[slot] < bytes || !b.p[slot]) {
+    if (b.p[slot]) ::operator delete(b.p[slot], std::align_val_t(64));
+    const std::size_t size = (bytes + 4095) / 4096 * 4096 + 4096;  // at least one page, never null
+    b.p[slot] = ::operator new(size, std::align_val_t(64));
+    b.size[slot] = size;
+  }
+  return b.p[slot];
+}
+
+void release_call_buffers() { call_buffers().release(); }
 
 void* thread_scratch(std::size_t bytes, int slot) {
   thread_local ThreadScratch ts;
