@@ -14,9 +14,9 @@
 //                      once per call where the level has it and bk is even, else on f32 FMA
 //                      against weights widened to f32 (both exact). K's nope part is stored as the
 //                      B of the scores' NN tile (pairs or single elements of the reduction by rows
-//                      of 64 keys); its rope part, the same for every head, once per sequence.
+//                      of 128 keys); its rope part, the same for every head, once per sequence.
 //                      V rows are kept in bf16, which is what the spec's rounding leaves of them
-//   attention          per (head, 64-query tile): 64-key chunks up to the tile's last visible key,
+//   attention          per (head, 64-query tile): 128-key chunks up to the tile's last visible key,
 //                      scores on the NN tile (bf16 pairs, or f32 FMA over the widened queries),
 //                      over the nope part and then on in the same chains over the rope part;
 //                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
@@ -48,7 +48,7 @@ namespace {
 
 constexpr std::size_t kRowTile = 128;   // buffer rows per KV task (each call widens its weight block once)
 constexpr std::size_t kQueryTile = 64;  // queries per attention task
-constexpr std::size_t kKeyChunk = 64;   // keys per attention step
+constexpr std::size_t kKeyChunk = 128;  // keys per attention step
 static_assert(kRowTile % kKeyChunk == 0, "a KV task's rows are whole key chunks");
 
 struct Shape {
