@@ -23,7 +23,9 @@
 // * The cpu back-end computes steps 1-2 with the reference's f64 arithmetic (the same bf16 values,
 //   bit for bit, in simd kernels over the new tokens in parallel), keeps the
 //   softmax weights in f32 (nothing here allows rounding them) and accumulates in f32 in a fixed
-//   order: its results depend neither on the thread count nor on the workspace budget.
+//   order: its results depend neither on the thread count nor on the workspace budget. The call's
+//   keys, values and laid-out weights live in buffers that the calling thread keeps for its next
+//   calls (their size follows MLAKIT_WORKSPACE_MB: head groups are sized to fit it).
 #pragma once
 
 #include <cstdint>
