@@ -220,6 +220,24 @@ void register_gemm(Isa level) {
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m64n64k192/" + lv, level, g->bf16_nn, true, 64, 64, 192, 128);
   gemm_case<float, float>("gemm/f32_nn_m64n128k64/" + lv, level, g->f32_nn, false, 64, 128, 64, 128);
   gemm_case<float, std::uint16_t>("gemm/f32_bf16_nn_m64n128k64/" + lv, level, g->f32_bf16_nn, false, 64, 128, 64, 128);
+  // MLA prefill's K store: 128 projected rows (256 columns) -> their 128 nope columns as the B of
+  // the scores' NN tile, in chunks of 128 keys. GB/s of f32 read and bf16 written.
+  for (const bool pairs : {false, true}) {
+    const auto fn = pairs ? g->pack_pairs_bf16 : g->transpose_bf16;
+    if (!fn) continue;
+    add(std::string("gemm/") + (pairs ? "pack_pairs_bf16" : "transpose_bf16") + "_r128n128/" + lv, level,
+        [=](benchmark::State& st) {
+          const auto x = random_operand<float>(128 * 256, 1);
+          std::vector<std::uint16_t> d(128 * 128);
+          for (auto _ : st) {
+            fn(x.data(), 256, 128, 128, d.data(), pairs ? 128 : 128);
+            benchmark::DoNotOptimize(d.data());
+            benchmark::ClobberMemory();
+          }
+          st.counters["gbps"] = benchmark::Counter(128.0 * 128 * 6 * static_cast<double>(st.iterations()),
+                                                   benchmark::Counter::kIsRate);
+        });
+  }
   register_int4(level);
 }
 
