@@ -153,7 +153,8 @@ void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::u
 
 // Steps 5-6 for head h and buffer rows [r0, r1): K's nope part (bf16, laid out as kl.nope) and V
 // (bf16 rows) of the head. Each bk group's product is scaled by sa · w_scale in the NN tile's
-// epilogue: on the pair dot against wz (bf16 pairs) where pair_gemm, else on f32 FMA against wf.
+// epilogue, against the head's laid-out weights wzf: bf16 pairs on the pair dot where pair_gemm,
+// else f32 on FMA.
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bool pair_gemm, const void* wzf,
              const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, const KLayout& kl,
              std::uint16_t* k, std::uint16_t* v) {
@@ -188,8 +189,7 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
 template <class Visible>
 void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, std::size_t h, std::size_t hl,
             const KLayout& kl, const std::uint16_t* k, const Quantized& qz, const std::uint16_t* v, std::size_t first_t,
-            std::size_t i0,
-            std::size_t i1, float scale, Visible visible, std::uint16_t* out) {
+            std::size_t i0, std::size_t i1, float scale, Visible visible, std::uint16_t* out) {
   const std::size_t mq = i1 - i0;
   const std::uint16_t* kh = k + hl * kl.head_words;
   const std::uint16_t* qt = q + ((first_t + i0) * s.H + h) * s.qk;
