@@ -1,7 +1,8 @@
-// mla_prefill_fp8, cpu back-end: shapes that span several query tiles and key chunks (64), KV row
+// mla_prefill_fp8, cpu back-end: shapes that span several query tiles and key chunks (128), KV row
 // tiles (128), odd reductions (latent, nope + rope) and scale groups and, under a small workspace budget, several head groups, at every ISA level this CPU
 // runs: against the reference, bitwise identical for 1, 2 and 4 threads and under concurrent
-// callers, and the same bits whatever the budget (head groups change nothing but the schedule);
+// callers, and the same bits whatever the budget (head groups change nothing but the schedule) and
+// whatever calls came before on the thread;
 // and steps 1-2 (RoPE, RMSNorm in place) give the reference's bits on every golden case.
 #include <gtest/gtest.h>
 
@@ -31,7 +32,7 @@ std::vector<BigCase> big_cases() {
       {"odd_latent_and_qk",  // latent 81: the last scale group and its last weight pair half empty; qk 23
        {{"num_heads", 2}, {"nope", 15}, {"rope", 8}, {"v", 12}, {"latent", 81}, {"bn", 16}, {"bk", 32},
         {"seq_lens", {70}}, {"cache_lens", {30}}}},
-      {"odd_scale_groups",  // bk 5: pairs would straddle groups, so the KV GEMM stays on the dot tiles
+      {"odd_scale_groups",  // bk 5: pairs would straddle groups, so the KV GEMM runs on f32 FMA
        {{"num_heads", 2}, {"latent", 40}, {"bk", 5}, {"bn", 7}, {"seq_lens", {66}}, {"cache_lens", {4}}}},
   };
 }
@@ -63,6 +64,22 @@ TEST_P(MlaPrefillCpu, HeadGroupsUnderASmallBudgetGiveTheSameBits) {
   const Bundle grouped = run_cpu(driver(), in);
   cpu::set_workspace_budget_bytes(0);
   expect_same_outputs(grouped, whole, "one head at a time");
+}
+
+// The calling thread keeps a call's buffers (K, V, laid-out weights) for its next calls; nothing
+// may carry over: a call on other inputs of the same shapes (other weights in the same buffers)
+// or of other shapes in between, or a release of the buffers, leaves a repeated call's bits as
+// they were.
+TEST_P(MlaPrefillCpu, KeptCallBuffersCarryNothingOver) {
+  IsaCap cap(GetParam().level);
+  const Bundle in = driver().generate(GetParam().c.knobs, 13);
+  const Bundle first = run_cpu(driver(), in);
+  (void)run_cpu(driver(), driver().generate(GetParam().c.knobs, 17));
+  expect_same_outputs(run_cpu(driver(), in), first, "after a call with other weights");
+  (void)run_cpu(driver(), driver().generate(big_cases().front().knobs, 19));
+  expect_same_outputs(run_cpu(driver(), in), first, "after a call of other shapes");
+  release_cpu_call_buffers();
+  expect_same_outputs(run_cpu(driver(), in), first, "after releasing the buffers");
 }
 
 // The rotated q and the rotated and normalized cache rows are the reference's bits (the simd
