@@ -34,9 +34,10 @@ std::string cpu_features();  // space-separated feature names detected and enabl
 std::vector<std::pair<std::string, std::string>> cpu_kernel_choices();
 int cpu_threads();            // threads the cpu back-end uses (MLAKIT_NUM_THREADS or set_cpu_threads)
 void set_cpu_threads(int n);  // n <= 0: every hardware thread
-// The cpu back-end keeps the buffers a call shares among its tasks (up to about the workspace
-// budget, MLAKIT_WORKSPACE_MB) with the calling thread, for its next calls; this frees the calling
-// thread's now (they are freed anyway when the thread exits). Its next call allocates afresh.
+// The cpu back-end keeps the buffers a call shares among its tasks (about the workspace budget,
+// MLAKIT_WORKSPACE_MB, at most; more for MLA prefill windows of many thousand rows) with the
+// calling thread, for its next calls; this frees the calling thread's now (they are freed anyway
+// when the thread exits). Its next call allocates afresh.
 void release_cpu_call_buffers();
 
 struct RunOptions {
