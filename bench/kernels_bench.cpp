@@ -214,8 +214,8 @@ void register_gemm(Isa level) {
   if (g->bf16_nn)
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m128n512k64/" + lv, level, g->bf16_nn, true, 128, 512, 64,
                                             1024);
-  // MLA prefill attention, one 64-query x 64-key step of one head: scores over qk 192 against
-  // pair-major K, and P·V into v 128 accumulated.
+  // MLA prefill attention, 64 queries of one head against 64 keys: scores over qk 192 against
+  // pair-major K, and P·V into v 128 accumulated (f32 or bf16 value rows).
   if (g->bf16_nn)
     gemm_case<std::uint16_t, std::uint16_t>("gemm/bf16_nn_m64n64k192/" + lv, level, g->bf16_nn, true, 64, 64, 192, 128);
   gemm_case<float, float>("gemm/f32_nn_m64n128k64/" + lv, level, g->f32_nn, false, 64, 128, 64, 128);
@@ -230,7 +230,7 @@ void register_gemm(Isa level) {
           const auto x = random_operand<float>(128 * 256, 1);
           std::vector<std::uint16_t> d(128 * 128);
           for (auto _ : st) {
-            fn(x.data(), 256, 128, 128, d.data(), pairs ? 128 : 128);
+            fn(x.data(), 256, 128, 128, d.data(), 128);
             benchmark::DoNotOptimize(d.data());
             benchmark::ClobberMemory();
           }

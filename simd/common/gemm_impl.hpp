@@ -642,7 +642,6 @@ constexpr std::size_t kNnR = 6, kNnC = 4;
 // pair of A, whose odd last element goes alone (its neighbour is not part of A).
 template <class TA, class TB>
 struct NnStep;
-template <class TB>
 struct NnStepF32 {
   using V = F;
   static constexpr std::size_t kRows = 1;
@@ -656,9 +655,9 @@ struct NnStepF32 {
   static F mac(F acc, V a, V b) { return fmadd(a, b, acc); }
 };
 template <>
-struct NnStep<float, float> : NnStepF32<float> {};
+struct NnStep<float, float> : NnStepF32 {};
 template <>
-struct NnStep<float, std::uint16_t> : NnStepF32<std::uint16_t> {};
+struct NnStep<float, std::uint16_t> : NnStepF32 {};
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
 template <>
 struct NnStep<std::uint16_t, std::uint16_t> {

@@ -63,6 +63,8 @@ struct Shape {
 struct KeyRows {
   std::size_t slots;  // rows of the reduction per chunk: elements, or pairs of them
   std::size_t width;  // bf16 words per slot: 1 or 2
+  // n elements of the reduction in slots of `width`.
+  static KeyRows of(std::size_t n, std::size_t width) { return {(n + width - 1) / width, width}; }
   std::size_t chunk_words() const { return slots * width * kKeyChunk; }
   std::size_t words(std::size_t rows) const { return num_tiles(std::max<std::size_t>(1, rows), kKeyChunk) * chunk_words(); }
   // The first word of slot j of key r.
@@ -287,9 +289,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   auto* out = a.output.as<std::uint16_t>();
 
   Quantized qz{};
-  qz.rope = KeyRows{pairs ? (s.rope + 1) / 2 : s.rope, pairs ? 2u : 1u};
+  qz.rope = KeyRows::of(s.rope, pairs ? 2 : 1);
   KLayout kl{};
-  kl.nope = KeyRows{pairs ? (s.nope + 1) / 2 : s.nope, pairs ? 2u : 1u};
+  kl.nope = KeyRows::of(s.nope, pairs ? 2 : 1);
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
   std::byte* wz = nullptr;
