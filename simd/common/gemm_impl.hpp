@@ -780,9 +780,11 @@ void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size
   nn_blocks<TA, TB>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate});
 }
 
-void f32_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* b,
-                   std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate) {
-  nn_blocks<float, float>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
+// f32_nn_scaled and bf16_nn_scaled.
+template <class T>
+void gemm_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t lda, const T* b,
+                    std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate) {
+  nn_blocks<T, T>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
 }
 
 // Column j of kLanes rows of x as the lanes of a vector (rows past the last valid one read row 0
@@ -932,12 +934,6 @@ void zip_rows_bf16(const std::uint16_t* r0, const std::uint16_t* r1, std::size_t
   }
 }
 
-void bf16_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
-                    const std::uint16_t* b, std::size_t ldb, const float* rs, const float* cs, float* c,
-                    std::size_t ldc, bool accumulate) {
-  nn_blocks<std::uint16_t, std::uint16_t>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
-}
-
 void pack_pairs_bf16(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
                      std::size_t ldd) {
   auto* out = reinterpret_cast<std::int32_t*>(dst);
@@ -986,7 +982,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_nn<float, float>,
                      &gemm_nn<float, std::uint16_t>,
                      &round_bf16,
-                     &f32_nn_scaled,
+                     &gemm_nn_scaled<float>,
                      &transpose_bf16,
                      &scale_max,
                      &exp_sum,
@@ -994,7 +990,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_nn<std::uint16_t, std::uint16_t>,
                      &zip_rows_bf16,
                      &to_bf16_scaled,
-                     &bf16_nn_scaled,
+                     &gemm_nn_scaled<std::uint16_t>,
                      &pack_pairs_bf16,
                      &gemm_bf16_f8_block_scaled};
 #else

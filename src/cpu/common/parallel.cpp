@@ -1,5 +1,6 @@
 #include "cpu/common/parallel.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -57,10 +58,21 @@ std::size_t default_budget() {
   return static_cast<std::size_t>(mb) << 20;
 }
 
+// N slots of 64-byte aligned memory, each grown to whole 4 KiB pages (at least one, so never null)
+// when a request outgrows it; its contents are then undefined.
 template <int N>
 struct ThreadBuffers {
   void* p[N] = {};
   std::size_t size[N] = {};
+  void* get(std::size_t bytes, int slot) {
+    if (slot < 0 || slot >= N) slot = 0;
+    if (!p[slot] || size[slot] < bytes) {
+      if (p[slot]) ::operator delete(p[slot], std::align_val_t(64));
+      size[slot] = std::max<std::size_t>(4096, (bytes + 4095) / 4096 * 4096);
+      p[slot] = ::operator new(size[slot], std::align_val_t(64));
+    }
+    return p[slot];
+  }
   void release() {
     for (int i = 0; i < N; ++i) {
       if (p[i]) ::operator delete(p[i], std::align_val_t(64));
@@ -130,31 +142,13 @@ std::size_t items_within_budget(std::size_t bytes_per_item, std::size_t total, s
   return n;
 }
 
-void* call_buffer(std::size_t bytes, int slot) {
-  CallBuffers& b = call_buffers();
-  if (slot < 0 || slot > 7) slot = 0;
-  if (b.size[slot] < bytes || !b.p[slot]) {
-    if (b.p[slot]) ::operator delete(b.p[slot], std::align_val_t(64));
-    const std::size_t size = (bytes + 4095) / 4096 * 4096 + 4096;  // at least one page, never null
-    b.p[slot] = ::operator new(size, std::align_val_t(64));
-    b.size[slot] = size;
-  }
-  return b.p[slot];
-}
+void* call_buffer(std::size_t bytes, int slot) { return call_buffers().get(bytes, slot); }
 
 void release_call_buffers() { call_buffers().release(); }
 
 void* thread_scratch(std::size_t bytes, int slot) {
   thread_local ThreadScratch ts;
-  if (slot < 0 || slot > 3) slot = 0;
-  if (ts.size[slot] < bytes) {
-    if (ts.p[slot]) ::operator delete(ts.p[slot], std::align_val_t(64));
-    std::size_t grow = ts.size[slot] * 2;
-    if (grow < bytes) grow = bytes;
-    ts.p[slot] = ::operator new(grow, std::align_val_t(64));
-    ts.size[slot] = grow;
-  }
-  return ts.p[slot];
+  return ts.get(bytes, slot);
 }
 
 }  // namespace mlakit::cpu
