@@ -37,19 +37,18 @@
 // (sequential summation, at most dim roundings), inside the spec's bound.
 //
 // The amx level computes the dots as TDPBF16PS tile products, 16 keys x 16 rows x 32 dims each,
-// into one f32 accumulator per (row, key) that is carried from
-// one 32-dim chunk to the next in dim order. Per Intel's Intrinsics Guide the instruction adds,
-// per pair in order, the exact product of the first elements, then that of the second, each
-// addition rounded to nearest even; bf16 subnormal inputs read as zero and subnormal results are
-// flushed (DAZ/FTZ, MXCSR ignored), as on vdpbf16ps below. So a score is one fused multiply-add
-// per element in dim order: the order differs from the pair-dot levels' (second element of a pair
-// first), and an amx score and an avx512bf16 score of the same row and key may differ in the last
-// bits. Within the amx level a score depends only on the row and the key, not on the number of
-// rows (decode or prefill), the groups, n, limit or the tiling. The SDM describes another order
-// inside one instruction (the 16 first and the 16 second products of a chunk summed separately
-// from 0, the two sums added, then the accumulator); either order keeps the bound above (no product
-// passes through more than dim roundings). The tests hold the kernel to the Intrinsics Guide order
-// over emulated tiles; a real-tile test says on AMX CPUs whether the hardware gives those bits.
+// into one f32 accumulator per (row, key) that is carried from one 32-dim chunk to the next in dim
+// order. Within one instruction the hardware sums the 16 even products (dims 2k of the chunk) and
+// the 16 odd ones (dims 2k+1) apart, each from 0 in dim order with one rounding to nearest even
+// per fused multiply-add, adds the two sums, then adds that to the accumulator, as the SDM orders
+// it (the Intrinsics Guide's wording, each pair added to the accumulator in turn, is not what the
+// hardware does: the kernel tests hold a real AMX CPU to the SDM order bit for bit). bf16
+// subnormal inputs and the accumulator read as zero and subnormal results are flushed (DAZ/FTZ,
+// MXCSR ignored), as on vdpbf16ps below. So an amx score and an avx512bf16 score of the same row
+// and key may differ in the last bits, but within the amx level a score depends only on the row
+// and the key, not on the number of rows (decode or prefill), the groups, n, limit or the tiling.
+// The bound above holds: no product passes through more than dim roundings (at most 16 + 2 per
+// chunk, and one per later chunk).
 // Key rows are the tiles' first operand as they lie in the page (bf16 of a dim that is a multiple
 // of 32, 16 keys at a time) or converted into `scratch` (fp8, other dims, a last partial tile).
 //

@@ -30,20 +30,21 @@
 // The amx level (simd/common/index_score_amx_impl.hpp) computes the dots as AMX tile products,
 // TDPBF16PS on C tiles of 16 keys x 16 heads (f32), A tiles of 16 keys x 32 dims (bf16, the key
 // rows converted per block of 32 keys) and B tiles of 16 dim pairs x 16 heads (the query, packed
-// once in the pair layout), 32 dims per step in dim order. Per Intel's pseudo-code (Intrinsics
-// Guide) each output element adds the two products of each pair, pair after pair, into its f32
-// accumulator, every step a multiply-add rounded to nearest even, with bf16 inputs read as f32
-// (denormals as zero) and denormal results flushed to zero, MXCSR ignored. On this family's data
-// DAZ and FTZ change nothing: decoded f8e4m3 values are at least 2^-9 in magnitude, so every
-// product and partial sum is 0 or at least 2^-18 (an f32 key below 2^-126, which no fp8 code
-// decodes to, would count as 0). The SDM words the order differently (even and odd products summed
-// apart within one instruction, then added to the accumulator); the bound below holds for either,
-// and the tests run the kernel over tiles emulated in the Intrinsics Guide's order and compare them
-// bit for bit with real tiles on CPUs with AMX. The epilogue is the avx512bf16 level's: each C row
-// is one head vector, folded by maximum(., 0) * w[h] into the key's lane-wise sum head tile by head
-// tile in head order, the lanes summed by the same tree, times ks[j]; so score[j] again depends
-// only on q, w, row j and ks[j]. Error against the exact score: <= (D + D/32 + H/16 + 6) * 2^-24 *
-// |ks[j]| * sum_h |w[h]| * sum_d |q[h,d]*k[j,d]| (D + D/32 additions along a dot in either order,
+// once in the pair layout), 32 dims per step in dim order. Each instruction sums, per output
+// element, the 16 even products (dims 2k of the step) and the 16 odd ones apart, each from 0 in
+// order with one fused multiply-add rounded to nearest even per product, adds the two sums, then
+// adds that to the f32 accumulator (the SDM's order, which the hardware follows; the Intrinsics
+// Guide words it as each pair added to the accumulator in turn). bf16 inputs are read as f32
+// (denormals as zero), the accumulator too, and denormal results are flushed to zero, MXCSR
+// ignored. On this family's data DAZ and FTZ change nothing: decoded f8e4m3 values are at least
+// 2^-9 in magnitude, so every product and partial sum is 0 or at least 2^-18 (an f32 key below
+// 2^-126, which no fp8 code decodes to, would count as 0). The tests run the kernel over tiles
+// emulated in that order and compare them bit for bit with real tiles on CPUs with AMX.
+// The epilogue is the avx512bf16 level's: each C row is one head vector, folded by maximum(., 0) *
+// w[h] into the key's lane-wise sum head tile by head tile in head order, the lanes summed by the
+// same tree, times ks[j]; so score[j] again depends only on q, w, row j and ks[j]. Error against
+// the exact score: <= (D + D/32 + H/16 + 6) * 2^-24 * |ks[j]| * sum_h |w[h]| * sum_d
+// |q[h,d]*k[j,d]| (at most D + D/32 additions along a dot, fewer in the split order,
 // H/16 head steps, 4 lane-sum steps, the weight and the key scale; D/32 and H/16 rounded up): at
 // most 4*H*D*2^-24 for every H*D >= 3, inside the spec's bound.
 #pragma once

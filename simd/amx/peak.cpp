@@ -3,5 +3,5 @@
 
 namespace mlakit::simd {
 extern const PeakKernels peak_amx;
-constinit const PeakKernels peak_amx = amx::make_peak_amx_kernels<amx::HardwareTiles>();
+constinit const PeakKernels peak_amx = amx::make_peak_amx_kernels<amx::HardwareTiles>("amx");
 }  // namespace mlakit::simd

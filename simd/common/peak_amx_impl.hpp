@@ -56,10 +56,12 @@ float run(std::size_t iters, float seed) {
 
 }  // namespace amx_peak
 
-// The level's peak table with the tile probe over `Tiles`.
+// The level's peak table with the tile probe over `Tiles`; `level` names the table ("amx" for the
+// real tiles: the vector probes are the avx512bf16 level's code, but the table is the amx level's).
 template <class Tiles>
-constexpr PeakKernels make_peak_amx_kernels() {
+constexpr PeakKernels make_peak_amx_kernels(const char* level) {
   PeakKernels k = make_peak_kernels();
+  k.level = level;
   k.amx_bf16 = &amx_peak::run<Tiles>;
   k.amx_flops_per_iter = amx_peak::kFlopsPerIter;
   return k;

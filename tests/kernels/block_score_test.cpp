@@ -9,9 +9,9 @@
 // groups of the call, nor on splitting the keys between calls, nor (pair-dot levels) on whether
 // the call took the two-keys-per-vector path of a decode token or the full-lane path.
 // The amx level's kernel also runs every check over emulated tiles (amx_emulated), wherever the
-// avx512bf16 level runs. Its calls, of any number of rows, are held to a scalar model of TDPBF16PS
-// as Intel's Intrinsics Guide orders it (first product, then second, each addition rounded,
-// DAZ/FTZ).
+// avx512bf16 level runs. Its calls, of any number of rows, are held to a scalar model of a chain of
+// TDPBF16PS instructions in the order the hardware adds (tile_dot_model.hpp: per 32 dims the even
+// and the odd products summed apart, then added to the accumulator; DAZ/FTZ).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/amx_emulation/emulated_tables.hpp"
+#include "kernels/amx_emulation/tile_dot_model.hpp"
 #include "kernels/kernel_list.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -55,13 +56,13 @@ struct Problem {
   float scale;
 };
 
-// bf16_pair_dot: vdpbf16ps (second product of a pair, then the first); amx_tiles: TDPBF16PS as
-// the Intrinsics Guide orders it (first, then second), i.e. one fused multiply-add per element in
-// dim order, with the same flushes.
+// bf16_pair_dot: vdpbf16ps (second product of a pair, then the first); amx_tiles: a TDPBF16PS
+// chain (tile_dot_model.hpp), with the same flushes.
 enum class Arith { f32_separate, f32_fused, bf16_pair_dot, amx_tiles };
 
-// vdpbf16ps reads bf16 subnormals as zero and flushes subnormal results (DAZ/FTZ, RNE).
-float flush(float x) { return std::fabs(x) < 0x1p-126f ? 0.0f * x : x; }
+// vdpbf16ps reads bf16 subnormals as zero and flushes subnormal results (DAZ/FTZ, RNE), as the
+// tiles do.
+constexpr auto flush = tile_flush;
 
 // The contract's arithmetic, scalar.
 template <class TK>
@@ -82,7 +83,7 @@ std::vector<float> model(const Problem& p, const TK* k, Arith arith) {
           acc = flush(std::fma(flush(qv(d)), flush(kv(d)), acc));
         }
       } else if (arith == Arith::amx_tiles) {
-        for (std::size_t d = 0; d < p.dim; ++d) acc = flush(std::fma(flush(qv(d)), flush(kv(d)), acc));
+        acc = tile_dot(p.dim, qv, kv);
       } else {
         for (std::size_t d = 0; d < p.dim; ++d) {
           if (arith == Arith::f32_fused) {

@@ -8,10 +8,6 @@
 namespace mlakit::simd {
 
 constinit const BlockScoreKernels block_score_amx_emulated =
-    MLAKIT_SIMD_NS::make_block_score_amx_kernels<amx_emulation::EmulatedTiles<amx_emulation::DpOrder::in_order>>(
-        "amx (emulated tiles)");
-constinit const BlockScoreKernels block_score_amx_emulated_split_order =
-    MLAKIT_SIMD_NS::make_block_score_amx_kernels<amx_emulation::EmulatedTiles<amx_emulation::DpOrder::split_even_odd>>(
-        "amx (emulated tiles, SDM order)");
+    MLAKIT_SIMD_NS::make_block_score_amx_kernels<amx_emulation::EmulatedTiles>("amx (emulated tiles)");
 
 }  // namespace mlakit::simd

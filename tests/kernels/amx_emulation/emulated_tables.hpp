@@ -8,15 +8,10 @@
 
 namespace mlakit::simd {
 
-// The amx index_score kernel over tiles emulated as Intel's Intrinsics Guide orders TDPBF16PS's
-// additions (the emulation the tests run every check on) ...
+// The amx index_score and block_score kernels over emulated tiles (emulated_tiles.hpp), which the
+// tests run every check on.
 extern const IndexScoreKernels index_score_amx_emulated;
-// ... and as the SDM orders them (used to tell which order a real AMX CPU follows).
-extern const IndexScoreKernels index_score_amx_emulated_split_order;
-
-// The same two for the amx block_score kernel.
 extern const BlockScoreKernels block_score_amx_emulated;
-extern const BlockScoreKernels block_score_amx_emulated_split_order;
 
 // The amx level's peak probes, the tile probe over emulated tiles.
 extern const PeakKernels peak_amx_emulated;

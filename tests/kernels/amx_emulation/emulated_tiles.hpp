@@ -4,17 +4,17 @@
 // Faithful where a kernel could be wrong: the configuration is read from the 64-byte ldtilecfg
 // format (palette 1 only, rows and colsb per tile); loads read rows x colsb bytes and zero the rest
 // of the register; stores write rows x colsb bytes only; a tile product checks the shapes the
-// hardware checks (#UD there: an abort here) and follows Intel's pseudo-code of TDPBF16PS: bf16
-// inputs made f32 by appending 16 zero bits, denormal inputs read as zero (DAZ), each step a fused
-// multiply-add rounded to nearest even, denormal results flushed to zero (FTZ), MXCSR ignored.
+// hardware checks (#UD there: an abort here) and computes TDPBF16PS as the SDM orders its
+// additions: per output element, the even products (a[2k]*b[2k]) and the odd ones (a[2k+1]*b[2k+1])
+// are each summed from 0 over the instruction's pairs in order, one fused multiply-add rounded to
+// nearest even per step; the two sums are added, and that is added to the accumulator. bf16 inputs
+// are made f32 by appending 16 zero bits, denormal inputs and the accumulator read as zero (DAZ),
+// every result is flushed to zero when denormal (FTZ), MXCSR is ignored. The Intrinsics Guide words
+// the order differently (each pair's two products added to the accumulator in turn); the hardware
+// does not follow that wording: AmxTiles.EmulationGivesTheHardwareBits (amx_tiles_test.cpp) holds
+// this emulation to real tiles bit for bit on CPUs with AMX, subnormals and infinities included.
+// Only a NaN's payload and sign may differ from the hardware's.
 // Using a tile while no configuration is loaded aborts; the destructor is tilerelease.
-//
-// Intel documents two orders of the additions inside one TDPBF16PS. DpOrder::in_order follows the
-// Intrinsics Guide: per output element, for each pair k in turn, acc += a[2k]*b[2k], then
-// acc += a[2k+1]*b[2k+1], starting from the accumulator. DpOrder::split_even_odd follows the SDM:
-// the even and the odd products are summed separately from 0 over the instruction's pairs, the
-// two sums added, and the result added to the accumulator. The emulated amx tables use in_order;
-// the hardware test says which one (if either) a real CPU matches.
 //
 // Scalar code only, every function with internal linkage, and compiler builtins rather than inline
 // library functions: the header may be compiled with any level's flags in any number of
@@ -46,8 +46,6 @@ TileFile& thread_tile_file();
 
 namespace {
 
-enum class DpOrder { in_order, split_even_odd };
-
 [[noreturn]] inline void fault(const char* what) {
   std::fprintf(stderr, "emulated AMX: %s (a #UD on hardware)\n", what);
   std::abort();
@@ -69,7 +67,6 @@ inline float ftz(float x) {
   return x;
 }
 
-template <DpOrder Order = DpOrder::in_order>
 class EmulatedTiles {
  public:
   // ldtilecfg
@@ -129,20 +126,14 @@ class EmulatedTiles {
       float acc[kMaxColsb / 4];
       std::memcpy(acc, f.data[C][m], N * sizeof(float));
       for (std::size_t n = 0; n < N; ++n) {
-        float even = 0.0f, odd = 0.0f, c = ftz(acc[n]);  // DAZ on the accumulator too
+        float even = 0.0f, odd = 0.0f;
         for (std::size_t k = 0; k < K; ++k) {
           const float a0 = bf16_to_f32_daz(bf16(A, m, 2 * k)), a1 = bf16_to_f32_daz(bf16(A, m, 2 * k + 1));
           const float b0 = bf16_to_f32_daz(bf16(B, k, 2 * n)), b1 = bf16_to_f32_daz(bf16(B, k, 2 * n + 1));
-          if constexpr (Order == DpOrder::in_order) {
-            c = ftz(__builtin_fmaf(a0, b0, c));
-            c = ftz(__builtin_fmaf(a1, b1, c));
-          } else {
-            even = ftz(__builtin_fmaf(a0, b0, even));
-            odd = ftz(__builtin_fmaf(a1, b1, odd));
-          }
+          even = ftz(__builtin_fmaf(a0, b0, even));
+          odd = ftz(__builtin_fmaf(a1, b1, odd));
         }
-        if constexpr (Order == DpOrder::split_even_odd) c = ftz(c + ftz(even + odd));
-        acc[n] = c;
+        acc[n] = ftz(ftz(acc[n]) + ftz(even + odd));  // DAZ on the accumulator too
       }
       std::memset(f.data[C][m], 0, kMaxColsb);  // the row past colsb is zeroed
       std::memcpy(f.data[C][m], acc, N * sizeof(float));

@@ -8,6 +8,6 @@
 namespace mlakit::simd {
 
 constinit const PeakKernels peak_amx_emulated =
-    MLAKIT_SIMD_NS::make_peak_amx_kernels<amx_emulation::EmulatedTiles<amx_emulation::DpOrder::in_order>>();
+    MLAKIT_SIMD_NS::make_peak_amx_kernels<amx_emulation::EmulatedTiles>("amx (emulated tiles)");
 
 }  // namespace mlakit::simd
