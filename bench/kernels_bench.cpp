@@ -1,9 +1,10 @@
 // Kernel benchmarks: every family at every ISA level of simd/kernels.inc (levels this CPU cannot
 // run are listed with the reason), named <family>/<shape>/<level>, single-threaded, with
 // counters gflops or gbps and pct_peak (share of this machine's single-thread peak from the peak
-// probe at its best level: for dot kernels the peak of the arithmetic their level runs on -- bf16
-// dot on levels with vdpbf16ps, f32 FMA below --, DRAM read bandwidth for decode and selection). Top-k also runs std::nth_element + std::sort on the same
-// rows as the baseline (<shape>/nth_element).
+// probe at its best level: for dot kernels the peak of the arithmetic their level runs on -- AMX
+// tiles on amx, bf16 dot on avx512bf16, f32 FMA below --, DRAM read bandwidth for decode and
+// selection). Top-k also runs std::nth_element + std::sort on the same rows as the baseline
+// (<shape>/nth_element).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

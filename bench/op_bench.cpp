@@ -108,8 +108,8 @@ void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const
     if (g.measured) state.counters["pct_peak"] = w.flops / t.seconds_per_call / (g.bf16_matmul_tflops * 1e12) * 100.0;
     return;
   }
-  // pct_peak: against the peak of the arithmetic the level runs on (bf16 dot on avx512bf16 and up,
-  // f32 FMA below); pct_f32_peak: always against the f32 FMA peak, to compare levels.
+  // pct_peak: against the peak of the arithmetic the level runs on (AMX tiles on amx, bf16 dot on
+  // avx512bf16, f32 FMA below); pct_f32_peak: always against the f32 FMA peak, to compare levels.
   const Isa level = be.backend == Backend::cpu ? be.isa : Isa::generic;
   state.counters["pct_peak"] = w.flops / t.seconds_per_call / (relevant_gflops(peak(), level, true) * 1e9) * 100.0;
   state.counters["pct_f32_peak"] = w.flops / t.seconds_per_call / (peak().f32_gflops_all * 1e9) * 100.0;

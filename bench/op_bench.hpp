@@ -1,8 +1,8 @@
 // Operator benchmarks through the harness: one OpDriver bench case on one back-end, named
 // <op>/<case>/<backend>[/<isa>], with counters gflops and gbps (from the driver's work()) and
-// pct_peak (share of the all-threads peak of the arithmetic the level runs on: bf16 dot on levels
-// with vdpbf16ps, f32 FMA below; on cuda, share of the GPU's bf16 matmul rate) and pct_f32_peak
-// (cpu rows: share of the f32 FMA peak).
+// pct_peak (share of the all-threads peak of the arithmetic the level runs on: AMX tiles on amx,
+// bf16 dot on avx512bf16 with vdpbf16ps, f32 FMA below; on cuda, share of the GPU's bf16 matmul
+// rate) and pct_f32_peak (cpu rows: share of the f32 FMA peak).
 #pragma once
 
 #include <string>

@@ -175,6 +175,9 @@ const PeakFigures& peak(Isa level) {
 const PeakFigures& peak() { return peak(active_isa()); }
 
 double relevant_gflops(const PeakFigures& p, Isa level, bool all_threads) {
+  // The amx level's best bf16 rate is the tiles', also for its families that still run on
+  // vdpbf16ps (gemm): their share of it says how far they are from what the machine does.
+  if (level >= Isa::amx && p.amx) return all_threads ? p.amx_gflops_all : p.amx_gflops_1t;
   const bool bf16_dot = level >= Isa::avx512bf16 && p.bf16_kind == "vdpbf16ps";
   if (bf16_dot) return all_threads ? p.bf16_gflops_all : p.bf16_gflops_1t;
   return all_threads ? p.f32_gflops_all : p.f32_gflops_1t;

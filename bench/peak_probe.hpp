@@ -4,7 +4,7 @@
 //   bf16 dot peak    — vdpbf16ps where the level has it, else the widening path (bf16 from L1,
 //                      shift/mask to f32, FMA)
 //   AMX bf16 tiles   — independent tdpbf16ps chains on four accumulator tiles, where the level is
-//                      amx (else n/a); reported, not used for pct_peak
+//                      amx (else n/a); the peak of every amx row's pct_peak
 //   DRAM read        — a streaming sum over 512 MiB, 1 thread and all threads
 //   paged read       — the same 512 MiB read as 16 KiB pages (an fp8 cache block of 128 keys x 128)
 //                      in a shuffled order, each thread its share of the pages, prefetching the
