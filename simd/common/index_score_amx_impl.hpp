@@ -54,30 +54,60 @@ std::size_t packed_floats(std::size_t H, std::size_t D) {
   return head_tiles(H) * (dim_chunks(D) * kBlockFloats + kTileHeads);
 }
 
-void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_t D, float* packed) {
-  const std::size_t HT = head_tiles(H), S = dim_chunks(D);
-  std::memset(packed, 0, packed_floats(H, D) * sizeof(float));
-  constexpr std::size_t kChunk = 64;
-  std::uint16_t row[kChunk];
-  // The bf16 halves go into the bytes of the float slots (a uint16_t store into a float object
-  // would break the aliasing rules); little-endian: element 2p is the low half.
-  auto* bytes = reinterpret_cast<unsigned char*>(packed);
-  for (std::size_t h = 0; h < H; ++h) {
-    const std::size_t t = h / kTileHeads, n = h % kTileHeads;
-    for (std::size_t d0 = 0; d0 < D; d0 += kChunk) {
-      const std::size_t nd = D - d0 < kChunk ? D - d0 : kChunk;
-      fp8_to_bf16(q + h * D + d0, row, nd);  // exact: fp8 values have 4 significant bits
-      for (std::size_t i = 0; i < nd; ++i) {
-        const std::size_t d = d0 + i, p = d / 2;
-        const std::size_t word = (t * S + p / kTileRows) * kBlockFloats + (p % kTileRows) * kTileHeads + n;
-        std::memcpy(bytes + 4 * word + 2 * (d % 2), &row[i], sizeof row[i]);
-      }
-    }
-    packed[HT * S * kBlockFloats + h] = w[h];
+// r[i] lane j -> r[j] lane i, for 16 x 16 dwords: pairs, then quads, then 128-bit lanes.
+inline void transpose_16x16_dwords(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (std::size_t i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4i + k], 128-bit lane L: rows 4i .. 4i+3 of column 4L + k.
+  for (std::size_t i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (std::size_t k = 0; k < 4; ++k) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xDD);
+    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xDD);
+    r[k] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+    r[4 + k] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+    r[12 + k] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
   }
 }
-// Only the bf16 decode is used here; the f32 one comes with the shared decode header.
+
+// Per B tile: the 16 heads' 32 codes of the chunk decoded to bf16 (one register of 16 pair words
+// per head), then transposed so that each register holds one pair row of the tile. Once per query
+// and work item, so it has to cost little beside the scoring (a scalar scatter of the halves cost
+// a tenth of a prefill call).
+void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_t D, float* packed) {
+  const std::size_t HT = head_tiles(H), S = dim_chunks(D);
+  for (std::size_t t = 0; t < HT; ++t) {
+    for (std::size_t ch = 0; ch < S; ++ch) {
+      const std::size_t d0 = ch * kChunkDims, nd = D - d0 < kChunkDims ? D - d0 : kChunkDims;
+      const __mmask32 m = nd >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << nd) - 1u);
+      __m512i r[kTileHeads];
+      for (std::size_t n = 0; n < kTileHeads; ++n) {
+        const std::size_t h = t * kTileHeads + n;
+        __m512i w1;
+        if (h < H)  // codes past D load as 0, which decodes to +0
+          fp8x64_to_bf16(_mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(m, q + h * D + d0)), &r[n], &w1);
+        else
+          r[n] = _mm512_setzero_si512();
+      }
+      transpose_16x16_dwords(r);
+      float* b = packed + (t * S + ch) * kBlockFloats;
+      for (std::size_t p = 0; p < kTileRows; ++p) _mm512_storeu_si512(b + p * kTileHeads, r[p]);
+    }
+  }
+  float* wt = packed + HT * S * kBlockFloats;
+  for (std::size_t h = 0; h < HT * kTileHeads; ++h) wt[h] = h < H ? w[h] : 0.0f;
+}
+// The decode entries come with the shared decode header; the conversions here use the byte tables.
 [[maybe_unused]] constexpr auto kUnusedFp8ToF32 = &fp8_to_f32;
+[[maybe_unused]] constexpr auto kUnusedFp8ToBf16 = &fp8_to_bf16;
 
 // Key sources: key c's dims [d0, d0 + nd) as bf16 into dst, zero-filled to a whole chunk of 32
 // (the query is 0 there too, and 0 * 0 keeps a NaN or inf out of the padding).

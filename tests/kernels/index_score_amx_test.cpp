@@ -111,6 +111,47 @@ TEST(IndexScoreAmx, TableDescribesTheTileKernel) {
   EXPECT_EQ(t->decode_pass_rows, 0u);  // fp8 rows are always scored in place
 }
 
+// pack_query writes the B-tile layout simd/common/index_score_amx_impl.hpp describes, every float
+// of it: head tile t, dim chunk s, pair row k, head n holds the bf16 patterns of q[h, 2p] (low half)
+// and q[h, 2p+1] (high half), p = 16s + k, h = 16t + n; 0 for heads past H and dims past D; then
+// the weights, 0 past H. Every code, head and dim count around the tile edges, the real table too
+// where the CPU runs it.
+TEST(IndexScoreAmx, PackedQueryFollowsTheTileLayout) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(Isa::avx512bf16);
+  std::vector<const simd::IndexScoreKernels*> tables = {&simd::index_score_amx_emulated};
+  if (cpu_skip_reason(Isa::amx).empty()) tables.push_back(cpu::index_score_kernels_at(Isa::amx));
+  const auto bf16_bits = [](std::uint8_t code) { return static_cast<std::uint32_t>(f32_to_bf16(f8e4m3_to_f32(code))); };
+  std::uint64_t seed = 5;
+  for (const simd::IndexScoreKernels* t : tables) {
+    for (std::size_t H : {1, 15, 16, 17, 33, 64}) {
+      for (std::size_t D : {1, 2, 31, 32, 33, 128, 130}) {
+        Rng rng(seed++);
+        std::vector<std::uint8_t> q(H * D);
+        for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<std::uint8_t>(i < 256 ? i : rng.below(256));
+        std::vector<float> w(H);
+        for (auto& x : w) x = rng.uniform(-1.0f, 1.0f);
+        const std::size_t HT = (H + 15) / 16, S = (D + 31) / 32, floats = t->packed_floats(H, D);
+        ASSERT_EQ(floats, HT * (S * 256 + 16));
+        std::vector<float> packed(floats + 1, float_of(0x7FBADBADu));
+        t->pack_query(q.data(), w.data(), H, D, packed.data());
+        EXPECT_EQ(bits_of(packed[floats]), 0x7FBADBADu) << "wrote past packed_floats";
+        for (std::size_t tt = 0; tt < HT; ++tt)
+          for (std::size_t s = 0; s < S; ++s)
+            for (std::size_t k = 0; k < 16; ++k)
+              for (std::size_t n = 0; n < 16; ++n) {
+                const std::size_t h = 16 * tt + n, p = 16 * s + k;
+                const auto code_bits = [&](std::size_t d) { return h < H && d < D ? bf16_bits(q[h * D + d]) : 0u; };
+                const std::uint32_t want = code_bits(2 * p) | code_bits(2 * p + 1) << 16;
+                ASSERT_EQ(bits_of(packed[(tt * S + s) * 256 + k * 16 + n]), want)
+                    << t->level << " H=" << H << " D=" << D << " tile " << tt << " chunk " << s << " row " << k << " head " << n;
+              }
+        for (std::size_t h = 0; h < HT * 16; ++h)
+          ASSERT_EQ(bits_of(packed[HT * S * 256 + h]), h < H ? bits_of(w[h]) : 0u) << t->level << " weight " << h;
+      }
+    }
+  }
+}
+
 // Every call loads the tile configuration and releases it: none is left on the thread, after a
 // call of n = 0 (which loads nothing) or of any n, through either entry.
 TEST(IndexScoreAmx, EmulatedCallsLeaveNoTileState) {
