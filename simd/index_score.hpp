@@ -79,6 +79,13 @@ struct IndexScoreKernels {
   // decoded rows.
   void (*score_f8)(const float* packed, std::size_t H, std::size_t D, const std::uint8_t* const* rows,
                    const float* ks, std::size_t n, float* out);
+  // Where the level converts key rows per call (amx; null elsewhere): score_f8 for several queries
+  // against the same key rows, converting each key once for all of them. Query q is packed at
+  // packed + q * stride and scores keys j < n[q] (n[q] <= the rows given; 0 allowed) into
+  // out[q][0..n[q]); its scores are bitwise what score_f8 gives it alone.
+  void (*score_f8_queries)(const float* packed, std::size_t stride, std::size_t queries, std::size_t H,
+                           std::size_t D, const std::uint8_t* const* rows, const float* ks, const std::size_t* n,
+                           float* const* out);
 };
 
 }  // namespace mlakit::simd

@@ -203,45 +203,61 @@ void key_block(Tiles& tiles, const Problem& pr, const Keys& keys, std::size_t nk
   }
 }
 
+// Queries r < rows (packed at packed + r * stride) against keys j < n[r] of the same key list:
+// each block of keys is converted once for every query that sees it. A query's scores are those
+// one query alone gets (the same tile products and fold, key by key).
 template <class Tiles, class Keys>
-void score_keys(const float* packed, std::size_t H, std::size_t D, const Keys& keys, const float* ks, std::size_t n,
-                float* out) {
-  if (n == 0) return;  // and no tile state touched
+void score_keys(const float* packed, std::size_t stride, std::size_t rows, std::size_t H, std::size_t D,
+                const Keys& keys, const float* ks, const std::size_t* n, float* const* out) {
+  std::size_t n_max = 0;
+  for (std::size_t r = 0; r < rows; ++r) n_max = n[r] > n_max ? n[r] : n_max;
+  if (n_max == 0) return;  // and no tile state touched
   const std::size_t HT = head_tiles(H), S = dim_chunks(D);
-  const Problem pr{packed, H, D, HT, S, packed + HT * S * kBlockFloats};
   Scratch s;
   Tiles tiles(&kTileConfig);
   const std::size_t width = round_up_chunk(D < kSlabDims ? D : kSlabDims);  // of the A rows read
-  for (std::size_t j = 0; j < n; j += kKeys) {
-    const std::size_t nk = n - j < kKeys ? n - j : kKeys;
+  for (std::size_t j = 0; j < n_max; j += kKeys) {
+    const std::size_t nk = n_max - j < kKeys ? n_max - j : kKeys;
     const Keys kj = keys.from(j);
     // The next block's rows, one block ahead: they are read from L2 (or L3) otherwise.
-    for (std::size_t c = 0; j + kKeys + c < n && c < kKeys; ++c)
+    for (std::size_t c = 0; j + kKeys + c < n_max && c < kKeys; ++c)
       for (std::size_t d = 0; d < D; d += Keys::kLineElems)
         __builtin_prefetch(keys.row(j + kKeys + c) + d, 0, 3);
     // Rows past nk in the last A tile: zeros, so that no stale NaN or inf enters the tile product
     // (their C rows are never read).
-    const std::size_t rows = nk > kTileRows ? kKeys : kTileRows;
-    for (std::size_t c = nk; c < rows; ++c) std::memset(s.kb + c * kSlabDims, 0, width * sizeof(std::uint16_t));
+    const std::size_t tile_rows = nk > kTileRows ? kKeys : kTileRows;
+    for (std::size_t c = nk; c < tile_rows; ++c) std::memset(s.kb + c * kSlabDims, 0, width * sizeof(std::uint16_t));
     if (D <= kSlabDims)
       for (std::size_t c = 0; c < nk; ++c) kj.to_bf16(c, 0, D, s.kb + c * kSlabDims);
-    for (std::size_t c = 0; c < nk; ++c) s.part[c] = fzero();
-    if (nk > kTileRows) key_block<2>(tiles, pr, kj, nk, s);
-    else key_block<1>(tiles, pr, kj, nk, s);
-    finish_scores(s.part, nk, ks + j, out + j);
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (n[r] <= j) continue;
+      const std::size_t m = n[r] - j < nk ? n[r] - j : nk;
+      const float* q = packed + r * stride;
+      const Problem pr{q, H, D, HT, S, q + HT * S * kBlockFloats};
+      for (std::size_t c = 0; c < m; ++c) s.part[c] = fzero();
+      if (m > kTileRows) key_block<2>(tiles, pr, kj, m, s);
+      else key_block<1>(tiles, pr, kj, m, s);
+      finish_scores(s.part, m, ks + j, out[r] + j);
+    }
   }
 }
 
 template <class Tiles>
 void score(const float* packed, std::size_t H, std::size_t D, const float* k, std::size_t ldk, const float* ks,
            std::size_t n, float* out) {
-  score_keys<Tiles>(packed, H, D, F32Keys{k, ldk}, ks, n, out);
+  score_keys<Tiles>(packed, 0, 1, H, D, F32Keys{k, ldk}, ks, &n, &out);
 }
 
 template <class Tiles>
 void score_f8(const float* packed, std::size_t H, std::size_t D, const std::uint8_t* const* rows, const float* ks,
               std::size_t n, float* out) {
-  score_keys<Tiles>(packed, H, D, Fp8Keys{rows}, ks, n, out);
+  score_keys<Tiles>(packed, 0, 1, H, D, Fp8Keys{rows}, ks, &n, &out);
+}
+
+template <class Tiles>
+void score_f8_queries(const float* packed, std::size_t stride, std::size_t queries, std::size_t H, std::size_t D,
+                      const std::uint8_t* const* rows, const float* ks, const std::size_t* n, float* const* out) {
+  score_keys<Tiles>(packed, stride, queries, H, D, Fp8Keys{rows}, ks, n, out);
 }
 
 }  // namespace amx_index_score
@@ -260,7 +276,8 @@ constexpr IndexScoreKernels make_index_score_amx_kernels(const char* level) {
                            &pack_query,
                            /*decode_pass_rows=*/0,
                            &score<Tiles>,
-                           &score_f8<Tiles>};
+                           &score_f8<Tiles>,
+                           &score_f8_queries<Tiles>};
 }
 
 }  // namespace

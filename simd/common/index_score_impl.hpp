@@ -303,7 +303,7 @@ constexpr IndexScoreKernels make_index_score_kernels() {
   return IndexScoreKernels{kLevelName,    static_cast<unsigned>(kLanes), static_cast<unsigned>(kHv),
                            static_cast<unsigned>(kKeys), kBf16Dot,      &packed_floats,
                            &pack_query,   kDecodePassRows,              &score,
-                           &score_f8};
+                           &score_f8,     /*score_f8_queries=*/nullptr};
 }
 
 }  // namespace

@@ -109,6 +109,53 @@ TEST(IndexScoreAmx, TableDescribesTheTileKernel) {
   EXPECT_EQ(t->keys, 32u);
   EXPECT_TRUE(t->bf16_dot);
   EXPECT_EQ(t->decode_pass_rows, 0u);  // fp8 rows are always scored in place
+  EXPECT_NE(t->score_f8_queries, nullptr);
+}
+
+// score_f8_queries gives every query the bits score_f8 gives it alone, writes nothing past its
+// n, and reads no packed query other than those it is given: queries with 0 keys, fewer keys than
+// others (the causal staircase) and counts around every tile edge, every code (NaN ones included).
+TEST(IndexScoreAmx, QueriesSharingKeysGetTheirOwnBits) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(Isa::avx512bf16);
+  std::vector<const simd::IndexScoreKernels*> tables = {&simd::index_score_amx_emulated};
+  if (cpu_skip_reason(Isa::amx).empty()) tables.push_back(cpu::index_score_kernels_at(Isa::amx));
+  constexpr std::uint32_t kPoison = 0x7FBADBADu;
+  std::uint64_t seed = 11;
+  for (const simd::IndexScoreKernels* t : tables) {
+    for (std::size_t H : {1, 17, 64}) {
+      for (std::size_t D : {32, 33, 128, 300}) {
+        Rng rng(seed++);
+        const std::size_t queries = 1 + rng.below(8), keys = 1 + rng.below(90);
+        const std::size_t stride = t->packed_floats(H, D) + 3;
+        std::vector<std::uint8_t> q(queries * H * D), pool(keys * (D + 7));
+        for (std::size_t i = 0; i < pool.size(); ++i) pool[i] = static_cast<std::uint8_t>(i < 256 ? i : rng.below(256));
+        for (auto& c : q) c = static_cast<std::uint8_t>(rng.below(256));
+        std::vector<float> w(queries * H), ks(keys);
+        for (auto& x : w) x = rng.uniform(-1.0f, 1.0f);
+        for (auto& x : ks) x = rng.uniform(-0.1f, 0.1f);
+        std::vector<const std::uint8_t*> rows(keys);
+        for (std::size_t j = 0; j < keys; ++j) rows[j] = pool.data() + ((j * 7) % keys) * (D + 7) + j % 7;
+        std::vector<float> packed(queries * stride);
+        for (std::size_t r = 0; r < queries; ++r)
+          t->pack_query(q.data() + r * H * D, w.data() + r * H, H, D, packed.data() + r * stride);
+        std::vector<std::size_t> n(queries);
+        for (std::size_t r = 0; r < queries; ++r)
+          n[r] = r == 0 ? keys : r == 1 ? 0 : std::min<std::size_t>(keys, rng.below(static_cast<std::uint32_t>(keys + 1)));
+        std::vector<std::vector<float>> got(queries, std::vector<float>(keys + 1, float_of(kPoison)));
+        std::vector<float*> out(queries);
+        for (std::size_t r = 0; r < queries; ++r) out[r] = got[r].data();
+        t->score_f8_queries(packed.data(), stride, queries, H, D, rows.data(), ks.data(), n.data(), out.data());
+        for (std::size_t r = 0; r < queries; ++r) {
+          std::vector<float> alone(keys + 1, float_of(kPoison));
+          t->score_f8(packed.data() + r * stride, H, D, rows.data(), ks.data(), n[r], alone.data());
+          for (std::size_t j = 0; j <= keys; ++j)
+            ASSERT_EQ(bits_of(got[r][j]), j < n[r] ? bits_of(alone[j]) : kPoison)
+                << t->level << " H=" << H << " D=" << D << " query " << r << " of " << queries << " (n " << n[r]
+                << ") key " << j;
+        }
+      }
+    }
+  }
 }
 
 // pack_query writes the B-tile layout simd/common/index_score_amx_impl.hpp describes, every float
