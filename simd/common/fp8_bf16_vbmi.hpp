@@ -47,6 +47,9 @@ struct Fp8ByteTables {
 };
 constexpr Fp8ByteTables kFp8Bytes{};
 
+// The first min(n, 32) of 32 lanes.
+inline __mmask32 mask32_of(std::size_t n) { return n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1u); }
+
 // 64 codes already in unpack order -> bf16 patterns (w0: words 0..31, w1: words 32..63).
 inline void ordered_fp8_to_bf16(__m512i p, __m512i* w0, __m512i* w1) {
   // The table holds the high bytes of the positive codes; the code's sign bit goes on top
@@ -80,7 +83,7 @@ inline void fp8_zip32_to_bf16(const std::uint8_t* a, const std::uint8_t* b, std:
     va = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
     vb = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
   } else {
-    const __mmask32 m = n >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << n) - 1u);
+    const __mmask32 m = mask32_of(n);
     va = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(m, a));
     vb = b ? _mm512_zextsi256_si512(_mm256_maskz_loadu_epi8(m, b)) : _mm512_setzero_si512();
   }
@@ -102,9 +105,8 @@ inline void fp8_to_bf16_vbmi(const std::uint8_t* src, std::uint16_t* dst, std::s
   if (i < n) {
     const std::size_t r = n - i;  // 1..63
     fp8x64_to_bf16(_mm512_maskz_loadu_epi8(static_cast<__mmask64>((1ull << r) - 1ull), src + i), &w0, &w1);
-    const auto m32 = [](std::size_t k) { return k >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << k) - 1u); };
-    _mm512_mask_storeu_epi16(dst + i, m32(r), w0);
-    if (r > 32) _mm512_mask_storeu_epi16(dst + i + 32, m32(r - 32), w1);
+    _mm512_mask_storeu_epi16(dst + i, mask32_of(r), w0);
+    if (r > 32) _mm512_mask_storeu_epi16(dst + i + 32, mask32_of(r - 32), w1);
   }
 }
 

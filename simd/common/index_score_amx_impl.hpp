@@ -87,7 +87,7 @@ void pack_query(const std::uint8_t* q, const float* w, std::size_t H, std::size_
   for (std::size_t t = 0; t < HT; ++t) {
     for (std::size_t ch = 0; ch < S; ++ch) {
       const std::size_t d0 = ch * kChunkDims, nd = D - d0 < kChunkDims ? D - d0 : kChunkDims;
-      const __mmask32 m = nd >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << nd) - 1u);
+      const __mmask32 m = mask32_of(nd);
       __m512i r[kTileHeads];
       for (std::size_t n = 0; n < kTileHeads; ++n) {
         const std::size_t h = t * kTileHeads + n;
@@ -204,8 +204,9 @@ void key_block(Tiles& tiles, const Problem& pr, const Keys& keys, std::size_t nk
 }
 
 // Queries r < rows (packed at packed + r * stride) against keys j < n[r] of the same key list:
-// each block of keys is converted once for every query that sees it. A query's scores are those
-// one query alone gets (the same tile products and fold, key by key).
+// where D fits one slab, each block of keys is converted once for every query that sees it (wider
+// keys are converted slab by slab inside block(), per query). A query's scores are those one query
+// alone gets (the same tile products and fold, key by key).
 template <class Tiles, class Keys>
 void score_keys(const float* packed, std::size_t stride, std::size_t rows, std::size_t H, std::size_t D,
                 const Keys& keys, const float* ks, const std::size_t* n, float* const* out) {

@@ -103,24 +103,21 @@ void score_item(const Plan& p, const Item& it, const std::vector<Row>& rows, std
     const std::int64_t nk = std::min(kKeyTile, it.key1 - j0);
     if (in_place) locate_keys(p, seq, j0, nk, kp, ks);
     else gather_keys(p, seq, j0, nk, kf, ks);
+    std::size_t n[kQueryTile];  // causal rows see fewer keys
+    float* dst[kQueryTile];
+    for (std::int64_t r = 0; r < it.rows; ++r) {
+      const Row& row = rows[it.row0 + r];
+      n[r] = static_cast<std::size_t>(std::clamp<std::int64_t>(row.n - j0, 0, nk));
+      dst[r] = n[r] ? buf + row.offset + j0 : nullptr;
+    }
     if (in_place && p.score->score_f8_queries) {  // the level converts each key once for all rows
-      std::size_t n[kQueryTile];
-      float* dst[kQueryTile];
-      for (std::int64_t r = 0; r < it.rows; ++r) {
-        const Row& row = rows[it.row0 + r];
-        n[r] = static_cast<std::size_t>(std::clamp<std::int64_t>(row.n - j0, 0, nk));  // causal rows see fewer keys
-        dst[r] = n[r] ? buf + row.offset + j0 : nullptr;
-      }
       p.score->score_f8_queries(packed, qfloats, static_cast<std::size_t>(it.rows), H, D, kp, ks, n, dst);
       continue;
     }
     for (std::int64_t r = 0; r < it.rows; ++r) {
-      const Row& row = rows[it.row0 + r];
-      const std::int64_t m = std::min(nk, row.n - j0);  // causal rows see fewer keys
-      if (m <= 0) continue;
-      float* dst = buf + row.offset + j0;
-      if (in_place) p.score->score_f8(packed + r * qfloats, H, D, kp, ks, static_cast<std::size_t>(m), dst);
-      else p.score->score(packed + r * qfloats, H, D, kf, D, ks, static_cast<std::size_t>(m), dst);
+      if (n[r] == 0) continue;
+      if (in_place) p.score->score_f8(packed + r * qfloats, H, D, kp, ks, n[r], dst[r]);
+      else p.score->score(packed + r * qfloats, H, D, kf, D, ks, n[r], dst[r]);
     }
   }
 }
