@@ -122,20 +122,43 @@ struct Call {
   F scale;
 };
 
+// The next block's lines (next_k), prefetched a few at a time after every A tile load and every
+// chunk's products: a decode token's sweep waits on memory, not on the tiles, and the rate at
+// which a core's misses drain is what it gets. Spread this way the misses keep pace with the key
+// rows the tiles consume; issued in one burst per pass they queue ahead of the tile loads, which
+// then wait for free miss slots (bench/RESULTS.md, op 2 decode on the AMX host).
+struct NextBlockPrefetch {
+  const char* at = nullptr;
+  const char* end = nullptr;
+  std::size_t per_step = 0;
+  void step() {
+    for (std::size_t u = 0; u < per_step && at < end; ++u, at += 64) __builtin_prefetch(at, 0, 2);
+  }
+  // Whatever the steps left (passes skipped for groups that see no key): every line is asked for.
+  void rest() {
+    for (; at < end; at += 64) __builtin_prefetch(at, 0, 2);
+  }
+};
+
 // KT key tiles x GN groups (g, g + 1) over every dim chunk, then the fold of the C tiles into the
 // groups' running maxima. Key j0 + 16 kt + m is the C row m of key tile kt.
 template <std::size_t KT, std::size_t GN, class Tiles>
-void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::size_t j0, std::size_t g) {
+void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::size_t j0, std::size_t g,
+          NextBlockPrefetch& pf) {
   unroll<KT>([&](auto kt) { unroll<GN>([&](auto gt) { tiles.template zero<c_tile(kt, gt)>(); }); });
   const unsigned char* q0 = c.qt + g * c.gbytes;
   for (std::size_t ch = 0; ch < c.chunks; ++ch) {
-    unroll<KT>([&](auto kt) { tiles.template load<a_tile(kt)>(kt_of[kt].at + ch * kChunkDims, kt_of[kt].stride); });
+    unroll<KT>([&](auto kt) {
+      tiles.template load<a_tile(kt)>(kt_of[kt].at + ch * kChunkDims, kt_of[kt].stride);
+      pf.step();
+    });
     unroll<GN>([&](auto gt) {
       tiles.template load<b_tile(gt)>(q0 + gt * c.gbytes + ch * kTileRows * kGroupStepBytes, kRowBytes);
     });
     unroll<KT>([&](auto kt) {
       unroll<GN>([&](auto gt) { tiles.template dp_bf16<c_tile(kt, gt), a_tile(kt), b_tile(gt)>(); });
     });
+    pf.step();
   }
   unroll<KT>([&](auto kt) {
     unroll<GN>([&](auto gt) { tiles.template store<c_tile(kt, gt)>(c.cb + c_tile(kt, gt) * kTileFloats, kRowBytes); });
@@ -159,18 +182,19 @@ void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::s
 }
 
 template <std::size_t KT, class Tiles>
-void key_pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::size_t j0, std::size_t groups) {
+void key_pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::size_t j0, std::size_t groups,
+              NextBlockPrefetch& pf) {
   for (std::size_t g = 0; g < groups; g += kGroupTiles) {
     const std::size_t gn = groups - g < kGroupTiles ? groups - g : kGroupTiles;
     std::int32_t hi = c.gmax[g];
     if (gn == 2 && c.gmax[g + 1] > hi) hi = c.gmax[g + 1];
     if (static_cast<std::int64_t>(j0) >= hi) continue;  // no row of these groups sees these keys
     if (gn == 2 && static_cast<std::int64_t>(j0) < c.gmax[g] && static_cast<std::int64_t>(j0) < c.gmax[g + 1])
-      pass<KT, 2>(tiles, c, kt_of, j0, g);
+      pass<KT, 2>(tiles, c, kt_of, j0, g, pf);
     else if (gn == 2 && static_cast<std::int64_t>(j0) >= c.gmax[g])
-      pass<KT, 1>(tiles, c, kt_of, j0, g + 1);
+      pass<KT, 1>(tiles, c, kt_of, j0, g + 1, pf);
     else
-      pass<KT, 1>(tiles, c, kt_of, j0, g);
+      pass<KT, 1>(tiles, c, kt_of, j0, g, pf);
   }
 }
 
@@ -178,14 +202,14 @@ void key_pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], st
 template <class Tiles, class TK>
 void sweep(const Call& c, std::size_t groups, const TK* k, std::size_t ldk, std::size_t hi, std::uint16_t* kb,
            std::size_t ld, const TK* next_k, std::size_t next_n) {
-  const char* pf = nullptr;
-  const char* pf_end = nullptr;
-  std::size_t pf_per = 0;
-  const std::size_t passes = (hi + kKeys - 1) / kKeys;
+  NextBlockPrefetch pf;
   if (next_k && next_n) {
-    pf = reinterpret_cast<const char*>(next_k);
-    pf_end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + c.dim);
-    pf_per = (static_cast<std::size_t>(pf_end - pf) / 64 + 1 + passes - 1) / passes;
+    // The steps of a sweep whose passes all run (a pass of KT key tiles has KT + 1 per chunk).
+    const std::size_t steps =
+        (hi + kKeys - 1) / kKeys * c.chunks * (kKeyTiles + 1) * ((groups + kGroupTiles - 1) / kGroupTiles);
+    pf.at = reinterpret_cast<const char*>(next_k);
+    pf.end = reinterpret_cast<const char*>(next_k + (next_n - 1) * ldk + c.dim);
+    pf.per_step = (static_cast<std::size_t>(pf.end - pf.at) / 64 + 1 + steps - 1) / steps;
   }
   Tiles tiles(&kTileConfig);
   for (std::size_t j0 = 0; j0 < hi; j0 += kKeys) {
@@ -213,10 +237,10 @@ void sweep(const Call& c, std::size_t groups, const TK* k, std::size_t ldk, std:
       }
       kt_of[kt] = {dst, ld * sizeof(std::uint16_t), count};
     }
-    for (std::size_t u = 0; u < pf_per && pf < pf_end; ++u, pf += 64) __builtin_prefetch(pf, 0, 2);
-    if (nk > kTileRows) key_pass<2>(tiles, c, kt_of, j0, groups);
-    else key_pass<1>(tiles, c, kt_of, j0, groups);
+    if (nk > kTileRows) key_pass<2>(tiles, c, kt_of, j0, groups, pf);
+    else key_pass<1>(tiles, c, kt_of, j0, groups, pf);
   }
+  pf.rest();
 }
 
 template <class Tiles, class TK>
