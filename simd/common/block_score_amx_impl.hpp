@@ -228,10 +228,10 @@ void sweep(const Call& c, std::size_t groups, const TK* k, std::size_t ldk, std:
       }
       std::uint16_t* dst = kb + first * ld;
       if (count > 0) {
-        for (std::size_t r = 0; r < count; ++r) {
-          to_bf16_row(src + r * ldk, dst + r * ld, c.dim);
-          std::memset(dst + r * ld + c.dim, 0, (ld - c.dim) * sizeof(std::uint16_t));
-        }
+        for (std::size_t r = 0; r < count; ++r) to_bf16_row(src + r * ldk, dst + r * ld, c.dim);
+        if (ld > c.dim)  // a dim that is not whole chunks: the rest of each row's last chunk is 0
+          for (std::size_t r = 0; r < count; ++r)
+            std::memset(dst + r * ld + c.dim, 0, (ld - c.dim) * sizeof(std::uint16_t));
         // Rows past the last key: zeros, so that no stale NaN or inf reaches a C row (never folded).
         std::memset(dst + count * ld, 0, (kTileRows - count) * ld * sizeof(std::uint16_t));
       }

@@ -117,7 +117,10 @@ std::vector<float> run(const simd::BlockScoreKernels& t, const Problem& p, const
   const float guard = 12345.0f;
   std::vector<float> out(groups * lanes + 2, guard);
   const std::size_t sbytes = t.scratch_bytes(p.rows, p.dim);
-  std::vector<unsigned char> scratch(sbytes + 8, 0xA5);
+  // 0xFF bytes read as NaN in bf16 and f32: a kernel that reads scratch it has not written (the
+  // zero padding of a key row past dim, say) turns scores into NaN.
+  constexpr unsigned char kPoison = 0xFF;
+  std::vector<unsigned char> scratch(sbytes + 8, kPoison);
   const TK* k = keys.data() + key_off;
   if constexpr (std::is_same_v<TK, std::uint16_t>)
     t.block_max_bf16(p.rows, p.dim, qt.data() + 4, k, p.ldk, p.n, p.limit.empty() ? nullptr : p.limit.data(), p.scale,
@@ -127,7 +130,7 @@ std::vector<float> run(const simd::BlockScoreKernels& t, const Problem& p, const
                    out.data() + 1, scratch.data() + 3, k, p.n);
   EXPECT_EQ(out.front(), guard) << "wrote before out";
   EXPECT_EQ(out.back(), guard) << "wrote past out";
-  for (std::size_t i = sbytes + 3; i < scratch.size(); ++i) EXPECT_EQ(scratch[i], 0xA5) << "wrote past the scratch";
+  for (std::size_t i = sbytes + 3; i < scratch.size(); ++i) EXPECT_EQ(scratch[i], kPoison) << "wrote past the scratch";
   return std::vector<float>(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(p.rows));
 }
 
