@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "simd/block_score.hpp"
@@ -120,6 +121,7 @@ struct Call {
   std::int32_t* best;
   float* cb;
   F scale;
+  bool scale_keeps_order;  // 0 < scale < inf: round(scale * x) never decreases as x grows
 };
 
 // The next block's lines (next_k), prefetched a few at a time after every A tile load and every
@@ -169,12 +171,30 @@ void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::s
     I m = iload(c.best + gg * kLanes);
     // Keys below every limit of the group take the unmasked fold.
     const bool masked = static_cast<std::int64_t>(j0 + KT * kTileRows) > c.gmin[gg];
-    for (std::size_t kt = 0; kt < KT; ++kt) {
-      const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
-      for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
-        I key = order_key(fload(ct + r * kLanes) * c.scale);
-        if (masked) key = select(cmpgt(lim, isplat(static_cast<std::int32_t>(j0 + kt * kTileRows + r))), key, isplat(kNoKey));
-        m = imax(m, key);
+    if (!masked && c.scale_keeps_order) {
+      // The largest score is then the scaled largest dot, bit for bit: one max and one NaN test
+      // per key, one scaling per pass (a NaN dot stays sticky through the mask, since vmaxps
+      // drops a NaN in its first operand).
+      F mx = fsplat(-std::numeric_limits<float>::infinity());
+      M nan{0};
+      for (std::size_t kt = 0; kt < KT; ++kt) {
+        const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
+        for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
+          const F x = fload(ct + r * kLanes);
+          nan = nan | is_nan(x);
+          mx = fmax(mx, x);
+        }
+      }
+      m = imax(m, select(nan, isplat(kNanKey), order_key(mx * c.scale)));
+    } else {
+      for (std::size_t kt = 0; kt < KT; ++kt) {
+        const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
+        for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
+          I key = order_key(fload(ct + r * kLanes) * c.scale);
+          if (masked)
+            key = select(cmpgt(lim, isplat(static_cast<std::int32_t>(j0 + kt * kTileRows + r))), key, isplat(kNoKey));
+          m = imax(m, key);
+        }
       }
     }
     istore(c.best + gg * kLanes, m);
@@ -259,7 +279,8 @@ void block_max(std::size_t rows, std::size_t dim, const void* packed, const TK* 
   const std::int32_t all_hi = clamp_limits(limit, n, groups, limits, best, gmin, gmax);
   if (all_hi > 0) {  // else no key is converted and no tile state touched
     const Call c{dim, dim_chunks(dim), group_bytes(dim), static_cast<const unsigned char*>(packed), limits, gmin, gmax,
-                 best, reinterpret_cast<float*>(base + L.c_at), fsplat(scale)};
+                 best, reinterpret_cast<float*>(base + L.c_at), fsplat(scale),
+                 scale > 0.0f && scale < std::numeric_limits<float>::infinity()};
     sweep<Tiles, TK>(c, groups, k, ldk, static_cast<std::size_t>(all_hi),
                      reinterpret_cast<std::uint16_t*>(base + L.kb_at), L.ld, next_k, next_n);
   }

@@ -96,8 +96,11 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
   for (std::size_t blk = c0; blk < c1; ++blk) {
     const std::int64_t key0 = static_cast<std::int64_t>(blk) * p.block;
     const std::int64_t n = std::min<std::int64_t>(p.block, total_keys - key0);
-    // Every row sees the whole block unless the block reaches past the first row's cut.
-    const bool full = key0 + n <= first_nk && slots == qt.rows;
+    // Every row sees the whole block unless the block reaches past the first row's cut. Then no
+    // limits are passed, even when the tile's last group has lanes past its rows (a decode
+    // token's 8 heads in 16 lanes): the kernel's results for those lanes are not read, and
+    // without limits it takes its unmasked fold.
+    const bool full = key0 + n <= first_nk;
     if (!full) {
       for (std::size_t r = 0; r < slots; ++r) {
         std::int64_t lim = 0;

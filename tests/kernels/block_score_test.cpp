@@ -331,19 +331,25 @@ TEST_P(BlockScore, Infinities) {
 }
 
 // Every kind of scale (either sign, zero, infinite, NaN, one that overflows the scores) and keys
-// whose scores are infinite of both signs, bitwise against the model. A decode token's rows on
-// the vector levels fold unscaled maxima (minima for a negative scale) and watch a running sum for NaN:
-// these are the cases that send such a call back to the order-key fold, and those whose results
-// the shortcut must not change.
+// whose scores are infinite of both signs or NaN (an exact zero dot under an infinite scale),
+// bitwise against the model. A decode token's rows on the vector levels fold unscaled maxima
+// (minima for a negative scale) and watch a running sum for NaN, and the amx level folds unscaled
+// maxima under a positive finite scale: these are the cases that send such a call back to the
+// order-key fold, and those whose results the shortcuts must not change.
 TEST_P(BlockScore, ScalesAndInfiniteScores) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(runs_on());
   Rng rng(41);
   const std::size_t lanes = table().lanes, dim = 40, n = 70;
   const float scales[] = {0.125f, -0.75f, 0.0f, -0.0f, kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), 1e38f};
   for (std::size_t rows : {std::size_t{1}, lanes / 2, lanes, lanes + 1}) {
-    for (int keyset = 0; keyset < 3; ++keyset) {
+    for (int keyset = 0; keyset < 4; ++keyset) {
       Problem p = make_problem(rows, dim, n, dim, rng);
       auto k = make_keys<std::uint16_t>(n * dim, rng);
+      auto k8 = make_keys<std::uint8_t>(n * dim, rng);
+      if (keyset == 3) {  // key 7 all zeros: its dots are exactly 0, so an infinite scale makes them NaN
+        std::fill(k.begin() + 7 * dim, k.begin() + 8 * dim, std::uint16_t{0});
+        std::fill(k8.begin() + 7 * dim, k8.begin() + 8 * dim, std::uint8_t{0});
+      }
       if (keyset >= 1) {  // key 5 scores +-inf, key 40 the other sign (where the query element is not 0)
         k[5 * dim + 3] = f32_to_bf16(kInf);
         k[40 * dim + 3] = f32_to_bf16(-kInf);
@@ -352,7 +358,6 @@ TEST_P(BlockScore, ScalesAndInfiniteScores) {
         p.limit.resize((rows + lanes - 1) / lanes * lanes);
         for (std::size_t r = 0; r < p.limit.size(); ++r) p.limit[r] = r % 2 ? 20 : static_cast<std::int32_t>(n);
       }
-      const auto k8 = make_keys<std::uint8_t>(n * dim, rng);
       for (float scale : scales) {
         p.scale = scale;
         const auto got = run<std::uint16_t>(table(), p, k, 0);
