@@ -15,7 +15,8 @@
 //   C (tmm0..tmm3)   16 keys x 16 rows f32: C[kt][gt] += A[kt] . B[gt], over the dims 32 at a time.
 // Keys in the tile rows and query rows in the columns make a stored C tile row one vector of the
 // 16 rows of a group for one key: the per-row maximum over the keys is the vertical max of the
-// other levels, with the same order keys and the same per-row limit mask.
+// other levels, with the same order keys and the same per-row limit mask; keys that every row of
+// the group sees under a positive finite scale take a plain max of the unscaled dots, scaled once.
 //
 // Every call runs on the tiles, a decode token's few rows too: one TDPBF16PS is 16 x 16 x 32
 // multiply-adds, so even a tile with half its columns empty out-runs the avx512bf16 level's
@@ -173,8 +174,8 @@ void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::s
     const bool masked = static_cast<std::int64_t>(j0 + KT * kTileRows) > c.gmin[gg];
     if (!masked && c.scale_keeps_order) {
       // The largest score is then the scaled largest dot, bit for bit: one max and one NaN test
-      // per key, one scaling per pass (a NaN dot stays sticky through the mask, since vmaxps
-      // drops a NaN in its first operand).
+      // per key, one scaling per pass. The NaN mask is what keeps a NaN dot: vmaxps returns its
+      // second operand when either is NaN, so a NaN in mx is dropped by the next key.
       F mx = fsplat(-std::numeric_limits<float>::infinity());
       M nan{0};
       for (std::size_t kt = 0; kt < KT; ++kt) {
