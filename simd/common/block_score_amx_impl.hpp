@@ -172,31 +172,30 @@ void pass(Tiles& tiles, const Call& c, const KeyTile (&kt_of)[kKeyTiles], std::s
     I m = iload(c.best + gg * kLanes);
     // Keys below every limit of the group take the unmasked fold.
     const bool masked = static_cast<std::int64_t>(j0 + KT * kTileRows) > c.gmin[gg];
+    // fn(dots of the group's rows with key j0 + i, i) for every key of the pass.
+    const auto each_key = [&](auto&& fn) {
+      for (std::size_t kt = 0; kt < KT; ++kt) {
+        const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
+        for (std::size_t r = 0; r < kt_of[kt].count; ++r) fn(fload(ct + r * kLanes), kt * kTileRows + r);
+      }
+    };
     if (!masked && c.scale_keeps_order) {
       // The largest score is then the scaled largest dot, bit for bit: one max and one NaN test
       // per key, one scaling per pass. The NaN mask is what keeps a NaN dot: vmaxps returns its
       // second operand when either is NaN, so a NaN in mx is dropped by the next key.
       F mx = fsplat(-std::numeric_limits<float>::infinity());
       M nan{0};
-      for (std::size_t kt = 0; kt < KT; ++kt) {
-        const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
-        for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
-          const F x = fload(ct + r * kLanes);
-          nan = nan | is_nan(x);
-          mx = fmax(mx, x);
-        }
-      }
+      each_key([&](F x, std::size_t) {
+        nan = nan | is_nan(x);
+        mx = fmax(mx, x);
+      });
       m = imax(m, select(nan, isplat(kNanKey), order_key(mx * c.scale)));
     } else {
-      for (std::size_t kt = 0; kt < KT; ++kt) {
-        const float* ct = c.cb + c_tile(kt, gt) * kTileFloats;
-        for (std::size_t r = 0; r < kt_of[kt].count; ++r) {
-          I key = order_key(fload(ct + r * kLanes) * c.scale);
-          if (masked)
-            key = select(cmpgt(lim, isplat(static_cast<std::int32_t>(j0 + kt * kTileRows + r))), key, isplat(kNoKey));
-          m = imax(m, key);
-        }
-      }
+      each_key([&](F x, std::size_t i) {
+        I key = order_key(x * c.scale);
+        if (masked) key = select(cmpgt(lim, isplat(static_cast<std::int32_t>(j0 + i))), key, isplat(kNoKey));
+        m = imax(m, key);
+      });
     }
     istore(c.best + gg * kLanes, m);
   }
