@@ -247,18 +247,30 @@ struct TopkShape {
   std::size_t n, k;
   const char* data;  // "uniform" or "ties"
 };
+// "normal": scores that bunch the way an indexer's do (many near the k-th best, few far above);
+// n1536 with k2048 is a causal row short enough that every score is sorted.
 const TopkShape kTopkShapes[] = {{131072, 2048, "uniform"}, {32768, 2048, "uniform"}, {8192, 2048, "uniform"},
-                                 {131072, 2048, "ties"},    {1024, 16, "uniform"},    {256, 64, "uniform"}};
+                                 {8192, 2048, "normal"},    {1536, 2048, "normal"},   {131072, 2048, "ties"},
+                                 {1024, 16, "uniform"},     {256, 64, "uniform"}};
 
 std::vector<float> topk_rows(const TopkShape& s) {
   std::vector<float> x(s.n);
   std::uint64_t seed = 5;
-  for (auto& v : x) v = std::string(s.data) == "ties" ? std::floor(uniform(seed) * 50.0f) : uniform(seed);
+  const std::string data = s.data;
+  for (auto& v : x) {
+    if (data == "ties") v = std::floor(uniform(seed) * 50.0f);
+    else if (data == "normal") {  // Box-Muller over two uniforms in [0, 1)
+      const float u1 = 0.5f * (uniform(seed) + 1.0f), u2 = 0.5f * (uniform(seed) + 1.0f);
+      v = std::sqrt(-2.0f * std::log(1.0f - u1)) * std::cos(6.2831853f * u2);
+    }
+    else v = uniform(seed);
+  }
   return x;
 }
 
 std::string topk_shape_name(const TopkShape& s) {
-  return "n" + std::to_string(s.n) + "_k" + std::to_string(s.k) + (std::string(s.data) == "ties" ? "_ties" : "");
+  const std::string data = s.data;
+  return "n" + std::to_string(s.n) + "_k" + std::to_string(s.k) + (data == "uniform" ? "" : "_" + data);
 }
 
 void register_topk(Isa level) {

@@ -13,9 +13,11 @@
 // a strided sample of the keys gives a threshold that about 1.25 k + a margin of the elements pass;
 // one vector pass (key, compare, movemask) collects them in index order. If fewer than k pass
 // (unlucky or adversarial data), the pass is redone with no threshold, so the result never depends
-// on the sample. An 8-bit radix select over the candidates finds the exact key of the k-th best and
-// how many of the elements equal to it are taken (the first ones in index order), and a stable LSD
-// radix sort on the key orders the winners (ties keep index order).
+// on the sample. Bucket counts over the candidates' key span find the exact key of the k-th best
+// and how many of the elements equal to it are taken (the first ones in index order), and a stable
+// most-significant-digit radix sort on the key orders the winners (ties keep index order). Digits
+// are cut from each set's own span, up to 11 bits, so keys that share their high bits (one row's
+// scores mostly share sign and exponent) cost no pass.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +30,7 @@ enum class TopkNan : std::uint8_t { last, exclude };
 // Bytes of scratch a call with n scores and k wanted needs (any alignment of `scratch` is fine).
 constexpr std::size_t topk_scratch_bytes(std::size_t n, std::size_t k) {
   const std::size_t m = k < n ? k : n;
-  return 8 * n + 8 * m + 64;
+  return 12 * n + 8 * m + 64;
 }
 
 struct TopkKernels {

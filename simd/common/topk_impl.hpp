@@ -81,80 +81,158 @@ std::int32_t sample_threshold(const float* s, std::size_t n, std::size_t k) {
   const std::size_t r = want + want / 4 + 16;
   if (r >= samples / 2) return kNanKey;
   std::int32_t sample[kMaxSample];
-  const std::size_t stride = n / samples;
-  for (std::size_t j = 0; j < samples; ++j) sample[j] = key_of(s[(j * n) / samples + (j * 7) % stride]);
+  // Sample j reads s[(j * n) / samples + (j * 7) % stride], stepped without a division (two
+  // divisions per sample were a tenth of a prefill row's selection).
+  const std::size_t stride = n / samples, q_step = n / samples, r_step = n % samples;
+  std::size_t q = 0, rem = 0, o = 0;
+  for (std::size_t j = 0; j < samples; ++j) {
+    sample[j] = key_of(s[q + o]);
+    q += q_step;
+    rem += r_step;
+    if (rem >= samples) ++q, rem -= samples;
+    o += 7;
+    while (o >= stride) o -= stride;
+  }
   std::nth_element(sample, sample + (r - 1), sample + samples, KeyGreater{});
   return sample[r - 1];
 }
 
-// Stable sort by key, descending (equal keys keep their order, which is index order).
-void sort_desc(Entry* e, Entry* tmp, std::size_t m) {
-  if (m < 64) {
-    for (std::size_t i = 1; i < m; ++i) {
-      const Entry x = e[i];
-      std::size_t j = i;
-      for (; j > 0 && e[j - 1].key < x.key; --j) e[j] = e[j - 1];
-      e[j] = x;
-    }
-    return;
+// ---- radix passes over the candidates' keys ----------------------------------------------------------
+// Digits are taken from (key - lo) or (hi - key) over the keys' own span, as wide as the element
+// count warrants (at most 11 bits: 2048 buckets, 8 KiB of counts): scores of one row mostly share
+// their sign and exponent bits, so fixed 8-bit digits of the whole key spend passes on bytes every
+// candidate has in common.
+constexpr unsigned kMaxDigitBits = 11;
+
+inline unsigned bit_width(std::uint64_t x) { return x == 0 ? 0u : 64u - static_cast<unsigned>(__builtin_clzll(x)); }
+
+// The shift that maps a span of keys to at most 2^bits buckets, bits sized to `count` elements.
+inline unsigned digit_shift(std::uint32_t span, std::size_t count) {
+  unsigned bits = bit_width(count);
+  bits = bits < 4 ? 4 : (bits > kMaxDigitBits ? kMaxDigitBits : bits);
+  const unsigned w = bit_width(span);
+  return w > bits ? w - bits : 0u;
+}
+
+template <class Key>
+inline void key_span(std::size_t count, Key&& key, std::uint32_t& lo, std::uint32_t& hi) {
+  lo = ~0u;
+  hi = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t k = key(i);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
   }
-  std::uint32_t count[256];
+}
+
+// Stable sort of e[0..m) by key, descending (equal keys keep their order, which is index order):
+// a least-significant-digit radix sort of hi - key over the set's own span, all digit counts taken
+// in one pass, then one stable scatter per digit (2 of 11 bits for a span of 22 bits, 3 for 33).
+// Fixed work per element: scores bunch near the k-th best, so buckets of a leading digit come out
+// uneven and sorting inside them costs what the scatter saved.
+constexpr unsigned kMaxPasses = (32 + kMaxDigitBits - 1) / kMaxDigitBits;
+
+void sort_desc(Entry* e, Entry* tmp, std::size_t m) {
+  std::uint32_t lo, hi;
+  key_span(m, [e](std::size_t i) { return e[i].key; }, lo, hi);
+  const unsigned w = bit_width(hi - lo);
+  if (w == 0) return;  // equal keys: index order is already the order
+  // As few passes as digits of up to 11 bits allow: a pass scatters every entry, which costs
+  // more than summing 2048 counts (8-bit digits measured slower).
+  const unsigned passes = (w + kMaxDigitBits - 1) / kMaxDigitBits, bits = (w + passes - 1) / passes;
+  const std::uint32_t mask = (1u << bits) - 1u;
+  std::uint32_t at[kMaxPasses][std::size_t{1} << kMaxDigitBits];
+  for (unsigned p = 0; p < passes; ++p) std::memset(at[p], 0, sizeof at[p][0] << bits);
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::uint32_t d = hi - e[i].key;
+    for (unsigned p = 0; p < passes; ++p) ++at[p][(d >> (p * bits)) & mask];
+  }
   Entry* src = e;
   Entry* dst = tmp;
-  for (unsigned sh = 0; sh < 32; sh += 8) {
-    std::memset(count, 0, sizeof count);
-    for (std::size_t i = 0; i < m; ++i) ++count[(~src[i].key >> sh) & 0xFF];
-    bool single = false;
-    for (std::uint32_t d = 0; d < 256; ++d) single = single || count[d] == m;
-    if (single) continue;  // every element has the same digit: the pass would not move anything
-    std::uint32_t sum = 0;
-    for (std::uint32_t d = 0; d < 256; ++d) {
-      const std::uint32_t c = count[d];
-      count[d] = sum;
+  for (unsigned p = 0; p < passes; ++p) {
+    std::uint32_t* a = at[p];
+    for (std::uint32_t b = 0, sum = 0; b <= mask; ++b) {
+      const std::uint32_t c = a[b];
+      a[b] = sum;
       sum += c;
     }
-    for (std::size_t i = 0; i < m; ++i) dst[count[(~src[i].key >> sh) & 0xFF]++] = src[i];
+    const unsigned sh = p * bits;
+    for (std::size_t i = 0; i < m; ++i) dst[a[((hi - src[i].key) >> sh) & mask]++] = src[i];
     std::swap(src, dst);
   }
   if (src != e) std::memcpy(e, src, m * sizeof(Entry));
 }
 
 // Keeps the m best of the `count` candidates (in index order) at the front of e, in index order:
-// every key above the m-th best key, and the first (smallest-index) ones equal to it.
+// every key above the m-th best key, and the first (smallest-index) ones equal to it. The m-th best
+// key is found by bucket counts over the keys' span, narrowed to the bucket that holds it (whose
+// keys are copied to `keys`, at most count of them) until a bucket is one key.
 struct EntryBetter {  // the spec order on candidates: higher key, then smaller index
   bool operator()(const Entry& a, const Entry& b) const { return a.key > b.key || (a.key == b.key && a.idx < b.idx); }
 };
 
-void keep_best(Entry* e, std::size_t count, std::size_t m) {
+void keep_best(Entry* e, std::size_t count, std::size_t m, std::uint32_t* keys) {
   if (count <= m) return;
-  std::uint32_t hist[257];
-  std::uint32_t prefix = 0, prefix_mask = 0;
-  std::size_t need = m;
-  for (int sh = 24; sh >= 0; sh -= 8) {
-    std::memset(hist, 0, sizeof hist);
-    for (std::size_t i = 0; i < count; ++i) {  // branch-free: non-matching keys count in bucket 256
-      const bool match = (e[i].key & prefix_mask) == prefix;
-      ++hist[match ? (e[i].key >> sh) & 0xFF : 256];
-    }
-    std::uint32_t b = 256;
-    while (b > 0) {
+  std::uint32_t lo, hi;
+  key_span(count, [e](std::size_t i) { return e[i].key; }, lo, hi);
+  std::uint32_t hist[std::size_t{1} << kMaxDigitBits];
+  std::size_t need = m, live = count;
+  bool in_keys = false;  // the live keys: e[0..count) first, then keys[0..live)
+  std::uint32_t threshold;  // the m-th best key; `need` of its `ties` equals are taken
+  std::size_t ties;
+  for (;;) {
+    const unsigned sh = digit_shift(hi - lo, live);
+    const std::size_t nb = static_cast<std::size_t>((hi - lo) >> sh) + 1;
+    std::memset(hist, 0, nb * sizeof hist[0]);
+    if (in_keys)
+      for (std::size_t i = 0; i < live; ++i) ++hist[(keys[i] - lo) >> sh];
+    else
+      for (std::size_t i = 0; i < live; ++i) ++hist[(e[i].key - lo) >> sh];
+    std::size_t b = nb;
+    for (;;) {
       --b;
       if (hist[b] >= need) break;
       need -= hist[b];
     }
-    prefix |= b << sh;
-    prefix_mask |= 0xFFu << sh;
-  }
-  const std::uint32_t threshold = prefix;  // the m-th best key; `need` of its equals are taken
-  std::size_t w = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (e[i].key > threshold) {
-      e[w++] = e[i];
-    } else if (e[i].key == threshold && need) {
-      --need;
-      e[w++] = e[i];
+    const std::uint32_t blo = lo + static_cast<std::uint32_t>(b << sh);
+    if (sh == 0) {
+      threshold = blo;
+      ties = hist[b];  // every key equal to it is live here
+      break;
     }
+    const std::uint64_t bhi64 = std::uint64_t{blo} + ((std::uint64_t{1} << sh) - 1);
+    const std::uint32_t bhi = bhi64 < hi ? static_cast<std::uint32_t>(bhi64) : hi;
+    std::size_t w = 0;  // in place when the keys come from `keys`: w never passes i
+    if (in_keys)
+      for (std::size_t i = 0; i < live; ++i) {
+        keys[w] = keys[i];
+        w += keys[i] - blo <= bhi - blo;
+      }
+    else
+      for (std::size_t i = 0; i < live; ++i) {
+        keys[w] = e[i].key;
+        w += e[i].key - blo <= bhi - blo;
+      }
+    live = w;
+    in_keys = true;
+    key_span(live, [keys](std::size_t i) { return keys[i]; }, lo, hi);
   }
+  // Every key above the threshold, and the first `need` equal to it: all of them, unless some of
+  // the threshold's equals fall past the m-th place (then the count runs in index order).
+  std::size_t w = 0;
+  if (need == ties)
+    for (std::size_t i = 0; i < count; ++i) {
+      e[w] = e[i];
+      w += e[i].key >= threshold;
+    }
+  else
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t k = e[i].key;
+      const bool tie = k == threshold && need > 0;
+      need -= tie;
+      e[w] = e[i];
+      w += (k > threshold) | tie;
+    }
 }
 
 constexpr std::size_t kSmallM = 512;
@@ -165,6 +243,7 @@ std::size_t topk_select(const float* scores, std::size_t n, std::size_t k, TopkN
   auto* base = reinterpret_cast<Entry*>(cache_line_start(scratch));
   Entry* cand = base;      // n entries
   Entry* tmp = base + n;   // min(n, k) entries
+  auto* keys = reinterpret_cast<std::uint32_t*>(tmp + (k < n ? k : n));  // n keys
   const std::int32_t lo_all = nan_policy == TopkNan::exclude ? kNanKey + 1 : kNanKey;
 
   std::size_t count = 0;
@@ -183,7 +262,7 @@ std::size_t topk_select(const float* scores, std::size_t n, std::size_t k, TopkN
     if (count > m) std::nth_element(cand, cand + (m - 1), cand + count, EntryBetter{});
     std::sort(cand, cand + m, EntryBetter{});
   } else {
-    keep_best(cand, count, m);  // keeps index order, which the stable radix sort relies on
+    keep_best(cand, count, m, keys);  // keeps index order, which the stable radix sort relies on
     sort_desc(cand, tmp, m);
   }
   for (std::size_t t = 0; t < m; ++t) out[t] = cand[t].idx;

@@ -114,32 +114,68 @@ std::vector<float> gen_close(std::size_t n, Rng& rng) {
   return s;
 }
 
+// Scores that bunch near the k-th best with a thin tail above (an indexer's row).
+std::vector<float> gen_normal(std::size_t n, Rng& rng) {
+  std::vector<float> s(n);
+  for (auto& x : s) {
+    const float u1 = rng.uniform(0.0f, 1.0f), u2 = rng.uniform(0.0f, 1.0f);
+    x = std::sqrt(-2.0f * std::log1p(-u1)) * std::cos(6.2831853f * u2);
+  }
+  return s;
+}
+// Both signs over ~200 binades: the keys' span is the whole 32 bits (three sort digits).
+std::vector<float> gen_wide(std::size_t n, Rng& rng) {
+  std::vector<float> s(n);
+  for (auto& x : s) x = (rng.below(2) ? 1.0f : -1.0f) * std::ldexp(1.0f + rng.uniform(0.0f, 1.0f), static_cast<int>(rng.below(200)) - 100);
+  return s;
+}
+// Nearly every key in a narrow cluster, a few far outliers on both sides: the k-th best lies in
+// one bucket of the whole span, and the selection has to narrow it over several rounds.
+std::vector<float> gen_clustered(std::size_t n, Rng& rng) {
+  std::vector<float> s(n);
+  for (auto& x : s) {
+    const std::uint32_t r = rng.below(64);
+    x = r == 0 ? 1e30f : r == 1 ? -1e30f : float_of(0x3F800000u + rng.below(40000));
+  }
+  return s;
+}
+
 struct NamedGen {
   const char* name;
   Gen gen;
 };
 const NamedGen kGens[] = {{"random", gen_random},       {"ties", gen_ties},         {"specials", gen_specials},
                           {"all_equal", gen_all_equal}, {"all_nan", gen_all_nan},   {"zeros", gen_zeros},
-                          {"ascending", gen_ascending}, {"mostly_nan", gen_mostly_nan}, {"close", gen_close}};
+                          {"ascending", gen_ascending}, {"mostly_nan", gen_mostly_nan}, {"close", gen_close},
+                          {"normal", gen_normal},       {"wide", gen_wide},         {"clustered", gen_clustered}};
 
 TEST_P(Topk, MatchesSpecOrder) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
-  Rng rng(7);
-  for (const NamedGen& g : kGens)
-    for (std::size_t n : sizes()) {
-      const auto s = g.gen(n, rng);
-      for (std::size_t k : ks(n))
-        for (TopkNan nan : {TopkNan::last, TopkNan::exclude}) {
-          check(s, k, nan, std::string(g.name) + (nan == TopkNan::last ? " nan=last" : " nan=exclude"));
-          if (HasFatalFailure()) return;
-        }
-    }
+  for (std::uint64_t seed : {7, 8, 9}) {
+    Rng rng(seed);
+    for (const NamedGen& g : kGens)
+      for (std::size_t n : sizes()) {
+        const auto s = g.gen(n, rng);
+        for (std::size_t k : ks(n))
+          for (TopkNan nan : {TopkNan::last, TopkNan::exclude}) {
+            check(s, k, nan,
+                  std::string(g.name) + (nan == TopkNan::last ? " nan=last" : " nan=exclude") + " seed " +
+                      std::to_string(seed));
+            if (HasFatalFailure()) return;
+          }
+      }
+  }
 }
 
 TEST_P(Topk, IndexerSizedRows) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   Rng rng(11);
   for (const NamedGen& g : kGens) {
+    for (std::size_t n : {std::size_t{8192} + 5, std::size_t{1536}}) {  // a prefill row; a causal row sorted whole
+      const auto s = g.gen(n, rng);
+      check(s, 2048, TopkNan::last, std::string(g.name) + " n=" + std::to_string(n));
+      check(s, 2048, TopkNan::exclude, std::string(g.name) + " n=" + std::to_string(n) + " exclude");
+    }
     const auto s = g.gen(131072 + 3, rng);
     check(s, 2048, TopkNan::last, std::string(g.name) + " n=131075");
     check(s, 2048, TopkNan::exclude, std::string(g.name) + " n=131075 exclude");
