@@ -52,6 +52,15 @@ std::size_t scan(const float* s, std::size_t n, std::int32_t lo, Entry* out) {
     const I key = keys_of(fload(s + i));
     std::uint32_t mask = all ? kFull : movemask(cmpgt(key, below));
     if (!mask) continue;
+#if defined(MLAKIT_SIMD_HAS_COMPRESS)
+    static_assert(sizeof(Entry) == 8 && offsetof(Entry, key) == 0 && offsetof(Entry, idx) == 4,
+                  "an entry is the pair (key, index)");
+    if (__builtin_popcount(mask) > 2) {  // one or two lanes: the scalar stores below cost less
+      count += store_lane_pairs(key ^ isplat(static_cast<std::int32_t>(0x80000000u)), static_cast<std::int32_t>(i),
+                                mask, out + count);
+      continue;
+    }
+#endif
     istore(tmp, key);
     while (mask) {
       const unsigned l = static_cast<unsigned>(__builtin_ctz(mask));

@@ -150,6 +150,26 @@ inline bool any_set(H a) { return !_mm256_testz_si256(a.v, a.v); }
 inline F f16_to_f32(H a) { return {_mm512_cvtph_ps(a.v)}; }
 inline std::uint32_t movemask(M m) { return static_cast<std::uint32_t>(m.v); }
 
+// The lanes l of `a` whose bit is set in `mask`, in lane order, as 32-bit pairs (a[l], first + l)
+// at out; returns how many. Writes exactly those pairs (masked stores, never a whole vector past
+// them), and compresses in registers: a compressing store to memory is slow on some AVX-512 CPUs.
+#define MLAKIT_SIMD_HAS_COMPRESS 1
+inline std::size_t store_lane_pairs(I a, std::int32_t first, std::uint32_t mask, void* out) {
+  const auto m = static_cast<__mmask16>(mask);
+  const __m512i lanes = _mm512_add_epi32(_mm512_set1_epi32(first),
+                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m512i va = _mm512_maskz_compress_epi32(m, a.v), vb = _mm512_maskz_compress_epi32(m, lanes);
+  const __m512i lo = _mm512_permutex2var_epi32(
+      va, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), vb);
+  const __m512i hi = _mm512_permutex2var_epi32(
+      va, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), vb);
+  const auto n = static_cast<unsigned>(__builtin_popcount(mask & 0xFFFFu));
+  auto* o = static_cast<long long*>(out);
+  _mm512_mask_storeu_epi64(o, static_cast<__mmask8>((1u << (n < 8 ? n : 8)) - 1u), lo);
+  if (n > 8) _mm512_mask_storeu_epi64(o + 8, static_cast<__mmask8>((1u << (n - 8)) - 1u), hi);
+  return n;
+}
+
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS
 
 #if !defined(MLAKIT_SIMD_LEVEL_NAME_SET)
