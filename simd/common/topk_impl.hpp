@@ -92,11 +92,11 @@ std::int32_t sample_threshold(const float* s, std::size_t n, std::size_t k) {
   std::int32_t sample[kMaxSample];
   // Sample j reads s[(j * n) / samples + (j * 7) % stride], stepped without a division (two
   // divisions per sample were a tenth of a prefill row's selection).
-  const std::size_t stride = n / samples, q_step = n / samples, r_step = n % samples;
+  const std::size_t stride = n / samples, r_step = n % samples;
   std::size_t q = 0, rem = 0, o = 0;
   for (std::size_t j = 0; j < samples; ++j) {
     sample[j] = key_of(s[q + o]);
-    q += q_step;
+    q += stride;
     rem += r_step;
     if (rem >= samples) ++q, rem -= samples;
     o += 7;
@@ -107,15 +107,15 @@ std::int32_t sample_threshold(const float* s, std::size_t n, std::size_t k) {
 }
 
 // ---- radix passes over the candidates' keys ----------------------------------------------------------
-// Digits are taken from (key - lo) or (hi - key) over the keys' own span, as wide as the element
-// count warrants (at most 11 bits: 2048 buckets, 8 KiB of counts): scores of one row mostly share
-// their sign and exponent bits, so fixed 8-bit digits of the whole key spend passes on bytes every
-// candidate has in common.
+// Digits are cut from (key - lo) or (hi - key) over the keys' own span, at most 11 bits (2048
+// buckets, 8 KiB of counts): scores of one row mostly share their sign and exponent bits, so fixed
+// 8-bit digits of the whole key spend passes on bytes every candidate has in common.
 constexpr unsigned kMaxDigitBits = 11;
 
 inline unsigned bit_width(std::uint64_t x) { return x == 0 ? 0u : 64u - static_cast<unsigned>(__builtin_clzll(x)); }
 
-// The shift that maps a span of keys to at most 2^bits buckets, bits sized to `count` elements.
+// The shift that maps a span of keys to at most 2^bits buckets, bits sized to `count` elements
+// (a bucket select over a few keys should not clear 2048 counts).
 inline unsigned digit_shift(std::uint32_t span, std::size_t count) {
   unsigned bits = bit_width(count);
   bits = bits < 4 ? 4 : (bits > kMaxDigitBits ? kMaxDigitBits : bits);
@@ -136,7 +136,7 @@ inline void key_span(std::size_t count, Key&& key, std::uint32_t& lo, std::uint3
 
 // Stable sort of e[0..m) by key, descending (equal keys keep their order, which is index order):
 // a least-significant-digit radix sort of hi - key over the set's own span, all digit counts taken
-// in one pass, then one stable scatter per digit (2 of 11 bits for a span of 22 bits, 3 for 33).
+// in one pass, then one stable scatter per digit (2 of 11 bits for a span of 22 bits, 3 for 32).
 // Fixed work per element: scores bunch near the k-th best, so buckets of a leading digit come out
 // uneven and sorting inside them costs what the scatter saved.
 constexpr unsigned kMaxPasses = (32 + kMaxDigitBits - 1) / kMaxDigitBits;

@@ -126,7 +126,10 @@ std::vector<float> gen_normal(std::size_t n, Rng& rng) {
 // Both signs over ~200 binades: the keys' span is the whole 32 bits (three sort digits).
 std::vector<float> gen_wide(std::size_t n, Rng& rng) {
   std::vector<float> s(n);
-  for (auto& x : s) x = (rng.below(2) ? 1.0f : -1.0f) * std::ldexp(1.0f + rng.uniform(0.0f, 1.0f), static_cast<int>(rng.below(200)) - 100);
+  for (auto& x : s) {
+    const int exponent = static_cast<int>(rng.below(200)) - 100;
+    x = (rng.below(2) ? 1.0f : -1.0f) * std::ldexp(1.0f + rng.uniform(0.0f, 1.0f), exponent);
+  }
   return s;
 }
 // Nearly every key in a narrow cluster, a few far outliers on both sides: the k-th best lies in
@@ -171,7 +174,8 @@ TEST_P(Topk, IndexerSizedRows) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   Rng rng(11);
   for (const NamedGen& g : kGens) {
-    for (std::size_t n : {std::size_t{8192} + 5, std::size_t{1536}}) {  // a prefill row; a causal row sorted whole
+    // A prefill row, and a causal row short enough to be sorted whole.
+    for (std::size_t n : {std::size_t{8192} + 5, std::size_t{1536}}) {
       const auto s = g.gen(n, rng);
       check(s, 2048, TopkNan::last, std::string(g.name) + " n=" + std::to_string(n));
       check(s, 2048, TopkNan::exclude, std::string(g.name) + " n=" + std::to_string(n) + " exclude");
