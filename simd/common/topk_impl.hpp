@@ -134,16 +134,14 @@ inline void key_span(std::size_t count, Key&& key, std::uint32_t& lo, std::uint3
   }
 }
 
-// Stable sort of e[0..m) by key, descending (equal keys keep their order, which is index order):
-// a least-significant-digit radix sort of hi - key over the set's own span, all digit counts taken
+// Stable sort of e[0..m), every key in [lo, hi], by key, descending (equal keys keep their order,
+// which is index order): a least-significant-digit radix sort of hi - key, all digit counts taken
 // in one pass, then one stable scatter per digit (2 of 11 bits for a span of 22 bits, 3 for 32).
 // Fixed work per element: scores bunch near the k-th best, so buckets of a leading digit come out
 // uneven and sorting inside them costs what the scatter saved.
 constexpr unsigned kMaxPasses = (32 + kMaxDigitBits - 1) / kMaxDigitBits;
 
-void sort_desc(Entry* e, Entry* tmp, std::size_t m) {
-  std::uint32_t lo, hi;
-  key_span(m, [e](std::size_t i) { return e[i].key; }, lo, hi);
+void sort_desc(Entry* e, Entry* tmp, std::size_t m, std::uint32_t lo, std::uint32_t hi) {
   const unsigned w = bit_width(hi - lo);
   if (w == 0) return;  // equal keys: index order is already the order
   // As few passes as digits of up to 11 bits allow: a pass scatters every entry, which costs
@@ -172,18 +170,22 @@ void sort_desc(Entry* e, Entry* tmp, std::size_t m) {
   if (src != e) std::memcpy(e, src, m * sizeof(Entry));
 }
 
-// Keeps the m best of the `count` candidates (in index order) at the front of e, in index order:
-// every key above the m-th best key, and the first (smallest-index) ones equal to it. The m-th best
-// key is found by bucket counts over the keys' span, narrowed to the bucket that holds it (whose
-// keys are copied to `keys`, at most count of them) until a bucket is one key.
 struct EntryBetter {  // the spec order on candidates: higher key, then smaller index
   bool operator()(const Entry& a, const Entry& b) const { return a.key > b.key || (a.key == b.key && a.idx < b.idx); }
 };
 
-void keep_best(Entry* e, std::size_t count, std::size_t m, std::uint32_t* keys) {
-  if (count <= m) return;
+// Keeps the m best of the `count` candidates (in index order) at the front of e, in index order:
+// every key above the m-th best key, and the first (smallest-index) ones equal to it. The m-th best
+// key is found by bucket counts over the keys' span, narrowed to the bucket that holds it (whose
+// keys are copied to `keys`, at most count of them) until a bucket is one key. Sets [kept_lo,
+// kept_hi] to the span of the keys kept, for the sort.
+void keep_best(Entry* e, std::size_t count, std::size_t m, std::uint32_t* keys, std::uint32_t& kept_lo,
+               std::uint32_t& kept_hi) {
   std::uint32_t lo, hi;
   key_span(count, [e](std::size_t i) { return e[i].key; }, lo, hi);
+  kept_lo = lo;
+  kept_hi = hi;  // the best key is always kept
+  if (count <= m) return;
   std::uint32_t hist[std::size_t{1} << kMaxDigitBits];
   std::size_t need = m, live = count;
   bool in_keys = false;  // the live keys: e[0..count) first, then keys[0..live)
@@ -205,7 +207,7 @@ void keep_best(Entry* e, std::size_t count, std::size_t m, std::uint32_t* keys) 
     }
     const std::uint32_t blo = lo + static_cast<std::uint32_t>(b << sh);
     if (sh == 0) {
-      threshold = blo;
+      threshold = kept_lo = blo;
       ties = hist[b];  // every key equal to it is live here
       break;
     }
@@ -271,8 +273,9 @@ std::size_t topk_select(const float* scores, std::size_t n, std::size_t k, TopkN
     if (count > m) std::nth_element(cand, cand + (m - 1), cand + count, EntryBetter{});
     std::sort(cand, cand + m, EntryBetter{});
   } else {
-    keep_best(cand, count, m, keys);  // keeps index order, which the stable radix sort relies on
-    sort_desc(cand, tmp, m);
+    std::uint32_t lo, hi;
+    keep_best(cand, count, m, keys, lo, hi);  // keeps index order, which the stable radix sort relies on
+    sort_desc(cand, tmp, m, lo, hi);
   }
   for (std::size_t t = 0; t < m; ++t) out[t] = cand[t].idx;
   return m;
