@@ -8,13 +8,12 @@
 #include "core/common/device_mirror.hpp"
 #include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
+#include "core/common/validators.hpp"
 #include "cpu/fused_qkv_paged.hpp"
 #include "reference/fused_qkv_paged.hpp"
 
 namespace mlakit {
 namespace core {
-
-Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space);
 
 namespace {
 

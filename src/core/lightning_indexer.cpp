@@ -9,6 +9,7 @@
 #include "core/common/device_mirror.hpp"
 #include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
+#include "core/common/validators.hpp"
 #include "cpu/lightning_indexer.hpp"
 #include "reference/lightning_indexer.hpp"
 

@@ -8,12 +8,11 @@
 #include "core/common/device_mirror.hpp"
 #include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
+#include "core/common/validators.hpp"
 #include "cpu/sparse_mla_prefill.hpp"
 #include "reference/sparse_mla_prefill.hpp"
 
 namespace mlakit::core {
-
-Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, MemorySpace* space);
 
 namespace {
 

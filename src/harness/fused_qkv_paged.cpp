@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "core/common/validators.hpp"
 #include "harness/common/driver.hpp"
+#include "harness/common/params.hpp"
 #include "harness/common/random.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 
@@ -28,14 +30,58 @@ constexpr double kUnitRoundoffF32 = 0x1.0p-24;
 DType parse_dtype(const std::string& s) {
   if (s == "bf16") return DType::bf16;
   if (s == "f32") return DType::f32;
-  throw std::invalid_argument(std::string(kName) + ": dtype '" + s + "' (expected bf16 or f32)");
+  throw InputError(std::string(kName) + ": dtype '" + s + "' (expected bf16 or f32)");
 }
 
 WeightFormat parse_format(const std::string& s) {
   if (s == "dense") return WeightFormat::dense;
   if (s == "fp8_block") return WeightFormat::fp8_block;
   if (s == "gptq") return WeightFormat::gptq;
-  throw std::invalid_argument(std::string(kName) + ": weight_format '" + s + "' (expected dense, fp8_block or gptq)");
+  throw InputError(std::string(kName) + ": weight_format '" + s + "' (expected dense, fp8_block or gptq)");
+}
+
+// The params of a golden file (golden-format). group_size and has_zp belong to GPTQ weights: they
+// are optional for the other formats, where group_size is ignored and has_zp=true contradicts the
+// format. num_kv_heads, head_dim and page_size restate the cache's shape and must agree with it.
+constexpr ParamSpec kParams[] = {
+    size_param("q_dim"),
+    {"weight_format", ParamKind::text, true, 0, 0, "dense|fp8_block|gptq"},
+    size_param("group_size", 1, false),
+    {"has_zp", ParamKind::boolean, false},
+    size_param("num_kv_heads", 1, false),
+    size_param("head_dim", 1, false),
+    size_param("layer_idx", 0),
+    size_param("page_size", 1, false),
+};
+
+constexpr TensorSpec kTensors[] = {
+    {"hidden_state", 2},         {"input_row_offsets", 1},           {"weight", 2, false},
+    {"weight_scale", 2, false},  {"qweight", 2, false},              {"scales", 2, false},
+    {"qzeros", 2, false},        {"g_idx", 1, false},                {"kv_cache.blocks", 6},
+    {"kv_cache.scales", 6, false}, {"kv_cache.lookup_table", 2},     {"kv_cache.cache_lengths", 1},
+    {"out.output", 2, false},    {"out.kv_cache.blocks", 6, false},
+};
+
+struct Params {
+  FusedQkvPagedDesc desc;
+  std::uint32_t layer_idx = 0;
+};
+
+Params params_of(const Bundle& b) {
+  const ParamReader r(kName, b.params, kParams);
+  Params p;
+  p.desc.q_dim = r.integer("q_dim");
+  p.desc.weight_format = parse_format(r.text("weight_format"));
+  if (p.desc.weight_format == WeightFormat::gptq) {
+    r.require("group_size", "for weight_format=\"gptq\"");
+    r.require("has_zp", "for weight_format=\"gptq\"");
+  } else if (r.boolean_or("has_zp", false)) {
+    r.contradiction("has_zp", "only weight_format=\"gptq\" has zero points");
+  }
+  p.desc.group_size = r.integer_or("group_size", 128);
+  p.desc.has_zp = r.boolean_or("has_zp", false);
+  p.layer_idx = static_cast<std::uint32_t>(r.integer("layer_idx"));
+  return p;
 }
 
 std::int64_t cache_columns(const Tensor& blocks) {
@@ -47,9 +93,10 @@ std::int64_t cache_columns(const Tensor& blocks) {
 class AbsWeightRows {
  public:
   AbsWeightRows(const Bundle& b, std::int64_t N, std::int64_t K) : b_(b), N_(N), K_(K) {
-    format_ = parse_format(b.params.at("weight_format").get<std::string>());
-    gs_ = b.params.at("group_size").get<std::int64_t>();
-    has_zp_ = b.params.at("has_zp").get<bool>();
+    const Params p = params_of(b);
+    format_ = p.desc.weight_format;
+    gs_ = p.desc.group_size;
+    has_zp_ = p.desc.has_zp;
   }
 
   void row(std::int64_t n, std::vector<double>& out) const {
@@ -228,17 +275,17 @@ class FusedQkvPagedDriver final : public OpDriver {
   Bundle generate(const json& overrides, std::uint64_t seed) const override {
     json k;
     std::string why;
-    if (!merge_knobs(default_knobs(), overrides, &k, &why)) throw std::invalid_argument(std::string(kName) + ": " + why);
+    if (!merge_knobs(default_knobs(), overrides, &k, &why)) throw InputError(std::string(kName) + ": " + why);
     const auto seq = k.at("seq_lens").get<std::vector<std::int64_t>>();
     const auto cache_lens = k.at("cache_lens").get<std::vector<std::int64_t>>();
     if (seq.size() != cache_lens.size())
-      throw std::invalid_argument(std::string(kName) + ": seq_lens and cache_lens differ in length");
+      throw InputError(std::string(kName) + ": seq_lens and cache_lens differ in length");
     const DType dt = parse_dtype(k.at("dtype").get<std::string>());
     const std::string fmt_name = k.at("weight_format").get<std::string>();
     const WeightFormat fmt = parse_format(fmt_name);
     const std::string cache_kind = k.at("cache").get<std::string>();
     if (cache_kind != "ordinary" && cache_kind != "mla")
-      throw std::invalid_argument(std::string(kName) + ": cache '" + cache_kind + "' (expected ordinary or mla)");
+      throw InputError(std::string(kName) + ": cache '" + cache_kind + "' (expected ordinary or mla)");
     const std::int64_t K = k.at("K").get<std::int64_t>();
     const std::int64_t q_dim = k.at("q_dim").get<std::int64_t>();
     const std::int64_t heads = k.at("num_kv_heads").get<std::int64_t>();
@@ -247,7 +294,7 @@ class FusedQkvPagedDriver final : public OpDriver {
     const bool has_zp = k.at("has_zp").get<bool>();
     const std::string sdt = k.at("scales_dtype").get<std::string>();
     if (sdt != "f16" && sdt != "bf16")
-      throw std::invalid_argument(std::string(kName) + ": scales_dtype '" + sdt + "' (expected f16 or bf16)");
+      throw InputError(std::string(kName) + ": scales_dtype '" + sdt + "' (expected f16 or bf16)");
 
     Rng rng(seed);
     Bundle b;
@@ -282,7 +329,7 @@ class FusedQkvPagedDriver final : public OpDriver {
         break;
       }
       case WeightFormat::gptq: {
-        if (gs <= 0) throw std::invalid_argument(std::string(kName) + ": group_size must be > 0");
+        if (gs <= 0) throw InputError(std::string(kName) + ": group_size must be > 0");
         const std::int64_t G = K / gs;
         fill_integers(b.add("qweight", DType::i32, {K / 8, N}), rng, INT32_MIN, INT32_MAX);
         fill_uniform(b.add("scales", sdt == "f16" ? DType::f16 : DType::bf16, {G, N}), rng, 0.002, 0.03);
@@ -305,19 +352,38 @@ class FusedQkvPagedDriver final : public OpDriver {
     return b;
   }
 
+  void check_inputs(const Bundle& b) const override {
+    check_tensors(kName, b, kTensors);
+    params_of(b);
+    const ParamReader r(kName, b.params, kParams);
+    const auto& cache = b.at("kv_cache.blocks").shape();
+    r.agrees("page_size", cache[3], "kv_cache.blocks.shape[3]");
+    r.agrees("num_kv_heads", cache[4], "kv_cache.blocks.shape[4]");
+    r.agrees("head_dim", cache[5], "kv_cache.blocks.shape[5]");
+    if (r.boolean_or("has_zp", false) && !b.has("qzeros"))
+      r.contradiction("has_zp", "zero points need the tensor qzeros, which the file lacks");
+  }
+
   void prepare_outputs(Bundle& b) const override {
+    check_inputs(b);
     b.remove_outputs();
     const Tensor& x = b.at("hidden_state");
-    b.add("out.output", x.dtype(), {x.shape()[0], b.params.at("q_dim").get<std::int64_t>()}).poison();
+    b.add("out.output", x.dtype(), {x.shape()[0], params_of(b).desc.q_dim}).poison();
     b.copy_to_output("kv_cache.blocks");
   }
 
+  Status validate(const Bundle& b) const override {
+    const Params p = params_of(b);
+    MemorySpace space;
+    return core::validate_fused_qkv_paged(p.desc, args_of(b, p), &space);
+  }
+
   Status call(Bundle& b, const RunOptions& options) const override {
-    FusedQkvPagedDesc d;
-    d.q_dim = b.params.at("q_dim").get<std::int64_t>();
-    d.weight_format = parse_format(b.params.at("weight_format").get<std::string>());
-    d.group_size = b.params.at("group_size").get<std::int64_t>();
-    d.has_zp = b.params.at("has_zp").get<bool>();
+    const Params p = params_of(b);
+    return fused_qkv_paged(p.desc, args_of(b, p), options);
+  }
+
+  static FusedQkvPagedArgs args_of(const Bundle& b, const Params& p) {
     FusedQkvPagedArgs a;
     a.hidden_state = b.at("hidden_state").view();
     a.input_row_offsets = b.at("input_row_offsets").view();
@@ -328,9 +394,9 @@ class FusedQkvPagedDriver final : public OpDriver {
     a.qzeros = optional_view(b, "qzeros");
     a.g_idx = optional_view(b, "g_idx");
     a.kv_cache = cache_view(b, "kv_cache", 0, "out.kv_cache.blocks");
-    a.layer_idx = b.params.at("layer_idx").get<std::uint32_t>();
+    a.layer_idx = p.layer_idx;
     a.output = b.at("out.output").view();
-    return fused_qkv_paged(d, a, options);
+    return a;
   }
 
   json tolerance(const Bundle& b) const override {
@@ -348,11 +414,11 @@ class FusedQkvPagedDriver final : public OpDriver {
 
   std::vector<Comparison> compare(const Bundle& expected, const Bundle& candidate) const override {
     std::vector<Comparison> res;
-    const json tol = expected.tolerance.contains("out.output") ? expected.tolerance : tolerance(expected);
-    const double c = tol.at("out.output").at("c").get<double>();
-    const double u = tol.at("out.output").at("u_out").get<double>();
-    const double uc = tol.at("out.kv_cache.blocks").at("u_out").get<double>();
-    const double cc = tol.at("out.kv_cache.blocks").at("c").get<double>();
+    const ToleranceReader tol(kName, expected.tolerance, tolerance(expected));
+    const double c = tol.number("out.output", "c", 0, 1e6);
+    const double u = tol.number("out.output", "u_out", 0, 1);
+    const double uc = tol.number("out.kv_cache.blocks", "u_out", 0, 1);
+    const double cc = tol.number("out.kv_cache.blocks", "c", 0, 1e6);
     for (const char* n : {"out.output", "out.kv_cache.blocks"}) {
       if (!expected.has(n)) res.push_back(missing(std::string(n) + " (expected)"));
       if (!candidate.has(n)) res.push_back(missing(n));
@@ -366,13 +432,15 @@ class FusedQkvPagedDriver final : public OpDriver {
     const Tensor& ref_cache = expected.at("out.kv_cache.blocks");
     const Tensor& cand_cache = candidate.at("out.kv_cache.blocks");
     const std::int64_t T = x.shape()[0], K = x.shape()[1];
-    const std::int64_t q_dim = expected.params.at("q_dim").get<std::int64_t>();
-    const std::int64_t layer = expected.params.at("layer_idx").get<std::int64_t>();
+    const Params p = params_of(expected);
+    const std::int64_t q_dim = p.desc.q_dim;
+    const std::int64_t layer = p.layer_idx;
     const auto& bs = blocks_in.shape();
     const std::int64_t N = q_dim + cache_columns(blocks_in);
     const std::int64_t nb = bs[0], kvd = bs[1], nl = bs[2], ps = bs[3], hkv = bs[4], hd = bs[5];
 
     // Σ_k |x[t,k]·w[c,k]| for every (t, c).
+    checked_nbytes(DType::f64, {T, N}, std::string(kName) + ": the comparison's bound of out.output");
     std::vector<double> absx(static_cast<std::size_t>(T * K));
     for (std::int64_t i = 0; i < T * K; ++i) absx[i] = std::fabs(x.value(i));
     std::vector<double> sum_abs(static_cast<std::size_t>(T * N), 0.0), wrow;
@@ -456,7 +524,7 @@ class FusedQkvPagedDriver final : public OpDriver {
     const Tensor& x = b.at("hidden_state");
     const Tensor& blocks = b.at("kv_cache.blocks");
     const std::int64_t T = x.shape()[0], K = x.shape()[1];
-    const std::int64_t q_dim = b.params.at("q_dim").get<std::int64_t>();
+    const std::int64_t q_dim = params_of(b).desc.q_dim;
     const std::int64_t kv_cols = cache_columns(blocks);
     const double es = double(dtype_size(x.dtype()));
     Work w;

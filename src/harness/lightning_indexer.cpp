@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/common/validators.hpp"
 #include "harness/common/driver.hpp"
+#include "harness/common/params.hpp"
 #include "harness/common/random.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
@@ -46,7 +48,7 @@ struct Knobs {
 Knobs parse_knobs(const json& defaults, const json& overrides) {
   json k;
   std::string why;
-  if (!merge_knobs(defaults, overrides, &k, &why)) throw std::invalid_argument(std::string(kOp) + ": " + why);
+  if (!merge_knobs(defaults, overrides, &k, &why)) throw InputError(std::string(kOp) + ": " + why);
   Knobs r;
   r.seq_lens = k.at("seq_lens").get<std::vector<std::int64_t>>();
   r.cache_lens = k.at("cache_lens").get<std::vector<std::int64_t>>();
@@ -64,7 +66,7 @@ Knobs parse_knobs(const json& defaults, const json& overrides) {
   r.data = k.at("data").get<std::string>();
   r.ties = k.at("ties").get<std::string>();
   r.weights = k.at("weights").get<std::string>();
-  auto bad = [](const std::string& what) { throw std::invalid_argument(std::string(kOp) + ": " + what); };
+  auto bad = [](const std::string& what) { throw InputError(std::string(kOp) + ": " + what); };
   if (r.seq_lens.size() != r.cache_lens.size()) bad("seq_lens and cache_lens differ in length");
   for (std::size_t i = 0; i < r.seq_lens.size(); ++i)
     if (r.seq_lens[i] < 0 || r.cache_lens[i] < 0) bad("seq_lens and cache_lens must be >= 0");
@@ -88,18 +90,34 @@ struct Params {
   bool causal;
 };
 
+// The params of a golden file (golden-format); page_size restates the cache's page size.
+constexpr ParamSpec kParams[] = {
+    size_param("num_heads"),         size_param("head_dim"), size_param("top_k"),
+    {"mask", ParamKind::text, true, 0, 0, "causal|none"},
+    size_param("quant_granularity"), size_param("layer_idx", 0), size_param("page_size", 1, false),
+};
+
+constexpr TensorSpec kTensors[] = {
+    {"q", 3},
+    {"q_s", 2},
+    {"input_row_offsets", 1},
+    {"k_cache.blocks", 6},
+    {"k_cache.scales", 6},
+    {"k_cache.lookup_table", 2},
+    {"k_cache.cache_lengths", 1},
+    {"out.output_indices", 2, false},
+};
+
 Params read_params(const Bundle& b) {
-  const json& p = b.params;
+  const ParamReader p(kOp, b.params, kParams);
   Params r{};
-  r.H = p.at("num_heads").get<std::int64_t>();
-  r.D = p.at("head_dim").get<std::int64_t>();
-  r.top_k = p.at("top_k").get<std::int64_t>();
-  r.qg = p.at("quant_granularity").get<std::int64_t>();
-  r.page_size = p.at("page_size").get<std::int64_t>();
-  r.layer_idx = p.at("layer_idx").get<std::uint32_t>();
-  const std::string mask = p.at("mask").get<std::string>();
-  if (mask != "causal" && mask != "none") throw std::invalid_argument("lightning_indexer: params.mask=" + mask);
-  r.causal = mask == "causal";
+  r.H = p.integer("num_heads");
+  r.D = p.integer("head_dim");
+  r.top_k = p.integer("top_k");
+  r.qg = p.integer("quant_granularity");
+  r.page_size = p.integer_or("page_size", 0);
+  r.layer_idx = static_cast<std::uint32_t>(p.integer("layer_idx"));
+  r.causal = p.text("mask") == "causal";
   return r;
 }
 
@@ -426,18 +444,38 @@ class LightningIndexerDriver final : public OpDriver {
     return b;
   }
 
+  void check_inputs(const Bundle& b) const override {
+    check_tensors(kOp, b, kTensors);
+    ParamReader(kOp, b.params, kParams).agrees("page_size", b.at("k_cache.blocks").shape()[3], "k_cache.blocks.shape[3]");
+  }
+
   void prepare_outputs(Bundle& b) const override {
+    check_inputs(b);
     b.remove_outputs();
     b.add(kOut, DType::i32, {b.at("q").shape()[0], read_params(b).top_k}).poison();
   }
 
+  Status validate(const Bundle& b) const override {
+    const Params p = read_params(b);
+    MemorySpace space;
+    return core::validate_lightning_indexer(desc_of(p), args_of(b, p), &space);
+  }
+
   Status call(Bundle& b, const RunOptions& options) const override {
     const Params p = read_params(b);
+    return lightning_indexer(desc_of(p), args_of(b, p), options);
+  }
+
+  static LightningIndexerDesc desc_of(const Params& p) {
     LightningIndexerDesc d;
     d.num_heads = p.H;
     d.head_dim = p.D;
     d.top_k = p.top_k;
     d.mask = p.causal ? IndexerMask::causal : IndexerMask::none;
+    return d;
+  }
+
+  static LightningIndexerArgs args_of(const Bundle& b, const Params& p) {
     const Tensor& out = b.at(kOut);
     LightningIndexerArgs a;
     a.q = b.at("q").view();
@@ -446,7 +484,7 @@ class LightningIndexerDriver final : public OpDriver {
     a.k_cache = cache_view(b, "k_cache", p.qg);
     a.layer_idx = p.layer_idx;
     a.output_indices = out.view();
-    return lightning_indexer(d, a, options);
+    return a;
   }
 
   json tolerance(const Bundle& b) const override {
@@ -457,8 +495,9 @@ class LightningIndexerDriver final : public OpDriver {
   }
 
   std::vector<Comparison> compare(const Bundle& expected, const Bundle& candidate) const override {
-    const json tol = tolerance(expected).at(kOut);
-    if (tol.value("exact", false)) return {compare_exact(kOut, expected.at(kOut), candidate.at(kOut))};
+    // The file says whether its data is exact; the selection bound is this driver's own.
+    const ToleranceReader tol(kOp, expected.tolerance, json{{kOut, selection_tolerance()}});
+    if (tol.flag(kOut, "exact")) return {compare_exact(kOut, expected.at(kOut), candidate.at(kOut))};
     // Structural: the candidate, and the expected output as well (so that a faulty golden output or
     // oracle cannot pass unnoticed), each against scores recomputed here from the inputs.
     return {check_selection(candidate, candidate.at(kOut), kOut),
@@ -518,7 +557,7 @@ class LightningIndexerDriver final : public OpDriver {
     while ((std::int64_t{1} << (3 * nd)) <= tag_max) ++nd;
     const std::int64_t Dm = k.D - nd;  // dims seen by heads >= 1
     if (nd > 6 || Dm < (k.H > 1 ? 1 : 0))
-      throw std::invalid_argument("lightning_indexer: exact data needs head_dim >= " + std::to_string(nd + 1) +
+      throw InputError("lightning_indexer: exact data needs head_dim >= " + std::to_string(nd + 1) +
                                   " and at most 2^17 positions");
     int e0 = 7;  // the largest e with 2^e·tag_max <= 128 (exact arithmetic: files regenerate bit for bit)
     while (std::ldexp(static_cast<double>(tag_max), e0) > 128.0) --e0;
@@ -527,7 +566,7 @@ class LightningIndexerDriver final : public OpDriver {
     if (k.H > 1) {
       const double budget = std::ldexp(1.0, 14 + e0) - 1.0;
       nnz = std::min<std::int64_t>(Dm, static_cast<std::int64_t>(budget / (8.0 * double(k.H - 1))));
-      if (nnz < 1) throw std::invalid_argument("lightning_indexer: exact data does not fit in f32 for this shape");
+      if (nnz < 1) throw InputError("lightning_indexer: exact data does not fit in f32 for this shape");
     }
 
     Tensor& blocks = b.at("k_cache.blocks");

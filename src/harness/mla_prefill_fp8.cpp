@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "core/common/validators.hpp"
 #include "harness/common/driver.hpp"
+#include "harness/common/params.hpp"
 #include "harness/common/random.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 #include "reference/mla_prefill_fp8.hpp"
@@ -28,25 +30,57 @@ using std::int64_t;
 constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
 std::vector<int64_t> int_list(const json& j, const char* name) {
-  if (!j.is_array()) throw std::invalid_argument(std::string("mla_prefill_fp8: knob '") + name + "' must be a list");
+  if (!j.is_array()) throw InputError(std::string("mla_prefill_fp8: knob '") + name + "' must be a list");
   std::vector<int64_t> v;
   for (const auto& e : j) v.push_back(e.get<int64_t>());
   return v;
 }
 
-MlaPrefillFp8Desc desc_from_params(const json& p) {
+constexpr const char* kOp = "mla_prefill_fp8";
+
+// The params of a golden file (golden-format); page_size restates the cache's page size. The
+// library checks what the sizes must satisfy together (rope even, bn and bk tiling, ...).
+constexpr ParamSpec kParams[] = {
+    size_param("num_heads"),      size_param("nope", 0),      size_param("rope", 0),
+    size_param("v"),              size_param("latent"),       size_param("bn"),
+    size_param("bk"),             float_param("scale"),       float_param("epsilon"),
+    size_param("buffer_length", 0), size_param("layer_idx", 0), size_param("page_size", 1, false),
+};
+
+constexpr TensorSpec kTensors[] = {
+    {"q", 3},
+    {"input_row_offsets", 1},
+    {"freqs_cis", 2},
+    {"kv_norm_gamma", 1},
+    {"kv_cache.blocks", 6},
+    {"kv_cache.scales", 6, false},
+    {"kv_cache.lookup_table", 2},
+    {"kv_cache.cache_lengths", 1},
+    {"buffer_row_offsets", 1},
+    {"cache_offsets", 1},
+    {"kv_b_proj", 2},
+    {"kv_b_proj_scale", 2},
+    {"out.output", 3, false},
+    {"out.q", 3, false},
+    {"out.kv_cache.blocks", 6, false},
+};
+
+MlaPrefillFp8Desc desc_from_params(const json& params) {
+  const ParamReader p(kOp, params, kParams);
   MlaPrefillFp8Desc d;
-  d.num_heads = p.at("num_heads").get<int64_t>();
-  d.nope = p.at("nope").get<int64_t>();
-  d.rope = p.at("rope").get<int64_t>();
-  d.v = p.at("v").get<int64_t>();
-  d.latent = p.at("latent").get<int64_t>();
-  d.bn = p.at("bn").get<int64_t>();
-  d.bk = p.at("bk").get<int64_t>();
-  d.scale = static_cast<float>(p.at("scale").get<double>());
-  d.epsilon = static_cast<float>(p.at("epsilon").get<double>());
+  d.num_heads = p.integer("num_heads");
+  d.nope = p.integer("nope");
+  d.rope = p.integer("rope");
+  d.v = p.integer("v");
+  d.latent = p.integer("latent");
+  d.bn = p.integer("bn");
+  d.bk = p.integer("bk");
+  d.scale = static_cast<float>(p.number("scale"));
+  d.epsilon = static_cast<float>(p.number("epsilon"));
   return d;
 }
+
+int64_t param_integer(const Bundle& b, const char* key) { return ParamReader(kOp, b.params, kParams).integer(key); }
 
 MlaPrefillFp8Args args_from_bundle(const Bundle& b, const std::string& q_name, const std::string& blocks_name,
                                    const Tensor& output) {
@@ -56,10 +90,10 @@ MlaPrefillFp8Args args_from_bundle(const Bundle& b, const std::string& q_name, c
   a.freqs_cis = b.at("freqs_cis").view();
   a.kv_norm_gamma = b.at("kv_norm_gamma").view();
   a.kv_cache = cache_view(b, "kv_cache", 0, blocks_name);
-  a.layer_idx = static_cast<std::uint32_t>(b.params.at("layer_idx").get<int64_t>());
+  a.layer_idx = static_cast<std::uint32_t>(param_integer(b, "layer_idx"));
   a.buffer_row_offsets = b.at("buffer_row_offsets").view();
   a.cache_offsets = b.at("cache_offsets").view();
-  a.buffer_length = b.params.at("buffer_length").get<int64_t>();
+  a.buffer_length = param_integer(b, "buffer_length");
   a.kv_b_proj = b.at("kv_b_proj").view();
   a.kv_b_proj_scale = b.at("kv_b_proj_scale").view();
   a.output = output.view();
@@ -95,7 +129,7 @@ TouchedMap touched_map(const Bundle& b) {
   const Tensor& lens = b.at("kv_cache.cache_lengths");
   const int64_t qk = d.nope + d.rope, hs = d.latent + d.rope;
   const int64_t layers = blocks.shape()[2], ps = blocks.shape()[3], cols = lut.shape()[1];
-  const int64_t layer = b.params.at("layer_idx").get<int64_t>();
+  const int64_t layer = param_integer(b, "layer_idx");
   TouchedMap m;
   m.q_products.assign(static_cast<std::size_t>(q.numel()), -1.0);
   m.cache_products.assign(static_cast<std::size_t>(blocks.numel()), -1.0);
@@ -171,7 +205,7 @@ Comparison missing(const std::string& name) {
 
 class MlaPrefillFp8Driver final : public OpDriver {
  public:
-  const char* name() const override { return "mla_prefill_fp8"; }
+  const char* name() const override { return kOp; }
 
   json default_knobs() const override {
     return json{
@@ -293,11 +327,11 @@ class MlaPrefillFp8Driver final : public OpDriver {
   Bundle generate(const json& overrides, std::uint64_t seed) const override {
     json k;
     std::string why;
-    if (!merge_knobs(default_knobs(), overrides, &k, &why)) throw std::invalid_argument("mla_prefill_fp8: " + why);
+    if (!merge_knobs(default_knobs(), overrides, &k, &why)) throw InputError("mla_prefill_fp8: " + why);
     Rng rng(seed);
     const std::vector<int64_t> seq = int_list(k["seq_lens"], "seq_lens"), cache_len = int_list(k["cache_lens"], "cache_lens");
     if (seq.size() != cache_len.size())
-      throw std::invalid_argument("mla_prefill_fp8: seq_lens and cache_lens differ in length");
+      throw InputError("mla_prefill_fp8: seq_lens and cache_lens differ in length");
     const int64_t B = static_cast<int64_t>(seq.size());
     const int64_t H = k["num_heads"], nope = k["nope"], rope = k["rope"], v = k["v"], latent = k["latent"];
     const int64_t bn = k["bn"], bk = k["bk"], ps = k["page_size"], layers = k["num_layers"], layer = k["layer_idx"];
@@ -314,13 +348,13 @@ class MlaPrefillFp8Driver final : public OpDriver {
       else if (co == "zero") offsets[i] = 0;
       else if (co == "chunked") offsets[i] = cache_len[i] > 0 ? rng.integer(1, cache_len[i]) : 0;
       else if (co == "late") offsets[i] = cache_len[i] + (seq[i] + 1) / 2;
-      else throw std::invalid_argument("mla_prefill_fp8: cache_offsets must be zero, chunked, late or a list");
+      else throw InputError("mla_prefill_fp8: cache_offsets must be zero, chunked, late or a list");
       const int64_t span = std::max<int64_t>(0, cache_len[i] + seq[i] - offsets[i]);
       const std::string mode = k["buffer"];
       if (mode == "padded") window[i] = (span + ps - 1) / ps * ps;
       else if (mode == "exact") window[i] = span;
       else if (mode == "short") window[i] = span / 2;
-      else throw std::invalid_argument("mla_prefill_fp8: buffer must be padded, exact or short");
+      else throw InputError("mla_prefill_fp8: buffer must be padded, exact or short");
     }
     std::vector<int64_t> needed(static_cast<std::size_t>(B));
     int64_t max_pos = 0;
@@ -337,7 +371,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
     make_row_offsets(b, "input_row_offsets", seq);
 
     const bool f32_freqs = k["freqs_dtype"] == "f32";
-    if (!f32_freqs && k["freqs_dtype"] != "bf16") throw std::invalid_argument("mla_prefill_fp8: freqs_dtype must be bf16 or f32");
+    if (!f32_freqs && k["freqs_dtype"] != "bf16") throw InputError("mla_prefill_fp8: freqs_dtype must be bf16 or f32");
     Tensor& freqs = b.add("freqs_cis", f32_freqs ? DType::f32 : DType::bf16, {max_pos, rope});
     for (int64_t pos = 0; pos < max_pos; ++pos) {
       for (int64_t p = 0; p < rope / 2; ++p) {
@@ -399,7 +433,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
 
     make_row_offsets(b, "buffer_row_offsets", window);
     const bool extra = k["cache_offsets_len"] == "B+1";
-    if (!extra && k["cache_offsets_len"] != "B") throw std::invalid_argument("mla_prefill_fp8: cache_offsets_len must be B or B+1");
+    if (!extra && k["cache_offsets_len"] != "B") throw InputError("mla_prefill_fp8: cache_offsets_len must be B or B+1");
     Tensor& co_t = b.add("cache_offsets", DType::u32, {B + (extra ? 1 : 0)});
     for (int64_t s = 0; s < B; ++s) co_t.data<std::uint32_t>()[s] = static_cast<std::uint32_t>(offsets[s]);
     if (extra) co_t.data<std::uint32_t>()[B] = 0xFFFFFFF0u;  // ignored
@@ -409,7 +443,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
     const std::string nan_mode = k["nan_codes"];
     if (nan_mode != "random") {
       if (nan_mode != "v_last_head" && nan_mode != "k_last_head")
-        throw std::invalid_argument("mla_prefill_fp8: nan_codes must be random, v_last_head or k_last_head");
+        throw InputError("mla_prefill_fp8: nan_codes must be random, v_last_head or k_last_head");
       // Move the NaN codes (swapping, so every code stays present) into two rows of the last head.
       const int64_t part = nan_mode == "v_last_head" ? nope : 0, part_rows = nan_mode == "v_last_head" ? v : nope;
       const int64_t col = rng.integer(0, latent - 1);
@@ -446,12 +480,24 @@ class MlaPrefillFp8Driver final : public OpDriver {
     return b;
   }
 
+  void check_inputs(const Bundle& b) const override {
+    check_tensors(kOp, b, kTensors);
+    ParamReader(kOp, b.params, kParams).agrees("page_size", b.at("kv_cache.blocks").shape()[3], "kv_cache.blocks.shape[3]");
+  }
+
   void prepare_outputs(Bundle& b) const override {
+    check_inputs(b);
     b.remove_outputs();
     const MlaPrefillFp8Desc d = desc_from_params(b.params);
     b.add("out.output", DType::bf16, {b.at("q").shape()[0], d.num_heads, d.v}).poison();
     b.copy_to_output("q");
     b.copy_to_output("kv_cache.blocks");
+  }
+
+  Status validate(const Bundle& b) const override {
+    MemorySpace space;
+    return core::validate_mla_prefill_fp8(desc_from_params(b.params),
+                                          args_from_bundle(b, "out.q", "out.kv_cache.blocks", b.at("out.output")), &space);
   }
 
   Status call(Bundle& b, const RunOptions& options) const override {
@@ -605,7 +651,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
     const Tensor& lens = b.at("kv_cache.cache_lengths");
     const double H = static_cast<double>(d.num_heads);
     const double N = H * static_cast<double>(d.nope + d.v);
-    const double BL = static_cast<double>(b.params.at("buffer_length").get<int64_t>());
+    const double BL = static_cast<double>(param_integer(b, "buffer_length"));
     const double T = static_cast<double>(b.at("q").shape()[0]);
     double pairs = 0;
     for (int64_t s = 0; s + 1 < iro.numel(); ++s) {

@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "core/common/validators.hpp"
 #include "harness/common/driver.hpp"
+#include "harness/common/params.hpp"
 #include "harness/common/random.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 
@@ -45,17 +47,35 @@ struct Params {
   std::uint32_t layer = 0;
 };
 
+// The params of a golden file (golden-format); page_size restates the cache's page size.
+constexpr ParamSpec kParams[] = {
+    size_param("num_index_heads"), size_param("idx_head_dim"), size_param("block_size"),
+    size_param("topk"),            count_param("init_blocks"),   count_param("local_blocks"),
+    float_param("scale"),          size_param("layer_idx", 0),   size_param("page_size", 1, false),
+};
+
+constexpr TensorSpec kTensors[] = {
+    {"q", 3},
+    {"input_row_offsets", 1},
+    {"prefix_lens", 1},
+    {"k_cache.blocks", 6},
+    {"k_cache.scales", 6, false},
+    {"k_cache.lookup_table", 2},
+    {"k_cache.cache_lengths", 1},
+    {"out.out_idxs", 3, false},
+};
+
 Params params_of(const Bundle& b) {
+  const ParamReader r(kName, b.params, kParams);
   Params p;
-  const json& j = b.params;
-  p.heads = j.at("num_index_heads").get<std::int64_t>();
-  p.dim = j.at("idx_head_dim").get<std::int64_t>();
-  p.block_size = j.at("block_size").get<std::int64_t>();
-  p.topk = j.at("topk").get<std::int64_t>();
-  p.init = j.at("init_blocks").get<std::int64_t>();
-  p.local = j.at("local_blocks").get<std::int64_t>();
-  p.scale = j.at("scale").get<float>();
-  p.layer = j.at("layer_idx").get<std::uint32_t>();
+  p.heads = r.integer("num_index_heads");
+  p.dim = r.integer("idx_head_dim");
+  p.block_size = r.integer("block_size");
+  p.topk = r.integer("topk");
+  p.init = r.integer("init_blocks");
+  p.local = r.integer("local_blocks");
+  p.scale = static_cast<float>(r.number("scale"));
+  p.layer = static_cast<std::uint32_t>(r.integer("layer_idx"));
   return p;
 }
 
@@ -357,24 +377,24 @@ class MsaBlockIndexerDriver final : public OpDriver {
   Bundle generate(const json& overrides, std::uint64_t seed) const override {
     json k;
     std::string why;
-    if (!merge_knobs(default_knobs(), overrides, &k, &why)) throw std::invalid_argument(std::string(kName) + ": " + why);
+    if (!merge_knobs(default_knobs(), overrides, &k, &why)) throw InputError(std::string(kName) + ": " + why);
     const auto seq = int_list(k, "seq_lens");
     const auto prefix = int_list(k, "prefix_lens");
     if (seq.size() != prefix.size())
-      throw std::invalid_argument(std::string(kName) + ": seq_lens and prefix_lens differ in length");
+      throw InputError(std::string(kName) + ": seq_lens and prefix_lens differ in length");
     const std::int64_t heads = k.at("num_index_heads").get<std::int64_t>();
     const std::int64_t dim = k.at("idx_head_dim").get<std::int64_t>();
     const std::int64_t bs = k.at("block_size").get<std::int64_t>();
     const std::string cache_dtype = k.at("cache_dtype").get<std::string>();
     const std::string data = k.at("data").get<std::string>();
     if (cache_dtype != "bf16" && cache_dtype != "f8e4m3")
-      throw std::invalid_argument(std::string(kName) + ": cache_dtype must be \"bf16\" or \"f8e4m3\"");
+      throw InputError(std::string(kName) + ": cache_dtype must be \"bf16\" or \"f8e4m3\"");
     if (data != "random" && data != "exact")
-      throw std::invalid_argument(std::string(kName) + ": data must be \"random\" or \"exact\"");
+      throw InputError(std::string(kName) + ": data must be \"random\" or \"exact\"");
     const bool exact = data == "exact";
     const bool fp8 = cache_dtype == "f8e4m3";
     const bool ties = k.at("ties").get<bool>();
-    if (ties && !exact) throw std::invalid_argument(std::string(kName) + ": ties needs data=exact");
+    if (ties && !exact) throw InputError(std::string(kName) + ": ties needs data=exact");
     float scale = static_cast<float>(k.at("scale").get<double>());
     if (exact && scale != 0) scale = std::copysign(std::ldexp(1.0f, static_cast<int>(std::lround(std::log2(std::fabs(scale))))), scale);
 
@@ -428,7 +448,7 @@ class MsaBlockIndexerDriver final : public OpDriver {
         // Every code at a distinct random position; q shrinks so the sums stay exact.
         qmax = std::min<std::int64_t>(16, 32767 / (dim * 448));
         if (qmax < 1)
-          throw std::invalid_argument(std::string(kName) +
+          throw InputError(std::string(kName) +
                                       ": data=exact with an f8e4m3 cache needs idx_head_dim <= 73 "
                                       "(all 256 codes must keep every score exact)");
         std::vector<std::int64_t> spots;
@@ -499,14 +519,30 @@ class MsaBlockIndexerDriver final : public OpDriver {
     return b;
   }
 
+  void check_inputs(const Bundle& b) const override {
+    check_tensors(kName, b, kTensors);
+    ParamReader(kName, b.params, kParams).agrees("page_size", b.at("k_cache.blocks").shape()[3], "k_cache.blocks.shape[3]");
+  }
+
   void prepare_outputs(Bundle& b) const override {
+    check_inputs(b);
     b.remove_outputs();
     const Params p = params_of(b);
     b.add(kOut, DType::i32, {p.heads, b.at("q").shape()[0], p.topk}).poison();
   }
 
+  Status validate(const Bundle& b) const override {
+    const Params p = params_of(b);
+    MemorySpace space;
+    return core::validate_msa_block_indexer(desc_of(p), args_of(b, p), &space);
+  }
+
   Status call(Bundle& b, const RunOptions& options) const override {
     const Params p = params_of(b);
+    return msa_block_indexer(desc_of(p), args_of(b, p), options);
+  }
+
+  static MsaBlockIndexerDesc desc_of(const Params& p) {
     MsaBlockIndexerDesc d;
     d.num_index_heads = p.heads;
     d.idx_head_dim = p.dim;
@@ -515,6 +551,10 @@ class MsaBlockIndexerDriver final : public OpDriver {
     d.init_blocks = p.init;
     d.local_blocks = p.local;
     d.scale = p.scale;
+    return d;
+  }
+
+  static MsaBlockIndexerArgs args_of(const Bundle& b, const Params& p) {
     const Tensor& out = b.at(kOut);
     MsaBlockIndexerArgs a;
     a.q = b.at("q").view();
@@ -523,7 +563,7 @@ class MsaBlockIndexerDriver final : public OpDriver {
     a.k_cache = cache_view(b, "k_cache");
     a.layer_idx = p.layer;
     a.out_idxs = out.view();
-    return msa_block_indexer(d, a, options);
+    return a;
   }
 
   json tolerance(const Bundle& b) const override {
@@ -548,10 +588,10 @@ class MsaBlockIndexerDriver final : public OpDriver {
       c.detail = std::string(kOut) + " is missing from the " + (expected.has(kOut) ? "candidate" : "expected") + " bundle";
       return {c};
     }
-    const json tol = expected.tolerance.contains(kOut) ? expected.tolerance.at(kOut) : tolerance(expected).at(kOut);
-    if (tol.value("exact", false)) return {compare_exact(kOut, expected.at(kOut), candidate.at(kOut))};
-    const json sel = tol.at("selection");
-    const double bound_factor = sel.value("c", kBoundC) * sel.value("unit_roundoff", kUnitRoundoff);
+    const ToleranceReader tol(kName, expected.tolerance, tolerance(expected));
+    if (tol.flag(kOut, "exact")) return {compare_exact(kOut, expected.at(kOut), candidate.at(kOut))};
+    const double bound_factor = tol.number_or(kOut, "selection.c", 0, 1e6, kBoundC) *
+                                tol.number_or(kOut, "selection.unit_roundoff", 0, 1, kUnitRoundoff);
     // Both sides: a golden file's expected outputs must satisfy the same rules.
     return {structural(expected, candidate.at(kOut), bound_factor, kOut),
             structural(expected, expected.at(kOut), bound_factor, std::string(kOut) + " (expected)")};

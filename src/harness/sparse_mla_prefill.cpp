@@ -13,13 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "core/common/validators.hpp"
 #include "harness/common/driver.hpp"
+#include "harness/common/params.hpp"
 #include "harness/common/random.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 
 namespace mlakit::harness {
 namespace {
 
+constexpr const char* kName = "sparse_mla_prefill";
 constexpr const char* kOutputsKey = "outputs";  // metadata: the out.* tensors the call writes
 constexpr double kU32 = 0x1.0p-24;   // f32 unit roundoff
 constexpr double kUbf16 = 0x1.0p-8;  // bf16 unit roundoff
@@ -56,7 +59,7 @@ json knob_defaults() {
 json merged(const json& knobs) {
   json k;
   std::string why;
-  if (!merge_knobs(knob_defaults(), knobs, &k, &why)) throw std::invalid_argument("sparse_mla_prefill: " + why);
+  if (!merge_knobs(knob_defaults(), knobs, &k, &why)) throw InputError("sparse_mla_prefill: " + why);
   return k;
 }
 
@@ -78,16 +81,37 @@ struct Params {
   std::int64_t quant_granularity = 0;
 };
 
+// The params of a golden file (golden-format). quant_granularity belongs to an FP8 cache, where it
+// is required; page_size restates the cache's page size.
+constexpr ParamSpec kParams[] = {
+    size_param("num_q_heads"), size_param("qk_depth"),     size_param("v_depth"),
+    size_param("indices_stride", 0), float_param("scale"), size_param("layer_idx", 0),
+    size_param("page_size", 1, false), size_param("quant_granularity", 1, false),
+};
+
+constexpr TensorSpec kTensors[] = {
+    {"q", 3},
+    {"kv_cache.blocks", 6},
+    {"kv_cache.scales", 6, false},
+    {"kv_cache.lookup_table", 2},
+    {"kv_cache.cache_lengths", 1},
+    {"indices", 2},
+    {"topk_lengths", 1, false},
+    {"attn_sink", 1, false},
+    {"out.output", 3, false},
+    {"out.lse", 2, false},
+};
+
 Params params_of(const Bundle& b) {
+  const ParamReader r(kName, b.params, kParams);
   Params p;
-  const json& j = b.params;
-  p.desc.num_q_heads = j.at("num_q_heads").get<std::int64_t>();
-  p.desc.qk_depth = j.at("qk_depth").get<std::int64_t>();
-  p.desc.v_depth = j.at("v_depth").get<std::int64_t>();
-  p.desc.indices_stride = j.at("indices_stride").get<std::int64_t>();
-  p.desc.scale = j.at("scale").get<float>();
-  p.layer_idx = j.at("layer_idx").get<std::uint32_t>();
-  p.quant_granularity = j.value("quant_granularity", std::int64_t{0});
+  p.desc.num_q_heads = r.integer("num_q_heads");
+  p.desc.qk_depth = r.integer("qk_depth");
+  p.desc.v_depth = r.integer("v_depth");
+  p.desc.indices_stride = r.integer("indices_stride");
+  p.desc.scale = static_cast<float>(r.number("scale"));
+  p.layer_idx = static_cast<std::uint32_t>(r.integer("layer_idx"));
+  p.quant_granularity = r.integer_or("quant_granularity", 0);
   return p;
 }
 
@@ -146,7 +170,7 @@ void swap_bytes(Tensor& blocks, std::int64_t a, std::int64_t c) {
 
 class SparseMlaPrefillDriver final : public OpDriver {
  public:
-  const char* name() const override { return "sparse_mla_prefill"; }
+  const char* name() const override { return kName; }
   json default_knobs() const override { return knob_defaults(); }
 
   std::vector<CaseSpec> cases() const override {
@@ -246,9 +270,9 @@ class SparseMlaPrefillDriver final : public OpDriver {
     const std::string index_dtype = k.at("index_dtype").get<std::string>();
     const std::string topk_mode = k.at("topk_lengths").get<std::string>();
     const std::vector<std::int64_t> seq_lens = k.at("seq_lens").get<std::vector<std::int64_t>>();
-    if (cache_dtype != "bf16" && cache_dtype != "f8e4m3") throw std::invalid_argument("cache_dtype must be bf16 or f8e4m3");
-    if (index_dtype != "i32" && index_dtype != "u32") throw std::invalid_argument("index_dtype must be i32 or u32");
-    if (seq_lens.empty()) throw std::invalid_argument("seq_lens must name at least one sequence");
+    if (cache_dtype != "bf16" && cache_dtype != "f8e4m3") throw InputError("cache_dtype must be bf16 or f8e4m3");
+    if (index_dtype != "i32" && index_dtype != "u32") throw InputError("index_dtype must be i32 or u32");
+    if (seq_lens.empty()) throw InputError("seq_lens must name at least one sequence");
     const bool fp8 = cache_dtype == "f8e4m3";
     const float scale = k.at("scale").is_null() ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(qk)))
                                                 : k.at("scale").get<float>();
@@ -268,7 +292,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
       for (std::int64_t s = 0; s < B && left > 0; ++s)
         if (rows_of[s] < seq_lens[s]) ++rows_of[s], --left, progress = true;
     }
-    if (left > 0) throw std::invalid_argument("T exceeds the sum of seq_lens");
+    if (left > 0) throw InputError("T exceeds the sum of seq_lens");
     std::vector<std::int64_t> cache_lens(B);
     for (std::int64_t s = 0; s < B; ++s) cache_lens[s] = seq_lens[s] - rows_of[s];
 
@@ -286,7 +310,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     if (const std::int64_t want = k.at("num_blocks").get<std::int64_t>(); want > 0) {
       std::int64_t owned_pages = 0;
       for (std::int64_t n : seq_lens) owned_pages += (n + ps - 1) / ps;
-      if (want < owned_pages) throw std::invalid_argument("num_blocks is below the pages the sequences own");
+      if (want < owned_pages) throw InputError("num_blocks is below the pages the sequences own");
       L.spare_blocks = want - owned_pages;
     }
     make_paged_cache(b, "kv_cache", L, cache_lens, seq_lens, rng);
@@ -320,7 +344,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
         if (topk_mode == "random") n = rng.integer(1, stride);
         else if (topk_mode == "some_zero") n = t % 3 == 1 ? 0 : rng.integer(0, stride);
         else if (topk_mode == "all_zero") n = 0;
-        else if (topk_mode != "full") throw std::invalid_argument("topk_lengths must be absent, full, random, some_zero or all_zero");
+        else if (topk_mode != "full") throw InputError("topk_lengths must be absent, full, random, some_zero or all_zero");
         len[static_cast<std::size_t>(t)] = n;
         tl.data<std::uint32_t>()[t] = static_cast<std::uint32_t>(n);
       }
@@ -401,7 +425,16 @@ class SparseMlaPrefillDriver final : public OpDriver {
     return b;
   }
 
+  void check_inputs(const Bundle& b) const override {
+    check_tensors(kName, b, kTensors);
+    const ParamReader r(kName, b.params, kParams);
+    const Tensor& blocks = b.at("kv_cache.blocks");
+    r.agrees("page_size", blocks.shape()[3], "kv_cache.blocks.shape[3]");
+    if (blocks.dtype() == DType::f8e4m3) r.require("quant_granularity", "for an f8e4m3 cache");
+  }
+
   void prepare_outputs(Bundle& b) const override {
+    check_inputs(b);
     const auto outputs = b.metadata.find(kOutputsKey);
     const bool want_lse = outputs == b.metadata.end() || outputs->second.find("out.lse") != std::string::npos;
     b.remove_outputs();
@@ -411,8 +444,18 @@ class SparseMlaPrefillDriver final : public OpDriver {
     if (want_lse) b.add("out.lse", DType::f32, {T, p.desc.num_q_heads}).poison();
   }
 
+  Status validate(const Bundle& b) const override {
+    const Params p = params_of(b);
+    MemorySpace space;
+    return core::validate_sparse_mla_prefill(p.desc, args_of(b, p), &space);
+  }
+
   Status call(Bundle& b, const RunOptions& options) const override {
     const Params p = params_of(b);
+    return sparse_mla_prefill(p.desc, args_of(b, p), options);
+  }
+
+  static SparseMlaPrefillArgs args_of(const Bundle& b, const Params& p) {
     SparseMlaPrefillArgs a;
     a.q = b.at("q").view();
     a.kv_cache = cache_view(b, "kv_cache", p.quant_granularity);
@@ -422,7 +465,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     a.attn_sink = optional_view(b, "attn_sink");
     a.output = b.at("out.output").view();
     a.lse = optional_view(b, "out.lse");
-    return sparse_mla_prefill(p.desc, a, options);
+    return a;
   }
 
   // Tolerance of an optimized back-end against the reference (spec README §5, spec 04), derived

@@ -11,6 +11,7 @@
 #include "core/common/cpu_features.hpp"
 #include "harness/common/device_staging.hpp"
 #include "harness/common/driver.hpp"
+#include "harness/common/golden_check.hpp"
 #include "harness/common/safetensors.hpp"
 #include "mlakit/version.hpp"
 #include "tools/commands.hpp"
@@ -69,8 +70,7 @@ class Progress {
 
 void run_or_throw(const OpDriver& d, Bundle& b, Backend be) {
   Progress progress(std::string("running ") + d.name() + " on " + backend_name(be));
-  const Status s = harness::run_driver(d, b, RunOptions{be});  // cuda: staged in device memory
-  if (!s.ok()) throw UsageError{s.message};
+  harness::run_golden(d, b, RunOptions{be});  // cuda: staged in device memory
 }
 
 void write_or_throw(const std::string& path, const Bundle& b) {
@@ -193,7 +193,6 @@ void add_golden_commands(CLI::App& app) {
     Bundle b = read_or_throw(r.in);
     const OpDriver& d = driver_or_throw(b.op);
     const Backend be = backend_or_throw(r.backend);
-    b.remove_outputs();
     run_or_throw(d, b, be);
     b.tolerance = d.tolerance(b);
     b.metadata["producer"] = producer(be);
@@ -210,19 +209,19 @@ void add_golden_commands(CLI::App& app) {
   check->callback([] {
     const Bundle expected = read_or_throw(c.in);
     const OpDriver& d = driver_or_throw(expected.op);
-    Bundle candidate = expected;
-    candidate.remove_outputs();
+    const Backend be = backend_or_throw(c.backend);
+    Bundle theirs;
     if (!c.candidate.empty()) {
-      Bundle theirs;
       const Status s = harness::read_safetensors(c.candidate, &theirs);
       if (!s.ok()) throw UsageError{s.message};
-      for (const auto& name : theirs.output_names()) candidate.tensors[name] = theirs.at(name);
-      for (const auto& name : expected.output_names())
-        if (!candidate.has(name)) throw UsageError{c.candidate + ": missing output '" + name + "'"};
-    } else {
-      run_or_throw(d, candidate, backend_or_throw(c.backend));
     }
-    exit_status() = print_comparisons(d.compare(expected, candidate));
+    std::vector<harness::Comparison> cmp;
+    {
+      Progress progress(std::string("checking ") + d.name() + (c.candidate.empty() ? " on " : " against ") +
+                        (c.candidate.empty() ? backend_name(be) : c.candidate.c_str()));
+      cmp = harness::check_golden(d, expected, c.candidate.empty() ? nullptr : &theirs, RunOptions{be});
+    }
+    exit_status() = print_comparisons(cmp);
   });
 }
 

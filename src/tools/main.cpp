@@ -2,7 +2,11 @@
 // checks golden-vector files.
 #include <cstdio>
 #include <exception>
+#include <new>
 
+#include <nlohmann/json.hpp>
+
+#include "harness/common/input_error.hpp"
 #include "mlakit/version.hpp"
 #include "tools/commands.hpp"
 
@@ -29,6 +33,19 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const mlakit::tools::UsageError& e) {
     std::fprintf(stderr, "mlakit: error: %s\n", e.message.c_str());
+    return 2;
+  } catch (const mlakit::harness::InputError& e) {
+    // Names the operator, the key or tensor, the value and what was expected.
+    std::fprintf(stderr, "mlakit: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "mlakit: error: out of memory (a smaller MLAKIT_MAX_TENSOR_MB refuses such inputs up front)\n");
+    return 2;
+  } catch (const nlohmann::json::exception&) {
+    // Every file and knob value is checked before it is read, so this is a path that was not:
+    // say so instead of printing the JSON library's text.
+    std::fprintf(stderr, "mlakit: error: a JSON value of an unexpected kind was read unchecked (a bug; please report "
+                         "the command and file)\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlakit: error: %s\n", e.what());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "harness/common/driver.hpp"
+#include "harness/common/input_error.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 
 namespace mlakit {
@@ -108,9 +109,9 @@ TEST(MsaBlockIndexerDriver, ExactCasesAreExactAndRandomOnesAreNot) {
 
 TEST(MsaBlockIndexerDriver, ExactDataNeedsASmallHeadDimWithFp8) {
   EXPECT_THROW(driver().generate({{"data", "exact"}, {"cache_dtype", "f8e4m3"}, {"idx_head_dim", 128}}, 1),
-               std::invalid_argument);
-  EXPECT_THROW(driver().generate({{"cache_dtype", "f16"}}, 1), std::invalid_argument);
-  EXPECT_THROW(driver().generate({{"seq_lens", {1, 2}}, {"prefix_lens", {0}}}, 1), std::invalid_argument);
+               harness::InputError);
+  EXPECT_THROW(driver().generate({{"cache_dtype", "f16"}}, 1), harness::InputError);
+  EXPECT_THROW(driver().generate({{"seq_lens", {1, 2}}, {"prefix_lens", {0}}}, 1), harness::InputError);
 }
 
 TEST(MsaBlockIndexerDriver, WorkCountsEveryVisibleKey) {

@@ -33,11 +33,46 @@ const OpDriver* find_driver(std::string_view name) {
   return nullptr;
 }
 
+namespace {
+
+// Whether v has the JSON kind of the default d: integers for integers, any number for a real or a
+// null ("derived"), the same kind otherwise, and for a list every element of the kind of the default's first.
+bool same_kind(const json& d, const json& v) {
+  if (d.is_null()) return v.is_null() || v.is_number();  // null: "derive it", else a number
+  if (d.is_number_integer()) return v.is_number_integer();
+  if (d.is_number()) return v.is_number();
+  if (d.is_array()) {
+    if (!v.is_array()) return false;
+    if (d.empty()) return true;
+    for (const json& e : v)
+      if (!same_kind(d.front(), e)) return false;
+    return true;
+  }
+  return d.type() == v.type();
+}
+
+}  // namespace
+
 bool merge_knobs(const json& defaults, const json& overrides, json* merged, std::string* why) {
   *merged = defaults;
+  if (overrides.is_null()) return true;  // json{}: no overrides
+  if (!overrides.is_object()) {
+    if (why) *why = "knobs must be a JSON object";
+    return false;
+  }
   for (auto it = overrides.begin(); it != overrides.end(); ++it) {
     if (!defaults.contains(it.key())) {
       if (why) *why = "unknown knob '" + it.key() + "'";
+      return false;
+    }
+    const json& d = defaults.at(it.key());
+    if (!same_kind(d, it.value())) {
+      if (why) {
+        std::string v = it.value().dump(-1, ' ', false, json::error_handler_t::replace);
+        if (v.size() > 40) v = v.substr(0, 37) + "...";
+        *why = "knob " + it.key() + "=" + v + " (expected a value like the default, " +
+               d.dump(-1, ' ', false, json::error_handler_t::replace) + ")";
+      }
       return false;
     }
     (*merged)[it.key()] = it.value();

@@ -41,8 +41,18 @@ class OpDriver {
     prepare_outputs(b);
     return call(b, options);
   }
-  // Drops old out.*, creates and poisons them (copying in-place arguments to out.<name> first).
+  // What a bundle from a file must hold before anything is sized or read from it: params by the
+  // operator's declared keys (params.hpp), the tensors it declares with their ranks (unknown ones
+  // refused), and params that restate a tensor dimension agreeing with it. Throws InputError.
+  virtual void check_inputs(const Bundle& b) const = 0;
+  // check_inputs(b), then drops old out.*, creates and poisons them (copying in-place arguments to
+  // out.<name> first). Output shapes come from checked params and the inputs' shapes, through
+  // checked_nbytes (tensor.hpp): a size over the limit is an InputError, not an allocation.
   virtual void prepare_outputs(Bundle& b) const = 0;
+  // The library's validation of b's inputs and prepared out.*, computing nothing: what a
+  // comparison with someone else's outputs needs first (compare() reads the inputs' offsets and
+  // page tables).
+  virtual Status validate(const Bundle& b) const = 0;
   // Calls the public entry point on b's inputs and the out.* that prepare_outputs made. Benchmarks
   // call it again and again on one prepared (possibly device-staged) bundle, so that neither host
   // copies nor uploads are timed; in-place arguments then start from the previous call's result.
@@ -50,6 +60,9 @@ class OpDriver {
   // The tolerance JSON of the golden format, for outputs of b (keys "out.*").
   virtual json tolerance(const Bundle& b) const = 0;
   // Compares candidate's out.* with expected's out.* (both carry b's inputs) by that tolerance.
+  // Only for bundles whose inputs passed validation and whose out.* have the prepared dtypes and
+  // shapes (check_golden in golden_check.hpp makes sure); a file's tolerance is read through
+  // ToleranceReader, so a bad one is an InputError.
   virtual std::vector<Comparison> compare(const Bundle& expected, const Bundle& candidate) const = 0;
   virtual Work work(const Bundle& b) const = 0;
 };

@@ -1,13 +1,56 @@
 #include "harness/common/tensor.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "harness/common/device_staging.hpp"
+#include "harness/common/input_error.hpp"
 
 namespace mlakit::harness {
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::int64_t max_tensor_bytes() {
+  static const std::int64_t limit = [] {
+    constexpr std::int64_t kDefaultMb = 8192;
+    const char* env = std::getenv("MLAKIT_MAX_TENSOR_MB");
+    if (env == nullptr || *env == '\0') return kDefaultMb << 20;
+    char* end = nullptr;
+    const long long mb = std::strtoll(env, &end, 10);
+    if (*end != '\0' || mb < 1 || mb > (std::numeric_limits<std::int64_t>::max() >> 20)) return kDefaultMb << 20;
+    return static_cast<std::int64_t>(mb) << 20;
+  }();
+  return limit;
+}
+
+std::int64_t checked_nbytes(DType dtype, const std::vector<std::int64_t>& shape, const std::string& what) {
+  const std::int64_t limit = max_tensor_bytes();
+  std::int64_t n = static_cast<std::int64_t>(dtype_size(dtype));
+  bool over = false;
+  for (std::int64_t d : shape) {
+    if (d < 0) throw InputError(what + ": shape " + shape_text(shape) + " has a negative dimension");
+    if (d != 0 && n > limit / d) over = true;  // keeps going: a later 0 or negative still decides
+    else n *= d;
+  }
+  for (std::int64_t d : shape)
+    if (d == 0) return 0;
+  if (over || n > limit)
+    throw InputError(what + ": shape " + shape_text(shape) + " needs more than " + std::to_string(limit >> 20) +
+                     " MiB (the limit MLAKIT_MAX_TENSOR_MB sets)");
+  return n;
+}
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  checked_nbytes(dtype_, shape_, std::string("a ").append(dtype_name(dtype_)).append(" tensor"));
   for (std::int64_t d : shape_) numel_ *= d;
   storage_.assign(nbytes() + kGuardBytes, 0);
   std::memset(storage_.data() + nbytes(), kGuardByte, kGuardBytes);
@@ -76,6 +119,7 @@ const Tensor& Bundle::at(const std::string& name) const {
 }
 
 Tensor& Bundle::add(const std::string& name, DType dtype, std::vector<std::int64_t> shape) {
+  checked_nbytes(dtype, shape, (op.empty() ? std::string() : op + ": ") + "tensor " + name);
   tensors[name] = Tensor(dtype, std::move(shape));
   return tensors[name];
 }

@@ -24,7 +24,9 @@ class Tensor {
   static constexpr std::uint8_t kGuardByte = 0xCD;
 
   Tensor() = default;
-  Tensor(DType dtype, std::vector<std::int64_t> shape);  // zero-filled, guard bytes after the data
+  // Zero-filled, guard bytes after the data. Throws InputError for a negative dimension, a size
+  // that overflows, or more bytes than max_tensor_bytes(): shapes may come from a file.
+  Tensor(DType dtype, std::vector<std::int64_t> shape);
 
   DType dtype() const { return dtype_; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
@@ -56,6 +58,12 @@ class Tensor {
   std::vector<std::uint8_t, EngineAllocator<std::uint8_t>> storage_;
 };
 
+// The most bytes one harness tensor may take (MLAKIT_MAX_TENSOR_MB, default 8192 MiB): a file or a
+// knob that asks for more gets a clear refusal instead of an out-of-memory kill.
+std::int64_t max_tensor_bytes();
+// dtype_size(dtype)·Π shape, or an InputError naming `what` (negative, overflowing, over the limit).
+std::int64_t checked_nbytes(DType dtype, const std::vector<std::int64_t>& shape, const std::string& what);
+
 struct Bundle {
   std::string op;
   json params = json::object();     // every scalar parameter of the call
@@ -66,7 +74,8 @@ struct Bundle {
   bool has(const std::string& name) const { return tensors.count(name) != 0; }
   Tensor& at(const std::string& name);
   const Tensor& at(const std::string& name) const;
-  Tensor& add(const std::string& name, DType dtype, std::vector<std::int64_t> shape);  // replaces
+  // Replaces; refuses (InputError naming the tensor) what the Tensor constructor refuses.
+  Tensor& add(const std::string& name, DType dtype, std::vector<std::int64_t> shape);
   // For arguments updated in place: copies `name` to "out." + name and returns the copy.
   Tensor& copy_to_output(const std::string& name);
   void remove_outputs();  // drops every "out.*" tensor
