@@ -7,8 +7,10 @@ be refused cleanly: status 2, one stderr line "mlakit: <op>: ..." naming the key
 library exception text, and no output file written. Anything else (a signal, another status, a
 raw exception, two lines) is a finding.
 
-usage: params_campaign.py MLAKIT_BINARY [GOLDEN_FILE ...] [--per-op N] [--jobs J]
-       (no files: every file in data/golden; --per-op N keeps the first N files of each operator)
+usage: params_campaign.py --mlakit BINARY [GOLDEN_FILE ...] [--per-op N] [--max-bytes B] [--jobs J]
+       params_campaign.py --write-mutants DIR [GOLDEN_FILE ...] [--per-op N] [--max-bytes B]
+       (no files: every file in data/golden; --per-op N keeps the first N files of each operator;
+       --write-mutants writes the mutants as files, e.g. as a fuzzer's seeds, and runs nothing)
 """
 import argparse
 import concurrent.futures
@@ -119,6 +121,17 @@ def judge(op, key, status, err, out_path, tensors=()):
     return None
 
 
+def write_mutants(path, out_dir):
+    header, data = read(path)
+    for i, (_, _, change) in enumerate(mutants(header)):
+        h = json.loads(json.dumps(header))
+        if "__rename__" in change:
+            h["tensor_renamed_" + change["__rename__"]] = h.pop(change["__rename__"])
+        else:
+            h["__metadata__"].update(change)
+        write(os.path.join(out_dir, f"{os.path.basename(path)}.{i}"), h, data)
+
+
 def one(binary, path, tmp):
     header, data = read(path)
     op = header.get("__metadata__", {}).get("op", "")
@@ -151,13 +164,17 @@ def one(binary, path, tmp):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("binary")
+    ap.add_argument("--mlakit")
+    ap.add_argument("--write-mutants")
     ap.add_argument("files", nargs="*")
     ap.add_argument("--per-op", type=int, default=0)
+    ap.add_argument("--max-bytes", type=int, default=0, help="skip files larger than this")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
     files = a.files or sorted(os.path.join(ROOT, "data", "golden", f) for f in os.listdir(os.path.join(ROOT, "data", "golden"))
                               if f.endswith(".safetensors"))
+    if a.max_bytes:
+        files = [f for f in files if os.path.getsize(f) <= a.max_bytes]
     if a.per_op:
         kept, count = [], {}
         for f in files:
@@ -166,10 +183,17 @@ def main():
                 kept.append(f)
                 count[op] = count.get(op, 0) + 1
         files = kept
+    if a.write_mutants:
+        os.makedirs(a.write_mutants, exist_ok=True)
+        for f in files:
+            write_mutants(f, a.write_mutants)
+        return 0
+    if not a.mlakit:
+        ap.error("--mlakit BINARY or --write-mutants DIR")
     total = refused = ran = 0
     findings = []
     with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        for results in pool.map(lambda f: one(a.binary, f, tmp), files):
+        for results in pool.map(lambda f: one(a.mlakit, f, tmp), files):
             for path, label, status, finding in results:
                 total += 1
                 refused += status == 2

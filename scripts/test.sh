@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: build with warnings as errors, every C++ test (golden matrix at every
-# ISA level this CPU has, validation, kernels, golden files), the installed-package consumer,
-# the Python interop tests, and a bounded fuzzing run of the golden-file reader.
+# The whole test suite: the build of scripts/setup.sh (reused as it is), every C++ test (golden
+# matrix at every ISA level this CPU has, validation, kernels, golden files), the installed-package
+# consumer, the Python interop tests, a mutation campaign over golden files' metadata, and the CI
+# sanitizer part (file-reading tests under ASan + UBSan, then both fuzzers for a bounded time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-bash scripts/setup.sh -DMLAKIT_WERROR=ON
+bash scripts/setup.sh
 
 echo "== C++ tests"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
@@ -25,8 +26,9 @@ if [ -d tests/python ]; then
   MLAKIT_BIN="$root/build/mlakit" .venv/bin/python -m pytest -q tests/python
 fi
 
-if [ -x fuzz/run.sh ] && command -v clang++ >/dev/null; then
-  echo "== fuzzing the golden-file reader (bounded)"
-  bash fuzz/run.sh "${MLAKIT_FUZZ_SECONDS:-60}"
-fi
+echo "== golden files with broken metadata: every mutant refused cleanly or run"
+python3 fuzz/params_campaign.py --mlakit build/mlakit --per-op 2 --max-bytes 65536
+
+echo "== sanitizers (CI part) and fuzzing of whole golden files (bounded)"
+bash scripts/sanitize.sh --ci
 echo "== all tests passed"

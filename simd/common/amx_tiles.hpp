@@ -19,7 +19,9 @@
 
 #include "simd/common/level.hpp"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// GCC names the AMX feature macros __AMX_TILE__ / __AMX_BF16__, clang __AMXTILE__ / __AMXBF16__.
+#if (defined(__AMX_TILE__) && defined(__AMX_BF16__)) || (defined(__AMXTILE__) && defined(__AMXBF16__))
+#define MLAKIT_HAVE_AMX_INTRINSICS 1
 #include <immintrin.h>
 #endif
 
@@ -72,7 +74,7 @@ constexpr std::size_t kChunkDims = 32;
 constexpr std::size_t kKeys = kATiles * kTileRows;
 constexpr TileConfig kTileConfig = uniform_tile_config(8, kTileRows, kRowBytes);
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(MLAKIT_HAVE_AMX_INTRINSICS)
 // The intrinsics paste the tile number into the instruction text, so it has to be a literal
 // token: a template's tile number becomes one of eight literal calls.
 #define MLAKIT_AMX_TILE_SWITCH(T, CALL)                                                                  \

@@ -168,7 +168,8 @@ void add_golden_commands(CLI::App& app) {
       if (!found) throw UsageError{"golden: operator " + g.op + " has no case '" + g.case_name + "' (see --list)"};
       case_name = g.case_name;
     }
-    for (const auto& [k, v] : parse_sets(g.sets).items()) knobs[k] = v;
+    const json sets = parse_sets(g.sets);  // named: items() only refers to it
+    for (const auto& [k, v] : sets.items()) knobs[k] = v;
     json merged;
     std::string why;
     if (!harness::merge_knobs(d.default_knobs(), knobs, &merged, &why)) throw UsageError{"golden: " + why};

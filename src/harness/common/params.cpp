@@ -10,7 +10,7 @@ namespace {
 
 std::string number_text(double v) {
   char buf[64];
-  if (v >= 0x1p63) return "9223372036854775807";
+  if (v == 0x1p63) return "9223372036854775807";  // count_param's bound: INT64_MAX
   if (v == std::floor(v) && std::fabs(v) < 1e18) {
     std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
   } else {
