@@ -9,6 +9,9 @@ root=$(pwd)
 
 bash scripts/setup.sh
 
+echo "== includes point down the rooms"
+python3 scripts/check-layers.py
+
 echo "== C++ tests"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 

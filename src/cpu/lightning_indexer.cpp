@@ -7,7 +7,7 @@
 
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/parallel.hpp"
-#include "reference/lightning_indexer.hpp"
+#include "core/shared/remap_indices.hpp"
 
 namespace mlakit::cpu {
 namespace lightning_indexer_detail {
@@ -211,7 +211,7 @@ Status lightning_indexer(const LightningIndexerDesc& desc, const LightningIndexe
 }
 
 Status remap_indices_to_rows(const RemapIndicesArgs& args) {
-  reference::remap_indices_to_rows(args);
+  shared::remap_indices_to_rows(args);
   return Status::success();
 }
 

@@ -41,7 +41,7 @@
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
-#include "reference/mla_prefill_fp8_quant.hpp"
+#include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::cpu {
 namespace {

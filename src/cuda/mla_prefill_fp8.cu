@@ -5,7 +5,7 @@
 //    in f32 with a fixed reduction tree, y = bf16(x·r), then bf16(y·gamma)), all in place.
 // 2. gather_quant_kernel (one block per buffer row): the latent part of the cache row at
 //    cache_offsets[b] + j, quantized per bk-column group exactly as the reference does (the same
-//    functions from reference/mla_prefill_fp8_quant.hpp; the group's amax is a max, which does not
+//    functions from core/shared/mla_prefill_fp8_quant.hpp; the group's amax is a max, which does not
 //    depend on the reduction order, so codes and scales are bit-identical); its rope part to a
 //    rope buffer. Rows no query can see (page padding past the last query) are zeroed and skipped,
 //    as the reference never computes them.
@@ -23,7 +23,7 @@
 #include "cuda/common.cuh"
 #include "cuda/mla_prefill_fp8.hpp"
 #include "cuda/mma.cuh"
-#include "reference/mla_prefill_fp8_quant.hpp"
+#include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::cuda {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/common/validators.hpp"
+#include "ops/validators.hpp"
 #include "harness/common/driver.hpp"
 #include "harness/common/params.hpp"
 #include "harness/common/random.hpp"

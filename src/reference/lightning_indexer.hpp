@@ -1,4 +1,5 @@
-// Reference back-end of op 1 (spec 01) and of its companion remap: scalar, exact, readable.
+// Reference back-end of op 1 (spec 01): scalar, exact, readable. (The remap is shared by the
+// reference and cpu back-ends: core/shared/remap_indices.hpp.)
 // Called only after validation.
 #pragma once
 
@@ -10,8 +11,5 @@ namespace mlakit::reference {
 // f64's 53 bits for head_dim <= 2^17); the weighted head sum and the k_scale product are rounded to f64
 // and never to f32. Selection orders these f64 scores (the oracle's ordering of the golden matrix).
 void lightning_indexer(const LightningIndexerDesc& desc, const LightningIndexerArgs& args);
-
-// The scalar gather shared by the reference and cpu back-ends.
-void remap_indices_to_rows(const RemapIndicesArgs& args);
 
 }  // namespace mlakit::reference

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "reference/mla_prefill_fp8_quant.hpp"
+#include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::reference {
 namespace {

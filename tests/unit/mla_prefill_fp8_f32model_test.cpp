@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "harness/common/driver.hpp"
-#include "reference/mla_prefill_fp8_quant.hpp"
+#include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit {
 namespace {

@@ -1,4 +1,4 @@
-// The step-4 quantizer shared by every back-end (src/reference/mla_prefill_fp8_quant.hpp), checked
+// The step-4 quantizer shared by every back-end (src/core/shared/mla_prefill_fp8_quant.hpp), checked
 // against the spec's definition written out with f64 arithmetic and a nearest-code search.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "harness/common/random.hpp"
 #include "oracle/mla_prefill_fp8.hpp"
-#include "reference/mla_prefill_fp8_quant.hpp"
+#include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit {
 namespace {

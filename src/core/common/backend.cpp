@@ -2,10 +2,6 @@
 #include "core/common/dispatch.hpp"
 #include "mlakit/backend.hpp"
 
-#if MLAKIT_HAVE_CUDA
-#include "cuda/runtime.hpp"
-#endif
-
 namespace mlakit {
 
 const char* backend_name(Backend b) {
@@ -28,26 +24,6 @@ bool parse_backend(const std::string& text, Backend* out) {
   if (text == "auto") {
     *out = Backend::automatic;
     return true;
-  }
-  return false;
-}
-
-bool backend_available(Backend b, std::string* why) {
-  switch (b) {
-    case Backend::automatic:
-    case Backend::reference:
-    case Backend::cpu:
-      return true;
-    case Backend::cuda:
-#if MLAKIT_HAVE_CUDA
-      // A direct call: it also links in the file that registers the back-end's launchers.
-      return cuda::device_available(why);
-#else
-      if (const core::DeviceKernels* k = core::device_kernels(); k != nullptr && k->available != nullptr)
-        return k->available(why);  // launchers registered by other means (the tests' CPU emulation)
-      if (why) *why = "not built (no CUDA compiler was found at configure time, or MLAKIT_ENABLE_CUDA=OFF)";
-      return false;
-#endif
   }
   return false;
 }

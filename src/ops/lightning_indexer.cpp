@@ -9,8 +9,9 @@
 #include "core/common/device_mirror.hpp"
 #include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
-#include "core/common/validators.hpp"
+#include "core/shared/remap_indices.hpp"
 #include "cpu/lightning_indexer.hpp"
+#include "ops/validators.hpp"
 #include "reference/lightning_indexer.hpp"
 
 namespace mlakit::core {
@@ -197,7 +198,7 @@ Status remap_indices_to_rows(const RemapIndicesArgs& a, const RunOptions& o) {
   return core::run_validated(
       core::kRemapOp, o, mirror, [&](MemorySpace* space) { return core::validate_remap_indices(h, space); },
       [&] { return core::launch_device(core::kRemapOp, &core::DeviceKernels::remap_indices_to_rows, a, o.cuda_stream); },
-      [&] { return cpu::remap_indices_to_rows(a); }, [&] { reference::remap_indices_to_rows(a); });
+      [&] { return cpu::remap_indices_to_rows(a); }, [&] { shared::remap_indices_to_rows(a); });
 }
 
 }  // namespace mlakit

@@ -8,7 +8,7 @@
 #include "core/common/device_mirror.hpp"
 #include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
-#include "core/common/validators.hpp"
+#include "ops/validators.hpp"
 #include "cpu/msa_block_indexer.hpp"
 #include "reference/msa_block_indexer.hpp"
 

@@ -7,7 +7,7 @@
 #include "core/common/device_mirror.hpp"
 #include "core/common/entry.hpp"
 #include "core/common/validate.hpp"
-#include "core/common/validators.hpp"
+#include "ops/validators.hpp"
 #include "cpu/mla_prefill_fp8.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 #include "reference/mla_prefill_fp8.hpp"
