@@ -34,7 +34,11 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   v.positive("num_q_heads", d.num_q_heads) && v.positive("qk_depth", d.qk_depth) &&
       v.positive("v_depth", d.v_depth) && v.at_most("v_depth", d.v_depth, "qk_depth", d.qk_depth) &&
       v.positive("indices_stride", d.indices_stride);
-  if (v.ok() && !std::isfinite(d.scale)) v.fail("scale", text("=", d.scale, " (must be finite)"));
+  if (v.ok() && !std::isfinite(d.scale))
+    v.fail("scale", text("=", d.scale,
+                         std::isnan(d.scale) ? " (must be finite; it has no default: set the model's softmax scale, "
+                                               "1/sqrt(192) for DeepSeek-V3.2)"
+                                             : " (must be finite)"));
   if (!v.ok()) return v.status();
 
   // Query rows fix T.

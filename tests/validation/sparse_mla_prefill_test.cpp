@@ -110,7 +110,11 @@ TEST_F(SparseMlaPrefillValidation, VDepthAboveQkDepth) {
 TEST_F(SparseMlaPrefillValidation, IndicesStride) { d.indices_stride = 0; expect_rejected("indices_stride", "=0 (must be > 0)"); }
 TEST_F(SparseMlaPrefillValidation, ScaleNaN) {
   d.scale = std::numeric_limits<float>::quiet_NaN();
-  expect_rejected("scale", "=nan (must be finite)");
+  expect_rejected("scale", "=nan (must be finite;");
+}
+TEST_F(SparseMlaPrefillValidation, ScaleHasNoDefault) {
+  d.scale = SparseMlaPrefillDesc{}.scale;
+  expect_rejected("scale", "it has no default: set the model's softmax scale, 1/sqrt(192) for DeepSeek-V3.2");
 }
 TEST_F(SparseMlaPrefillValidation, ScaleInfinite) {
   d.scale = -std::numeric_limits<float>::infinity();

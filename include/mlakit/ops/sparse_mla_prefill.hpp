@@ -46,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
@@ -59,7 +60,9 @@ struct SparseMlaPrefillDesc {
   std::int64_t qk_depth = 576;
   std::int64_t v_depth = 512;        // <= qk_depth
   std::int64_t indices_stride = 2048;
-  float scale = 1.0f;                // softmax scale (DeepSeek-V3.2: 1/sqrt(192)); finite
+  // Softmax scale; finite. No default: a model's scale (DeepSeek-V3.2's is 1/sqrt(192), from its
+  // 128 + 64 query-key head width) must be set, and an unset one is refused by validation.
+  float scale = std::numeric_limits<float>::quiet_NaN();
 };
 
 struct SparseMlaPrefillArgs {
