@@ -3,7 +3,7 @@
 # sudo).
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config libtbb-dev libopenblas-dev nlohmann-json3-dev
+packages=(build-essential cmake ninja-build pkg-config libtbb-dev nlohmann-json3-dev
           libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv clang)
 missing=()
 for p in "${packages[@]}"; do
