@@ -121,15 +121,20 @@ def judge(op, key, status, err, out_path, tensors=()):
     return None
 
 
+def mutated(header, change):
+    """A copy of the header with one mutant's change: metadata entries replaced, or a tensor renamed."""
+    h = json.loads(json.dumps(header))
+    if "__rename__" in change:
+        h["tensor_renamed_" + change["__rename__"]] = h.pop(change["__rename__"])
+    else:
+        h["__metadata__"].update(change)
+    return h
+
+
 def write_mutants(path, out_dir):
     header, data = read(path)
     for i, (_, _, change) in enumerate(mutants(header)):
-        h = json.loads(json.dumps(header))
-        if "__rename__" in change:
-            h["tensor_renamed_" + change["__rename__"]] = h.pop(change["__rename__"])
-        else:
-            h["__metadata__"].update(change)
-        write(os.path.join(out_dir, f"{os.path.basename(path)}.{i}"), h, data)
+        write(os.path.join(out_dir, f"{os.path.basename(path)}.{i}"), mutated(header, change), data)
 
 
 def one(binary, path, tmp):
@@ -138,13 +143,8 @@ def one(binary, path, tmp):
     tensors = [n for n in header if n != "__metadata__"]
     results = []
     for i, (label, key, change) in enumerate(mutants(header)):
-        h = json.loads(json.dumps(header))
-        if "__rename__" in change:
-            h["tensor_renamed_" + change["__rename__"]] = h.pop(change["__rename__"])
-        else:
-            h["__metadata__"].update(change)
         base = os.path.join(tmp, f"{os.path.basename(path)}.{i}")
-        write(base + ".safetensors", h, data)
+        write(base + ".safetensors", mutated(header, change), data)
         out = base + ".out.safetensors"
         status, err = run([binary, "run", base + ".safetensors", "--out", out, "--backend", "reference"])
         finding = judge(op, key if "__rename__" not in change else "tensor", status, err, out, tensors)
