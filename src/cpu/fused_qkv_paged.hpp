@@ -5,8 +5,7 @@
 
 namespace mlakit::cpu {
 
-// Assumes a validated call. Returns StatusCode::unsupported (before writing anything) for calls
-// it has no kernel for.
+// Assumes a validated call; runs every one.
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
 
 }  // namespace mlakit::cpu

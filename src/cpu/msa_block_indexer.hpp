@@ -5,8 +5,7 @@
 
 namespace mlakit::cpu {
 
-// Expects a validated call. Returns StatusCode::unsupported (before writing anything) for calls
-// it has no kernel for; `automatic` then falls back to the reference back-end.
+// Expects a validated call; runs every one.
 Status msa_block_indexer(const MsaBlockIndexerDesc& desc, const MsaBlockIndexerArgs& args);
 
 }  // namespace mlakit::cpu

@@ -193,7 +193,6 @@ TEST(Route, ResolvesAutomaticAndRefusesMixedMemory) {
   Route r;
   ASSERT_TRUE(route("op", RunOptions{Backend::automatic}, MemorySpace::host, &r).ok());
   EXPECT_EQ(r.backend, Backend::cpu);
-  EXPECT_TRUE(r.fall_back_to_reference);
   ASSERT_TRUE(route("op", RunOptions{Backend::reference}, MemorySpace::host, &r).ok());
   EXPECT_EQ(r.backend, Backend::reference);
   const Status s = route("op", RunOptions{Backend::cuda}, MemorySpace::host, &r);

@@ -34,12 +34,7 @@ namespace mlakit::core {
 
 Status route(const char* op, const RunOptions& options, MemorySpace space, Route* out) {
   Backend b = options.backend;
-  if (b == Backend::automatic) {
-    b = space == MemorySpace::device ? Backend::cuda : Backend::cpu;
-    out->fall_back_to_reference = (b == Backend::cpu);
-  } else {
-    out->fall_back_to_reference = false;
-  }
+  if (b == Backend::automatic) b = space == MemorySpace::device ? Backend::cuda : Backend::cpu;
   if (b == Backend::cuda && space != MemorySpace::device)
     return Status::error(StatusCode::invalid_argument, op, "backend",
                          std::string(op) + ": backend=cuda but the tensors are in host memory (expected device memory)");

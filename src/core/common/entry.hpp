@@ -15,8 +15,8 @@ namespace mlakit::core {
 
 // validate(MemorySpace*) -> Status runs on the mirrored arguments and reports where the call's
 // tensors live; then the mirrors are finished and the call routed. on_cuda() -> Status runs once
-// every tensor is known to be device memory; on_cpu() -> Status may decline with
-// StatusCode::unsupported (before writing anything), and `automatic` then runs on_reference().
+// every tensor is known to be device memory; on_cpu() -> Status runs host calls routed to cpu
+// (`automatic` included), on_reference() those that name the reference.
 template <class Validate, class OnCuda, class OnCpu, class OnReference>
 Status run_validated(const char* op, const RunOptions& options, DeviceMirror& mirror, Validate&& validate,
                      OnCuda&& on_cuda, OnCpu&& on_cpu, OnReference&& on_reference) {
@@ -32,10 +32,7 @@ Status run_validated(const char* op, const RunOptions& options, DeviceMirror& mi
     s = mirror.require_device();
     return s.ok() ? on_cuda() : s;
   }
-  if (r.backend == Backend::cpu) {
-    s = on_cpu();
-    if (!(s.code == StatusCode::unsupported && r.fall_back_to_reference)) return s;
-  }
+  if (r.backend == Backend::cpu) return on_cpu();
   on_reference();
   return Status::success();
 }
