@@ -85,7 +85,7 @@ Knobs parse_knobs(const json& defaults, const json& overrides) {
 
 // Parameters of a bundle, read back from its params (golden files carry nothing else).
 struct Params {
-  std::int64_t H, D, top_k, qg, page_size;
+  std::int64_t H, D, top_k, qg;
   std::uint32_t layer_idx;
   bool causal;
 };
@@ -115,7 +115,6 @@ Params read_params(const Bundle& b) {
   r.D = p.integer("head_dim");
   r.top_k = p.integer("top_k");
   r.qg = p.integer("quant_granularity");
-  r.page_size = p.integer_or("page_size", 0);
   r.layer_idx = static_cast<std::uint32_t>(p.integer("layer_idx"));
   r.causal = p.text("mask") == "causal";
   return r;

@@ -1,5 +1,7 @@
 #include "harness/common/driver.hpp"
 
+#include "harness/common/params.hpp"
+
 #include <algorithm>
 
 namespace mlakit::harness {
@@ -67,12 +69,8 @@ bool merge_knobs(const json& defaults, const json& overrides, json* merged, std:
     }
     const json& d = defaults.at(it.key());
     if (!same_kind(d, it.value())) {
-      if (why) {
-        std::string v = it.value().dump(-1, ' ', false, json::error_handler_t::replace);
-        if (v.size() > 40) v = v.substr(0, 37) + "...";
-        *why = "knob " + it.key() + "=" + v + " (expected a value like the default, " +
-               d.dump(-1, ' ', false, json::error_handler_t::replace) + ")";
-      }
+      if (why) *why = "knob " + it.key() + "=" + shown_value(it.value()) + " (expected a value like the default, " +
+                      shown_value(d) + ")";
       return false;
     }
     (*merged)[it.key()] = it.value();

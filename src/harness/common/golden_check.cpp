@@ -7,12 +7,7 @@
 namespace mlakit::harness {
 namespace {
 
-std::string describe(const Tensor& t) {
-  std::string s(dtype_name(t.dtype()));
-  s += " [";
-  for (std::size_t i = 0; i < t.shape().size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape()[i]);
-  return s + "]";
-}
+std::string describe(const Tensor& t) { return std::string(dtype_name(t.dtype())) + " " + shape_text(t.shape()); }
 
 // `file` must hold exactly the out.* tensors of `made`, each with its dtype and shape.
 void same_outputs(const std::string& op, const Bundle& made, const Bundle& file, const std::string& label) {

@@ -53,12 +53,6 @@ std::string describe(const json& v) {
   return std::string("a JSON ") + v.type_name();
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // ---- strict JSON -----------------------------------------------------------------
 
 // A DOM builder for nlohmann's SAX parser that rejects duplicate keys at any depth (the stock

@@ -9,15 +9,12 @@
 #include "harness/common/input_error.hpp"
 
 namespace mlakit::harness {
-namespace {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
-
-}  // namespace
 
 std::int64_t max_tensor_bytes() {
   static const std::int64_t limit = [] {

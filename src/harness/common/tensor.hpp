@@ -58,6 +58,9 @@ class Tensor {
   std::vector<std::uint8_t, EngineAllocator<std::uint8_t>> storage_;
 };
 
+// "[2, 3]": a shape in messages.
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
 // The most bytes one harness tensor may take (MLAKIT_MAX_TENSOR_MB, default 8192 MiB): a file or a
 // knob that asks for more gets a clear refusal instead of an out-of-memory kill.
 std::int64_t max_tensor_bytes();
