@@ -129,7 +129,46 @@ void select_row(const Plan& p, const Row& row, const float* buf, std::int32_t* o
   std::fill(out + m, out + k, -1);
 }
 
+// Every row's sequence and candidate count, in row order.
+std::vector<Row> all_rows(const LightningIndexerDesc& desc, const LightningIndexerArgs& args) {
+  const auto* offsets = args.input_row_offsets.as<const std::uint32_t>();
+  const auto* cache_lengths = args.k_cache.cache_lengths.as<const std::uint32_t>();
+  const std::int64_t B = args.input_row_offsets.shape[0] - 1;
+  const bool causal = desc.mask == IndexerMask::causal;
+  std::vector<Row> all(static_cast<std::size_t>(args.q.shape[0]));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t first = offsets[b], last = offsets[b + 1], cl = cache_lengths[b];
+    for (std::int64_t t = first; t < last; ++t)
+      all[static_cast<std::size_t>(t)] = {b, causal ? cl + (t - first) + 1 : cl + (last - first), 0};
+  }
+  return all;
+}
+
+std::int64_t chunk_budget() {
+  return static_cast<std::int64_t>(std::min(static_cast<std::size_t>(kMaxChunkBytes), workspace_budget_bytes()));
+}
+
+// The chunk from row t0: rows t0 .. end-1, at least one, their score rows within the budget.
+std::int64_t chunk_end(const std::vector<Row>& all, std::int64_t t0, std::int64_t budget, std::int64_t* floats) {
+  const std::int64_t T = static_cast<std::int64_t>(all.size());
+  std::int64_t t1 = t0;
+  *floats = 0;
+  while (t1 < T && (t1 == t0 || (*floats + all[t1].n) * 4 <= budget)) *floats += all[t1++].n;
+  return t1;
+}
+
 }  // namespace
+
+CallBufferSizes call_buffers(const LightningIndexerDesc& desc, const LightningIndexerArgs& args) {
+  CallBufferSizes sizes;
+  const std::vector<Row> all = all_rows(desc, args);
+  const std::int64_t budget = chunk_budget();
+  for (std::int64_t t0 = 0, floats = 0; t0 < static_cast<std::int64_t>(all.size());) {
+    t0 = chunk_end(all, t0, budget, &floats);
+    sizes.grow(0, static_cast<std::size_t>(floats) * sizeof(float));
+  }
+  return sizes;
+}
 
 Status run(const LightningIndexerDesc& desc, const LightningIndexerArgs& args, bool scores_only) {
   const std::int64_t T = args.q.shape[0];
@@ -151,28 +190,15 @@ Status run(const LightningIndexerDesc& desc, const LightningIndexerArgs& args, b
   p.score = &index_score_kernels();
   p.decode = &fp8_decode_kernels();
   p.topk = &topk_kernels();
-  const auto* offsets = args.input_row_offsets.as<const std::uint32_t>();
-  const auto* cache_lengths = cache.cache_lengths.as<const std::uint32_t>();
   auto* out = args.output_indices.as<std::int32_t>();
-  const std::int64_t B = args.input_row_offsets.shape[0] - 1;
-  const bool causal = desc.mask == IndexerMask::causal;
 
-  // Every row's sequence and candidate count, in row order.
-  std::vector<Row> all(static_cast<std::size_t>(T));
-  for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t first = offsets[b], last = offsets[b + 1], cl = cache_lengths[b];
-    for (std::int64_t t = first; t < last; ++t)
-      all[static_cast<std::size_t>(t)] = {b, causal ? cl + (t - first) + 1 : cl + (last - first), 0};
-  }
-
-  const std::int64_t budget = static_cast<std::int64_t>(
-      std::min(static_cast<std::size_t>(kMaxChunkBytes), workspace_budget_bytes()));
+  const std::vector<Row> all = all_rows(desc, args);
+  const std::int64_t budget = chunk_budget();
   std::vector<Row> rows;
   std::vector<Item> items;
   for (std::int64_t t0 = 0; t0 < T;) {
-    // The chunk: rows t0 .. t1-1, at least one, their score rows within the budget.
-    std::int64_t t1 = t0, floats = 0;
-    while (t1 < T && (t1 == t0 || (floats + all[t1].n) * 4 <= budget)) floats += all[t1++].n;
+    std::int64_t floats = 0;
+    const std::int64_t t1 = chunk_end(all, t0, budget, &floats);
     rows.assign(all.begin() + t0, all.begin() + t1);
     std::int64_t off = 0;
     for (Row& r : rows) {

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "cpu/common/parallel.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit::cpu {
@@ -45,6 +46,8 @@ constexpr std::int64_t kMaxChunkBytes = std::int64_t{64} << 20;  // score rows p
 // For benchmarks: the operator with selection skipped (scores_only) — the scores are computed
 // into the chunk buffers exactly as in a full call and output_indices is left untouched.
 Status run(const LightningIndexerDesc& desc, const LightningIndexerArgs& args, bool scores_only);
+// What run() takes from call_buffer() for this call (a validated host call).
+CallBufferSizes call_buffers(const LightningIndexerDesc& desc, const LightningIndexerArgs& args);
 
 }  // namespace lightning_indexer_detail
 

@@ -247,10 +247,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, 
   }
 }
 
-}  // namespace
-
-Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
-  namespace quant = mla_prefill_fp8_quant;
+Shape shape_of(const MlaPrefillFp8Desc& d) {
   Shape s{};
   s.H = static_cast<std::size_t>(d.num_heads);
   s.nope = static_cast<std::size_t>(d.nope);
@@ -262,6 +259,60 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   s.qk = s.nope + s.rope;
   s.kv_cols = s.nope + s.v;
   s.groups = (s.latent + s.bk - 1) / s.bk;
+  return s;
+}
+
+// Bytes of one head's laid-out weights.
+std::size_t weight_bytes(const Shape& s, bool pair_gemm) {
+  return pair_gemm ? (s.latent + 1) / 2 * 2 * s.kv_cols * sizeof(std::uint16_t) : s.latent * s.kv_cols * sizeof(float);
+}
+
+// The buffer rows sequence b attends: its window, cut at the last new token's position.
+std::size_t window_rows(const MlaPrefillFp8Args& a, std::size_t b) {
+  const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
+  const auto* bro = a.buffer_row_offsets.as<const std::uint32_t>();
+  const std::int64_t window = static_cast<std::int64_t>(bro[b + 1]) - bro[b];
+  const std::int64_t offset = a.cache_offsets.as<const std::uint32_t>()[b];
+  const std::int64_t cache_len = a.kv_cache.cache_lengths.as<const std::uint32_t>()[b];
+  const std::int64_t last_pos = cache_len + static_cast<std::int64_t>(iro[b + 1] - iro[b]) - 1;
+  return last_pos < offset ? 0 : static_cast<std::size_t>(std::min(window, last_pos - offset + 1));
+}
+
+// Heads per group: their K, V and laid-out weights within the workspace budget.
+std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, std::size_t wz_bytes) {
+  const std::size_t head_bytes = (head_words + std::max<std::size_t>(1, rows) * s.v) * sizeof(std::uint16_t) + wz_bytes;
+  return items_within_budget(head_bytes, s.H);
+}
+
+}  // namespace
+
+CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
+  CallBufferSizes sizes;
+  const Shape s = shape_of(d);
+  const bool pairs = gemm_kernels().bf16_nn != nullptr;
+  const bool pair_gemm = pairs && s.bk % 2 == 0;
+  const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
+  const KeyRows rope = KeyRows::of(s.rope, pairs ? 2 : 1), nope = KeyRows::of(s.nope, pairs ? 2 : 1);
+  const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
+  const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
+  for (std::size_t b = 0; b < B; ++b) {
+    if (iro[b + 1] == iro[b]) continue;
+    const std::size_t rows = window_rows(a, b);
+    sizes.grow(kSlotScales, rows * s.groups * sizeof(float));
+    sizes.grow(kSlotCodes, rows * s.latent * (pair_gemm ? sizeof(std::uint16_t) : sizeof(float)));
+    sizes.grow(kSlotRope, rope.words(rows) * sizeof(std::uint16_t));
+    const std::size_t head_words = nope.words(rows);
+    const std::size_t hg = head_group(s, head_words, rows, wz_bytes);
+    sizes.grow(kSlotK, hg * head_words * sizeof(std::uint16_t));
+    sizes.grow(kSlotV, hg * std::max<std::size_t>(1, rows) * s.v * sizeof(std::uint16_t));
+    if (rows > 0) sizes.grow(kSlotWeights, std::min(hg, s.H) * wz_bytes);
+  }
+  return sizes;
+}
+
+Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
+  namespace quant = mla_prefill_fp8_quant;
+  const Shape s = shape_of(d);
 
   rope_and_norm(s, d, a);
 
@@ -272,11 +323,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   // unless a pair would straddle two scale groups (odd bk); everything else runs on f32 FMA.
   const bool pairs = g.bf16_nn != nullptr;
   const bool pair_gemm = pairs && s.bk % 2 == 0;
-  const std::size_t wz_bytes =
-      pair_gemm ? (s.latent + 1) / 2 * 2 * s.kv_cols * sizeof(std::uint16_t) : s.latent * s.kv_cols * sizeof(float);
+  const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
-  const auto* bro = a.buffer_row_offsets.as<const std::uint32_t>();
   const auto* cache_offsets = a.cache_offsets.as<const std::uint32_t>();
   const auto* cache_lengths = a.kv_cache.cache_lengths.as<const std::uint32_t>();
   const auto* lut = a.kv_cache.lookup_table.as<const std::uint32_t>();
@@ -300,10 +349,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   for (std::size_t b = 0; b < B; ++b) {
     const std::size_t first_t = iro[b], seq_len = iro[b + 1] - first_t;
     if (seq_len == 0) continue;
-    const std::int64_t window = static_cast<std::int64_t>(bro[b + 1]) - bro[b];
     const std::int64_t offset = cache_offsets[b], cache_len = cache_lengths[b];
-    const std::int64_t last_pos = cache_len + static_cast<std::int64_t>(seq_len) - 1;
-    const std::size_t rows = last_pos < offset ? 0 : static_cast<std::size_t>(std::min(window, last_pos - offset + 1));
+    const std::size_t rows = window_rows(a, b);
     auto visible = [&](std::size_t i) -> std::size_t {
       const std::int64_t pos = cache_len + static_cast<std::int64_t>(i);
       return pos < offset ? 0 : std::min<std::size_t>(rows, static_cast<std::size_t>(pos - offset + 1));
@@ -336,9 +383,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     // Heads in groups whose K, V and laid-out weights fit the workspace budget.
     kl.rows = rows;
     kl.head_words = kl.nope.words(rows);
-    const std::size_t head_bytes =
-        (kl.head_words + std::max<std::size_t>(1, rows) * s.v) * sizeof(std::uint16_t) + wz_bytes;
-    const std::size_t hg = items_within_budget(head_bytes, s.H);
+    const std::size_t hg = head_group(s, kl.head_words, rows, wz_bytes);
     std::uint16_t* const k = call_buffer_of<std::uint16_t>(hg * kl.head_words, kSlotK);
     std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * std::max<std::size_t>(1, rows) * s.v, kSlotV);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {

@@ -151,12 +151,7 @@ void select_tile(const Plan& p, const QueryTile& qt, float* scores) {
   }
 }
 
-}  // namespace
-
-Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a) {
-  const std::int64_t rows_total = a.q.shape[0];
-  if (rows_total == 0) return Status::success();
-
+Plan plan_of(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a) {
   Plan p{};
   p.d = &d;
   p.a = &a;
@@ -165,18 +160,19 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   p.heads = d.num_index_heads;
   p.dim = d.idx_head_dim;
   p.block = d.block_size;
-  p.rows_total = rows_total;
+  p.rows_total = a.q.shape[0];
   p.max_pages = a.k_cache.lookup_table.shape[1];
   p.layer = a.layer_idx;
   p.offsets = a.input_row_offsets.as<const std::uint32_t>();
   p.prefix = a.prefix_lens.as<const std::uint32_t>();
   p.lut = a.k_cache.lookup_table.as<const std::uint32_t>();
   p.fp8 = a.k_cache.blocks.dtype == DType::f8e4m3;
-  const std::size_t lanes = p.bs->lanes;
-  const std::int64_t batch = a.input_row_offsets.shape[0] - 1;
-  const std::size_t dim = static_cast<std::size_t>(p.dim);
+  return p;
+}
 
-  // Query tiles, in row order; never across a sequence.
+// Query tiles, in row order; never across a sequence.
+std::vector<QueryTile> query_tiles(const Plan& p, std::int64_t batch) {
+  const std::size_t lanes = p.bs->lanes;
   std::vector<QueryTile> tiles;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::size_t f0 = static_cast<std::size_t>(p.offsets[b]) * static_cast<std::size_t>(p.heads);
@@ -191,23 +187,61 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
       tiles.push_back(qt);
     }
   }
+  return tiles;
+}
 
-  // Chunks of consecutive query tiles within the workspace budget (at least one tile each).
+// The chunk from tile t0: consecutive query tiles within the workspace budget (at least one),
+// their packed queries and block scores placed; returns the end tile.
+std::size_t chunk_end(const Plan& p, std::vector<QueryTile>& tiles, std::size_t t0, std::size_t* q_bytes,
+                      std::size_t* s_floats) {
   const std::size_t budget = workspace_budget_bytes();
+  const std::size_t dim = static_cast<std::size_t>(p.dim);
+  std::size_t t1 = t0;
+  *q_bytes = 0;
+  *s_floats = 0;
+  while (t1 < tiles.size()) {
+    QueryTile& qt = tiles[t1];
+    const std::size_t qb = (p.bs->packed_q_bytes(qt.rows, dim) + 63) / 64 * 64, sf = qt.rows * qt.blocks;
+    if (t1 > t0 && *q_bytes + qb + (*s_floats + sf) * sizeof(float) > budget) break;
+    qt.q_at = *q_bytes;
+    qt.s_at = *s_floats;
+    *q_bytes += qb;
+    *s_floats += sf;
+    ++t1;
+  }
+  return t1;
+}
+
+}  // namespace
+
+CallBufferSizes msa_block_indexer_call_buffers(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a) {
+  CallBufferSizes sizes;
+  if (a.q.shape[0] == 0) return sizes;
+  const Plan p = plan_of(d, a);
+  std::vector<QueryTile> tiles = query_tiles(p, a.input_row_offsets.shape[0] - 1);
+  for (std::size_t t0 = 0; t0 < tiles.size();) {
+    std::size_t q_bytes = 0, s_floats = 0;
+    t0 = chunk_end(p, tiles, t0, &q_bytes, &s_floats);
+    sizes.grow(0, q_bytes);
+    sizes.grow(1, s_floats * sizeof(float));
+  }
+  return sizes;
+}
+
+Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a) {
+  const std::int64_t rows_total = a.q.shape[0];
+  if (rows_total == 0) return Status::success();
+
+  const Plan p = plan_of(d, a);
+  const std::int64_t batch = a.input_row_offsets.shape[0] - 1;
+  const std::size_t dim = static_cast<std::size_t>(p.dim);
+
+  std::vector<QueryTile> tiles = query_tiles(p, batch);
   const auto* q = a.q.as<const std::uint16_t>();
   std::vector<WorkTile> work;
   for (std::size_t t0 = 0; t0 < tiles.size();) {
-    std::size_t t1 = t0, q_bytes = 0, s_floats = 0;
-    while (t1 < tiles.size()) {
-      QueryTile& qt = tiles[t1];
-      const std::size_t qb = (p.bs->packed_q_bytes(qt.rows, dim) + 63) / 64 * 64, sf = qt.rows * qt.blocks;
-      if (t1 > t0 && q_bytes + qb + (s_floats + sf) * sizeof(float) > budget) break;
-      qt.q_at = q_bytes;
-      qt.s_at = s_floats;
-      q_bytes += qb;
-      s_floats += sf;
-      ++t1;
-    }
+    std::size_t q_bytes = 0, s_floats = 0;
+    const std::size_t t1 = chunk_end(p, tiles, t0, &q_bytes, &s_floats);
     unsigned char* const packed = call_buffer_of<unsigned char>(q_bytes, 0);
     float* const scores = call_buffer_of<float>(s_floats, 1);
 

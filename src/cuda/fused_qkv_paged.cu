@@ -41,6 +41,7 @@ struct Params {
   bool scales_f16;
   const std::uint32_t* qzeros;   // gptq with zero points: [K/gs, N/8]
   const std::int32_t* g_idx;     // gptq, optional: [K]
+  std::uint32_t* error_flag;     // null: not checked (g_idx validated on the host)
   std::int64_t group_size;
   const std::uint32_t* iro;
   int B;
@@ -54,7 +55,13 @@ __device__ __forceinline__ std::uint32_t nibble(std::uint32_t word, std::int64_t
 // The GPTQ weight W[n, k] as bf16 bits: bf16((q - z)·scale), the product exact in f32.
 __device__ __forceinline__ std::uint16_t gptq_weight(const Params& p, std::uint32_t word, std::int64_t n, std::int64_t k) {
   const std::int64_t q = nibble(word, k % 8);
-  const std::int64_t g = p.g_idx != nullptr ? static_cast<std::int64_t>(p.g_idx[k]) : k / p.group_size;
+  std::int64_t g = k / p.group_size;
+  if (p.g_idx != nullptr) {
+    // A group the host could not check (a run on device memory): clamped, and the flag raised.
+    const std::int64_t given = p.g_idx[k], groups = p.K / p.group_size;
+    g = given < 0 ? 0 : given >= groups ? groups - 1 : given;
+    if (g != given && p.error_flag != nullptr) atomicOr(p.error_flag, core::kDeviceErrorGIdx);
+  }
   std::int64_t z = 8;
   if (p.qzeros != nullptr) z = nibble(p.qzeros[g * (p.N / 8) + n / 8], n % 8);
   const std::uint16_t sb = p.gscales[g * p.N + n];
@@ -268,7 +275,7 @@ __global__ void __launch_bounds__(kFmaThreads) gemm_f32_kernel(Params p) {
 }  // namespace
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const FusedQkvPagedArgs& host,
-                       void* stream_handle) {
+                       const core::DeviceLaunch& launch) {
   (void)host;
   const std::int64_t T = a.hidden_state.shape[0];
   if (T == 0) return Status::success();
@@ -286,6 +293,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
   p.scales_f16 = a.scales.data != nullptr && a.scales.dtype == DType::f16;
   p.qzeros = d.has_zp ? static_cast<const std::uint32_t*>(a.qzeros.data) : nullptr;
   p.g_idx = static_cast<const std::int32_t*>(a.g_idx.data);
+  p.error_flag = launch.error_flag;
   p.group_size = d.group_size;
   p.iro = static_cast<const std::uint32_t*>(a.input_row_offsets.data);
   p.B = static_cast<int>(a.input_row_offsets.shape[0] - 1);
@@ -298,7 +306,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
     return exceeds_one_launch(kOp, "hidden_state",
                               std::to_string(T) + " rows (at most " + std::to_string(65535 * kBM) + " per launch)");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
-  const cudaStream_t stream = as_stream(stream_handle);
+  const cudaStream_t stream = as_stream(launch.stream);
   if (a.hidden_state.dtype == DType::bf16)
     return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel, grid, kMmaThreads, 0, stream, p);
   return launch_kernel(kOp, "gemm_f32_kernel", gemm_f32_kernel, grid, kFmaThreads, 0, stream, p);

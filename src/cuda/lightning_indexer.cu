@@ -225,18 +225,24 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
 }
 
 
+// An index the host could not check (a run on device memory) that is below -1, past the table or
+// on no page is written as -1 and raises the device error flag.
 __global__ void remap_kernel(const std::int32_t* in, const std::uint32_t* iro, int B, const std::uint32_t* lut,
-                             std::int64_t lut_cols, std::int64_t page_size, std::int64_t K, std::int64_t total,
-                             std::int32_t* out) {
+                             std::int64_t lut_cols, std::int64_t page_size, std::int64_t num_blocks, std::int64_t K,
+                             std::int64_t total, std::int32_t* out, std::uint32_t* error_flag) {
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int32_t v = in[e];
-    if (v < 0) {
+    std::int64_t blk = -1;
+    if (v >= 0 && v / page_size < lut_cols) {
+      const int b = find_sequence(iro, B, e / K);
+      blk = lut[b * lut_cols + v / page_size];
+    }
+    if (blk < 0 || blk >= num_blocks) {
+      if (v != -1 && error_flag != nullptr) atomicOr(error_flag, core::kDeviceErrorRemapIndex);
       out[e] = -1;
       continue;
     }
-    const int b = find_sequence(iro, B, e / K);
-    const std::int64_t blk = lut[b * lut_cols + v / page_size];
     out[e] = static_cast<std::int32_t>(blk * page_size + v % page_size);
   }
 }
@@ -244,8 +250,8 @@ __global__ void remap_kernel(const std::int32_t* in, const std::uint32_t* iro, i
 }  // namespace
 
 Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, const LightningIndexerArgs& host,
-                         void* stream_handle) {
-  const cudaStream_t stream = as_stream(stream_handle);
+                         const core::DeviceLaunch& launch) {
+  const cudaStream_t stream = as_stream(launch.stream);
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
   const int B = static_cast<int>(a.input_row_offsets.shape[0] - 1);
@@ -325,17 +331,17 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   return Status::success();
 }
 
-Status remap_indices_to_rows(const RemapIndicesArgs& a, void* stream_handle) {
+Status remap_indices_to_rows(const RemapIndicesArgs& a, const core::DeviceLaunch& launch) {
   const std::int64_t T = a.indices.shape[0], K = a.indices.shape[1];
   const std::int64_t total = T * K;
   if (total == 0) return Status::success();
   const std::int64_t blocks = std::min<std::int64_t>(ceil_div(total, 256), 65535);
   return launch_kernel("remap_indices_to_rows", "remap_kernel", remap_kernel, static_cast<unsigned>(blocks), 256, 0,
-                       as_stream(stream_handle), static_cast<const std::int32_t*>(a.indices.data),
+                       as_stream(launch.stream), static_cast<const std::int32_t*>(a.indices.data),
                        static_cast<const std::uint32_t*>(a.input_row_offsets.data),
                        static_cast<int>(a.input_row_offsets.shape[0] - 1),
-                       static_cast<const std::uint32_t*>(a.lookup_table.data), a.lookup_table.shape[1], a.page_size, K,
-                       total, static_cast<std::int32_t*>(a.rows.data));
+                       static_cast<const std::uint32_t*>(a.lookup_table.data), a.lookup_table.shape[1], a.page_size,
+                       a.num_blocks, K, total, static_cast<std::int32_t*>(a.rows.data), launch.error_flag);
 }
 
 }  // namespace mlakit::cuda

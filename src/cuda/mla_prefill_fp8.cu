@@ -438,9 +438,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
 }  // namespace
 
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, const MlaPrefillFp8Args& host,
-                       void* stream_handle) {
+                       const core::DeviceLaunch& launch) {
   (void)host;
-  const cudaStream_t stream = as_stream(stream_handle);
+  const cudaStream_t stream = as_stream(launch.stream);
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
   const int B = static_cast<int>(a.input_row_offsets.shape[0] - 1);

@@ -1,15 +1,16 @@
 // cuda back-end of op 3 (fused MLA prefill branch, FP8).
 #pragma once
 
+#include "core/common/device_launch.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 
 namespace mlakit::cuda {
 
 // `a`: a validated call with every tensor in device memory. `host`: the same call with the offsets,
 // cache_offsets, the lookup table and cache_lengths readable on the host (not needed by the
-// launch: buffer_length sizes it). `stream`: cudaStream_t (null = default stream). Asynchronous.
+// launch: buffer_length sizes it). `launch`: the stream (null = default stream) and the device error flag. Asynchronous.
 // Steps 1-2 rewrite q and the new cache rows in place before steps 3-7 read them (stream order).
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& a, const MlaPrefillFp8Args& host,
-                       void* stream);
+                       const core::DeviceLaunch& launch);
 
 }  // namespace mlakit::cuda

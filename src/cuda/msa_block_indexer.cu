@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
 }  // namespace
 
 Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, const MsaBlockIndexerArgs& host,
-                         void* stream_handle) {
-  const cudaStream_t stream = as_stream(stream_handle);
+                         const core::DeviceLaunch& launch) {
+  const cudaStream_t stream = as_stream(launch.stream);
   const std::int64_t R = a.q.shape[0];
   if (R == 0) return Status::success();
   const int B = static_cast<int>(a.input_row_offsets.shape[0] - 1);

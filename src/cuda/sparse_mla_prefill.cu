@@ -40,6 +40,7 @@ struct Params {
   int layer;
   const std::int32_t* indices;
   const std::uint32_t* topk_lengths;  // null: indices_stride
+  std::uint32_t* error_flag;          // null: not checked (validated on the host)
   const float* sink;                  // null: no sink
   std::uint16_t* out;
   float* lse;                         // null: not written
@@ -101,7 +102,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
     l_run[tid] = 0.0f;
   }
   std::int64_t len = p.stride;
-  if (p.topk_lengths != nullptr) len = min(len, static_cast<std::int64_t>(p.topk_lengths[t]));
+  if (p.topk_lengths != nullptr) {
+    const std::int64_t given = p.topk_lengths[t];
+    if (given > len && p.error_flag != nullptr && tid == 0)
+      atomicOr(p.error_flag, core::kDeviceErrorTopkLengths);
+    len = min(len, given);
+  }
 
   // Output accumulators: head tile mw, columns [vc0 + 128·cg, +128) as 16 tiles of 8.
   const int mw = warp >> 2, cg = warp & 3;
@@ -241,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
 }  // namespace
 
 Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const SparseMlaPrefillArgs& host,
-                          void* stream_handle) {
+                          const core::DeviceLaunch& launch) {
   (void)host;
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
@@ -260,6 +266,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.layer = static_cast<int>(a.layer_idx);
   p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
   p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);
+  p.error_flag = launch.error_flag;
   p.sink = static_cast<const float*>(a.attn_sink.data);
   p.out = static_cast<std::uint16_t*>(a.output.data);
   p.lse = static_cast<float*>(a.lse.data);
@@ -274,7 +281,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   if (T * p.head_groups > 0x7fffffff)
     return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
-  return launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kThreads, layout.bytes, as_stream(stream_handle), p);
+  return launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kThreads, layout.bytes, as_stream(launch.stream), p);
 }
 
 }  // namespace mlakit::cuda

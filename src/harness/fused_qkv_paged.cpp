@@ -383,6 +383,11 @@ class FusedQkvPagedDriver final : public OpDriver {
     return fused_qkv_paged(p.desc, args_of(b, p), options);
   }
 
+  Status call_planned(Bundle& b, PlannedRun* pr) const override {
+    const Params p = params_of(b);
+    return plan_and_run(p.desc, args_of(b, p), pr);
+  }
+
   static FusedQkvPagedArgs args_of(const Bundle& b, const Params& p) {
     FusedQkvPagedArgs a;
     a.hidden_state = b.at("hidden_state").view();

@@ -465,6 +465,11 @@ class LightningIndexerDriver final : public OpDriver {
     return lightning_indexer(desc_of(p), args_of(b, p), options);
   }
 
+  Status call_planned(Bundle& b, PlannedRun* pr) const override {
+    const Params p = read_params(b);
+    return plan_and_run(desc_of(p), args_of(b, p), pr);
+  }
+
   static LightningIndexerDesc desc_of(const Params& p) {
     LightningIndexerDesc d;
     d.num_heads = p.H;

@@ -506,6 +506,11 @@ class MlaPrefillFp8Driver final : public OpDriver {
     return mla_prefill_fp8(d, a, options);
   }
 
+  Status call_planned(Bundle& b, PlannedRun* pr) const override {
+    return plan_and_run(desc_from_params(b.params),
+                        args_from_bundle(b, "out.q", "out.kv_cache.blocks", b.at("out.output")), pr);
+  }
+
   // Derivation (spec README §5), for a back-end computing in f32 against the f64 reference:
   //
   // out.q / out.kv_cache.blocks. Elements the call does not write (q's nope part, every cache row

@@ -542,6 +542,11 @@ class MsaBlockIndexerDriver final : public OpDriver {
     return msa_block_indexer(desc_of(p), args_of(b, p), options);
   }
 
+  Status call_planned(Bundle& b, PlannedRun* pr) const override {
+    const Params p = params_of(b);
+    return plan_and_run(desc_of(p), args_of(b, p), pr);
+  }
+
   static MsaBlockIndexerDesc desc_of(const Params& p) {
     MsaBlockIndexerDesc d;
     d.num_index_heads = p.heads;

@@ -455,6 +455,11 @@ class SparseMlaPrefillDriver final : public OpDriver {
     return sparse_mla_prefill(p.desc, args_of(b, p), options);
   }
 
+  Status call_planned(Bundle& b, PlannedRun* pr) const override {
+    const Params p = params_of(b);
+    return plan_and_run(p.desc, args_of(b, p), pr);
+  }
+
   static SparseMlaPrefillArgs args_of(const Bundle& b, const Params& p) {
     SparseMlaPrefillArgs a;
     a.q = b.at("q").view();

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "core/common/device_mirror.hpp"
-#include "core/common/entry.hpp"
+#include "core/common/device_kernels.hpp"
 #include "core/common/validate.hpp"
+#include "ops/common/plan_run.hpp"
 #include "ops/validators.hpp"
 #include "cpu/fused_qkv_paged.hpp"
 #include "reference/fused_qkv_paged.hpp"
@@ -54,8 +54,9 @@ bool n_matches(Validator& v, const char* field, std::int64_t got, std::int64_t n
 
 }  // namespace
 
-Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space) {
-  Validator v(kOp);
+Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space,
+                                Checks checks) {
+  Validator v(kOp, checks);
   const WeightFormat fmt = d.weight_format;
   if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq) {
     v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
@@ -141,9 +142,9 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
       } else if (v.ok() && a.qzeros.data != nullptr) {
         v.fail("qzeros", " is present but has_zp=false (zero points are 8 then; pass an empty view)");
       }
-      if (v.optional_tensor("g_idx", a.g_idx, {DType::i32}, {K}) && a.g_idx.data != nullptr) {
-        if (a.g_idx.memory != MemorySpace::host)
-          v.fail("g_idx", " is in device memory (it must be readable on the host here)");
+      // g_idx is weight data, read in every host call (a run included); in device memory the
+      // kernel checks it and raises the device error flag (see check_device_errors).
+      if (v.optional_tensor("g_idx", a.g_idx, {DType::i32}, {K}) && a.g_idx.data != nullptr && v.reads_content()) {
         for (std::int64_t k = 0; v.ok() && k < K; ++k) {
           const std::int32_t g = i32_at(a.g_idx, k);
           if (g < 0 || g >= G)
@@ -172,6 +173,7 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
   if (!v.same_memory(reads, writes, space) || !v.written_apart(writes, reads)) return v.status();
 
   // Pages for every new token, and no two new tokens on one cache row.
+  if (!v.reads_metadata()) return v.status();
   struct Row {
     std::int64_t key, b, pos;
   };
@@ -203,31 +205,53 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
   return v.status();
 }
 
+namespace {
+
+struct FusedTraits {
+  using Desc = FusedQkvPagedDesc;
+  using Args = FusedQkvPagedArgs;
+  static constexpr const char* kOp = "fused_qkv_paged";
+  static FieldList fields(Args& a) {
+    return {{"hidden_state", &a.hidden_state, Role::data},
+            {"input_row_offsets", &a.input_row_offsets, Role::metadata},
+            {"weight", &a.weight, Role::data},
+            {"weight_scale", &a.weight_scale, Role::data},
+            {"qweight", &a.qweight, Role::data},
+            {"scales", &a.scales, Role::data},
+            {"qzeros", &a.qzeros, Role::data},
+            {"g_idx", &a.g_idx, Role::content},
+            {"kv_cache.blocks", &a.kv_cache.blocks, Role::written},
+            {"kv_cache.lookup_table", &a.kv_cache.lookup_table, Role::metadata},
+            {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths, Role::metadata},
+            {"output", &a.output, Role::written}};
+  }
+  static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {
+    return validate_fused_qkv_paged(d, a, space, c);
+  }
+  static Status cuda(const Desc& d, const Args& a, const Args& h, const DeviceLaunch& l) {
+    return launch_device(kOp, &DeviceKernels::fused_qkv_paged, d, a, h, l);
+  }
+  static Status cpu(const Desc& d, const Args& a) { return cpu::fused_qkv_paged(d, a); }
+  static void reference(const Desc& d, const Args& a) { reference::fused_qkv_paged(d, a); }
+  static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
+    return cpu::CallBufferSizes{};
+  }
+};
+
+}  // namespace
+
 }  // namespace core
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const RunOptions& o) {
-  // Validation reads the offsets, g_idx, the page table and the lengths: for a device call, from
-  // host mirrors of them (see core/common/device_mirror.hpp). The cache blocks are written.
-  constexpr const char* kOp = "fused_qkv_paged";
-  FusedQkvPagedArgs h = a;
-  core::DeviceMirror mirror(kOp, o);
-  Status s = mirror.prepare({{"hidden_state", &h.hidden_state, core::MirrorUse::device},
-                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
-                             {"weight", &h.weight, core::MirrorUse::device},
-                             {"weight_scale", &h.weight_scale, core::MirrorUse::device},
-                             {"qweight", &h.qweight, core::MirrorUse::device},
-                             {"scales", &h.scales, core::MirrorUse::device},
-                             {"qzeros", &h.qzeros, core::MirrorUse::device},
-                             {"g_idx", &h.g_idx, core::MirrorUse::host_read},
-                             {"kv_cache.blocks", &h.kv_cache.blocks, core::MirrorUse::written},
-                             {"kv_cache.lookup_table", &h.kv_cache.lookup_table, core::MirrorUse::host_read},
-                             {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::host_read},
-                             {"output", &h.output, core::MirrorUse::written}});
-  if (!s.ok()) return s;
-  return core::run_validated(
-      kOp, o, mirror, [&](MemorySpace* space) { return core::validate_fused_qkv_paged(d, h, space); },
-      [&] { return core::launch_device(kOp, &core::DeviceKernels::fused_qkv_paged, d, a, h, o.cuda_stream); },
-      [&] { return cpu::fused_qkv_paged(d, a); }, [&] { reference::fused_qkv_paged(d, a); });
+  return core::one_shot_call<core::FusedTraits>(d, a, o);
+}
+
+Status plan(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& step, const PlanOptions& o, FusedQkvPagedPlan* out) {
+  return core::plan_call<core::FusedTraits>(d, step, o, false, out);
+}
+
+Status run(const FusedQkvPagedPlan& p, const FusedQkvPagedArgs& a, const RunContext& c) {
+  return core::run_call<core::FusedTraits>(p, a, c);
 }
 
 }  // namespace mlakit

@@ -6,11 +6,11 @@
 #include <limits>
 #include <string>
 
-#include "core/common/device_mirror.hpp"
-#include "core/common/entry.hpp"
+#include "core/common/device_kernels.hpp"
 #include "core/common/validate.hpp"
 #include "core/shared/remap_indices.hpp"
 #include "cpu/lightning_indexer.hpp"
+#include "ops/common/plan_run.hpp"
 #include "ops/validators.hpp"
 #include "reference/lightning_indexer.hpp"
 
@@ -44,8 +44,9 @@ std::string pos_string(std::int64_t t, std::int64_t c) {
 
 // Everything spec README §4 asks of a lightning-indexer call, in the order the message will name it.
 // On success *space is where the tensors live.
-Status validate_lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, MemorySpace* space) {
-  Validator v(kOp);
+Status validate_lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, MemorySpace* space,
+                                  Checks checks) {
+  Validator v(kOp, checks);
   // Descriptor. Upper limits keep every count and position in 32 bits, as the output is i32.
   v.positive("num_heads", d.num_heads) && v.at_most("num_heads", d.num_heads, "i32_max", kI32Max);
   v.ok() && v.positive("head_dim", d.head_dim) && v.at_most("head_dim", d.head_dim, "i32_max", kI32Max);
@@ -77,7 +78,7 @@ Status validate_lightning_indexer(const LightningIndexerDesc& d, const Lightning
   if (!v.ok()) return v.status();
 
   // Every key position a row reads, per sequence with rows: 0 … cache_length + seq_len − 1.
-  for (std::int64_t b = 0; b < B; ++b) {
+  for (std::int64_t b = 0; v.reads_metadata() && b < B; ++b) {
     const std::int64_t seq = static_cast<std::int64_t>(u32_at(a.input_row_offsets, b + 1)) -
                              static_cast<std::int64_t>(u32_at(a.input_row_offsets, b));
     if (seq == 0) continue;
@@ -106,8 +107,8 @@ Status validate_lightning_indexer(const LightningIndexerDesc& d, const Lightning
   return v.status();
 }
 
-Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space) {
-  Validator v(kRemapOp);
+Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space, Checks checks) {
+  Validator v(kRemapOp, checks);
   v.positive("page_size", a.page_size) && v.at_most("page_size", a.page_size, "i32_max", kI32Max);
   v.ok() && v.positive("num_blocks", a.num_blocks) && v.at_most("num_blocks", a.num_blocks, "i32_max", kI32Max);
   // Rows are blk·page_size + off < num_blocks·page_size and are written as i32.
@@ -116,25 +117,28 @@ Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space) {
                              " gives " + std::to_string(a.num_blocks * a.page_size) +
                              " rows (row numbers must fit in i32)");
   if (!v.tensor("indices", a.indices, {DType::i32}, {kAnyDim, kAnyDim})) return v.status();
-  if (a.indices.memory != MemorySpace::host)
-    return (v.fail("indices", " is in device memory (every index is checked on the host here)"), v.status());
   const std::int64_t T = a.indices.shape[0], K = a.indices.shape[1];
   fits_check(v, "indices", a.indices, {T, K});
   v.row_offsets("input_row_offsets", a.input_row_offsets, T);
   if (!v.ok()) return v.status();
   const std::int64_t B = a.input_row_offsets.shape[0] - 1;
   v.tensor("lookup_table", a.lookup_table, {DType::u32}, {B, kAnyDim});
-  if (v.ok() && a.lookup_table.memory != MemorySpace::host)
+  if (v.ok() && v.reads_metadata() && a.lookup_table.memory != MemorySpace::host)
     v.fail("lookup_table", " is in device memory (page tables must be readable on the host here)");
   v.tensor("rows", a.rows, {DType::i32}, {T, K});
   const Validator::NamedView reads[] = {
       {"indices", &a.indices}, {"input_row_offsets", &a.input_row_offsets}, {"lookup_table", &a.lookup_table}};
   const Validator::NamedView writes[] = {{"rows", &a.rows}};
   v.written_apart(writes, reads);
-  v.same_memory(reads, writes, space);
+  MemorySpace where = MemorySpace::host;
+  v.same_memory(reads, writes, &where);
+  if (space) *space = where;
   if (!v.ok()) return v.status();
 
-  // Every index: -1, or a position whose page exists.
+  // Every index: -1, or a position whose page exists. The indices are data, not batch metadata:
+  // read in every host call (a run included); in device memory the kernel checks them and raises
+  // the device error flag (see check_device_errors).
+  if (!v.reads_content()) return v.status();
   const std::int64_t max_pages = a.lookup_table.shape[1];
   const auto* lut = static_cast<const std::uint32_t*>(a.lookup_table.data);
   for (std::int64_t b = 0; b < B; ++b) {
@@ -164,41 +168,85 @@ Status validate_remap_indices(const RemapIndicesArgs& a, MemorySpace* space) {
 
 }  // namespace mlakit::core
 
+namespace mlakit::core {
+namespace {
+
+struct LightningTraits {
+  using Desc = LightningIndexerDesc;
+  using Args = LightningIndexerArgs;
+  static constexpr const char* kOp = "lightning_indexer";
+  static FieldList fields(Args& a) {
+    return {{"q", &a.q, Role::data},
+            {"q_s", &a.q_s, Role::data},
+            {"input_row_offsets", &a.input_row_offsets, Role::metadata},
+            {"k_cache.blocks", &a.k_cache.blocks, Role::data},
+            {"k_cache.scales", &a.k_cache.scales, Role::data},
+            {"k_cache.lookup_table", &a.k_cache.lookup_table, Role::metadata},
+            {"k_cache.cache_lengths", &a.k_cache.cache_lengths, Role::metadata},
+            {"output_indices", &a.output_indices, Role::written}};
+  }
+  static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {
+    return validate_lightning_indexer(d, a, space, c);
+  }
+  static Status cuda(const Desc& d, const Args& a, const Args& h, const DeviceLaunch& l) {
+    return launch_device(kOp, &DeviceKernels::lightning_indexer, d, a, h, l);
+  }
+  static Status cpu(const Desc& d, const Args& a) { return cpu::lightning_indexer(d, a); }
+  static void reference(const Desc& d, const Args& a) { reference::lightning_indexer(d, a); }
+  static cpu::CallBufferSizes cpu_buffers(const Desc& d, const Args& a) {
+    return cpu::lightning_indexer_detail::call_buffers(d, a);
+  }
+};
+
+struct RemapTraits {
+  using Desc = NoDesc;
+  using Args = RemapIndicesArgs;
+  static constexpr const char* kOp = "remap_indices_to_rows";
+  static FieldList fields(Args& a) {
+    return {{"indices", &a.indices, Role::content},
+            {"input_row_offsets", &a.input_row_offsets, Role::metadata},
+            {"lookup_table", &a.lookup_table, Role::metadata},
+            {"rows", &a.rows, Role::written}};
+  }
+  static Status validate(const Desc&, const Args& a, MemorySpace* space, Checks c) {
+    return validate_remap_indices(a, space, c);
+  }
+  static Status cuda(const Desc&, const Args& a, const Args&, const DeviceLaunch& l) {
+    return launch_device(kOp, &DeviceKernels::remap_indices_to_rows, a, l);
+  }
+  static Status cpu(const Desc&, const Args& a) { return cpu::remap_indices_to_rows(a); }
+  static void reference(const Desc&, const Args& a) { shared::remap_indices_to_rows(a); }
+  static cpu::CallBufferSizes cpu_buffers(const Desc&, const Args&) { return {}; }
+};
+
+}  // namespace
+}  // namespace mlakit::core
+
 namespace mlakit {
 
 Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, const RunOptions& o) {
-  // Validation reads the offsets, the page table and the lengths: for a device call, from host
-  // mirrors of them (see core/common/device_mirror.hpp).
-  LightningIndexerArgs h = a;
-  core::DeviceMirror mirror(core::kOp, o);
-  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::device},
-                             {"q_s", &h.q_s, core::MirrorUse::device},
-                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
-                             {"k_cache.blocks", &h.k_cache.blocks, core::MirrorUse::device},
-                             {"k_cache.scales", &h.k_cache.scales, core::MirrorUse::device},
-                             {"k_cache.lookup_table", &h.k_cache.lookup_table, core::MirrorUse::host_read},
-                             {"k_cache.cache_lengths", &h.k_cache.cache_lengths, core::MirrorUse::host_read},
-                             {"output_indices", &h.output_indices, core::MirrorUse::written}});
-  if (!s.ok()) return s;
-  return core::run_validated(
-      core::kOp, o, mirror, [&](MemorySpace* space) { return core::validate_lightning_indexer(d, h, space); },
-      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::lightning_indexer, d, a, h, o.cuda_stream); },
-      [&] { return cpu::lightning_indexer(d, a); }, [&] { reference::lightning_indexer(d, a); });
+  return core::one_shot_call<core::LightningTraits>(d, a, o);
+}
+
+Status plan(const LightningIndexerDesc& d, const LightningIndexerArgs& step, const PlanOptions& o,
+            LightningIndexerPlan* out) {
+  return core::plan_call<core::LightningTraits>(d, step, o, false, out);
+}
+
+Status run(const LightningIndexerPlan& p, const LightningIndexerArgs& a, const RunContext& c) {
+  return core::run_call<core::LightningTraits>(p, a, c);
 }
 
 Status remap_indices_to_rows(const RemapIndicesArgs& a, const RunOptions& o) {
-  // Every index is checked on the host: for a device call, on host mirrors of all three inputs.
-  RemapIndicesArgs h = a;
-  core::DeviceMirror mirror(core::kRemapOp, o);
-  Status s = mirror.prepare({{"indices", &h.indices, core::MirrorUse::host_read},
-                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
-                             {"lookup_table", &h.lookup_table, core::MirrorUse::host_read},
-                             {"rows", &h.rows, core::MirrorUse::written}});
-  if (!s.ok()) return s;
-  return core::run_validated(
-      core::kRemapOp, o, mirror, [&](MemorySpace* space) { return core::validate_remap_indices(h, space); },
-      [&] { return core::launch_device(core::kRemapOp, &core::DeviceKernels::remap_indices_to_rows, a, o.cuda_stream); },
-      [&] { return cpu::remap_indices_to_rows(a); }, [&] { shared::remap_indices_to_rows(a); });
+  return core::one_shot_call<core::RemapTraits>(NoDesc{}, a, o);
+}
+
+Status plan(const RemapIndicesArgs& step, const PlanOptions& o, RemapIndicesPlan* out) {
+  return core::plan_call<core::RemapTraits>(NoDesc{}, step, o, false, out);
+}
+
+Status run(const RemapIndicesPlan& p, const RemapIndicesArgs& a, const RunContext& c) {
+  return core::run_call<core::RemapTraits>(p, a, c);
 }
 
 }  // namespace mlakit

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "core/common/device_mirror.hpp"
-#include "core/common/entry.hpp"
+#include "core/common/device_kernels.hpp"
 #include "core/common/validate.hpp"
+#include "ops/common/plan_run.hpp"
 #include "ops/validators.hpp"
 #include "cpu/mla_prefill_fp8.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
@@ -85,8 +85,9 @@ bool check_distinct_writes(Validator& v, const MlaPrefillFp8Args& a, std::int64_
 
 }  // namespace
 
-Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, MemorySpace* space) {
-  Validator v(kOp);
+Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, MemorySpace* space,
+                                Checks checks) {
+  Validator v(kOp, checks);
   if (!check_dims(v, d)) return v.status();
   // Everything the call reads; what it writes (the new cache rows and q's rope part, in place,
   // and the output): in one memory space (checked first) and apart (checked last).
@@ -119,7 +120,7 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
 
   if (!v.tensor("buffer_row_offsets", a.buffer_row_offsets, {DType::u32}, {B + 1})) return v.status();
   if (!v.non_negative("buffer_length", a.buffer_length)) return v.status();
-  if (a.buffer_row_offsets.memory == MemorySpace::host &&
+  if (v.reads_metadata() && a.buffer_row_offsets.memory == MemorySpace::host &&
       std::int64_t{u32_at(a.buffer_row_offsets, B)} != a.buffer_length) {
     v.fail("buffer_length", "=" + str(a.buffer_length) + " (must equal buffer_row_offsets[" + str(B) +
                                 "]=" + str(u32_at(a.buffer_row_offsets, B)) + ")");
@@ -132,7 +133,7 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
                                       str(B + 1) + "])");
     return v.status();
   }
-  if (a.cache_offsets.memory != MemorySpace::host) {
+  if (v.reads_metadata() && a.cache_offsets.memory != MemorySpace::host) {
     v.fail("cache_offsets", " is in device memory (offsets must be readable on the host here)");
     return v.status();
   }
@@ -142,39 +143,61 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
     return v.status();
   if (!v.tensor("output", a.output, {DType::bf16}, {T, H, d.v})) return v.status();
 
-  if (!check_positions(v, a, B)) return v.status();
-  if (!check_distinct_writes(v, a, B)) return v.status();
+  if (v.reads_metadata() && !check_positions(v, a, B)) return v.status();
+  if (v.reads_metadata() && !check_distinct_writes(v, a, B)) return v.status();
   v.written_apart(writes, reads);
   return v.status();
 }
+
+namespace {
+
+struct MlaTraits {
+  using Desc = MlaPrefillFp8Desc;
+  using Args = MlaPrefillFp8Args;
+  static constexpr const char* kOp = "mla_prefill_fp8";
+  static FieldList fields(Args& a) {
+    return {{"q", &a.q, Role::written},
+            {"input_row_offsets", &a.input_row_offsets, Role::metadata},
+            {"freqs_cis", &a.freqs_cis, Role::data},
+            {"kv_norm_gamma", &a.kv_norm_gamma, Role::data},
+            {"kv_cache.blocks", &a.kv_cache.blocks, Role::written},
+            {"kv_cache.lookup_table", &a.kv_cache.lookup_table, Role::metadata},
+            {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths, Role::metadata},
+            {"buffer_row_offsets", &a.buffer_row_offsets, Role::metadata},
+            {"cache_offsets", &a.cache_offsets, Role::metadata},
+            {"kv_b_proj", &a.kv_b_proj, Role::data},
+            {"kv_b_proj_scale", &a.kv_b_proj_scale, Role::data},
+            {"output", &a.output, Role::written}};
+  }
+  static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {
+    return validate_mla_prefill_fp8(d, a, space, c);
+  }
+  static Status cuda(const Desc& d, const Args& a, const Args& h, const DeviceLaunch& l) {
+    return launch_device(kOp, &DeviceKernels::mla_prefill_fp8, d, a, h, l);
+  }
+  static Status cpu(const Desc& d, const Args& a) { return cpu::mla_prefill_fp8(d, a); }
+  static void reference(const Desc& d, const Args& a) { reference::mla_prefill_fp8(d, a); }
+  static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
+    return cpu::mla_prefill_fp8_call_buffers(d, a);
+  }
+};
+
+}  // namespace
 
 }  // namespace mlakit::core
 
 namespace mlakit {
 
-Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args, const RunOptions& options) {
-  // Validation reads both row offsets, cache_offsets, the page table and the lengths: for a device
-  // call, from host mirrors of them (see core/common/device_mirror.hpp). q and the cache blocks
-  // are rewritten in place.
-  MlaPrefillFp8Args h = args;
-  core::DeviceMirror mirror(core::kOp, options);
-  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::written},
-                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
-                             {"freqs_cis", &h.freqs_cis, core::MirrorUse::device},
-                             {"kv_norm_gamma", &h.kv_norm_gamma, core::MirrorUse::device},
-                             {"kv_cache.blocks", &h.kv_cache.blocks, core::MirrorUse::written},
-                             {"kv_cache.lookup_table", &h.kv_cache.lookup_table, core::MirrorUse::host_read},
-                             {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::host_read},
-                             {"buffer_row_offsets", &h.buffer_row_offsets, core::MirrorUse::host_read},
-                             {"cache_offsets", &h.cache_offsets, core::MirrorUse::host_read},
-                             {"kv_b_proj", &h.kv_b_proj, core::MirrorUse::device},
-                             {"kv_b_proj_scale", &h.kv_b_proj_scale, core::MirrorUse::device},
-                             {"output", &h.output, core::MirrorUse::written}});
-  if (!s.ok()) return s;
-  return core::run_validated(
-      core::kOp, options, mirror, [&](MemorySpace* space) { return core::validate_mla_prefill_fp8(desc, h, space); },
-      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::mla_prefill_fp8, desc, args, h, options.cuda_stream); },
-      [&] { return cpu::mla_prefill_fp8(desc, args); }, [&] { reference::mla_prefill_fp8(desc, args); });
+Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, const RunOptions& o) {
+  return core::one_shot_call<core::MlaTraits>(d, a, o);
+}
+
+Status plan(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& step, const PlanOptions& o, MlaPrefillFp8Plan* out) {
+  return core::plan_call<core::MlaTraits>(d, step, o, false, out);
+}
+
+Status run(const MlaPrefillFp8Plan& p, const MlaPrefillFp8Args& a, const RunContext& c) {
+  return core::run_call<core::MlaTraits>(p, a, c);
 }
 
 }  // namespace mlakit

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <string>
 
-#include "core/common/device_mirror.hpp"
-#include "core/common/entry.hpp"
+#include "core/common/device_kernels.hpp"
 #include "core/common/validate.hpp"
+#include "ops/common/plan_run.hpp"
 #include "ops/validators.hpp"
 #include "cpu/msa_block_indexer.hpp"
 #include "reference/msa_block_indexer.hpp"
@@ -27,8 +27,9 @@ std::string float_text(float v) {
 
 // Everything spec README §4 asks, first failure wins. On success *space is where q, the cache
 // blocks and out_idxs live.
-Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, MemorySpace* space) {
-  Validator v(kOp);
+Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, MemorySpace* space,
+                                  Checks checks) {
+  Validator v(kOp, checks);
   (void)(v.positive("num_index_heads", d.num_index_heads) && v.positive("idx_head_dim", d.idx_head_dim) &&
       v.positive("block_size", d.block_size) && v.positive("topk", d.topk) &&
       v.non_negative("init_blocks", d.init_blocks) && v.non_negative("local_blocks", d.local_blocks));
@@ -44,7 +45,7 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
   if (!v.row_offsets("input_row_offsets", a.input_row_offsets, rows)) return v.status();
   const std::int64_t batch = a.input_row_offsets.shape[0] - 1;
   if (!v.tensor("prefix_lens", a.prefix_lens, {DType::u32}, {batch})) return v.status();
-  if (a.prefix_lens.memory != MemorySpace::host) {
+  if (v.reads_metadata() && a.prefix_lens.memory != MemorySpace::host) {
     v.fail("prefix_lens", " is in device memory (lengths must be readable on the host here)");
     return v.status();
   }
@@ -58,7 +59,7 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
   expect.need_cache_lengths = false;  // not read: prefix_lens is the length that counts
   if (!v.paged_cache("k_cache", a.k_cache, expect, batch)) return v.status();
   if (!v.optional_tensor("k_cache.cache_lengths", a.k_cache.cache_lengths, {DType::u32}, {batch})) return v.status();
-  if (a.k_cache.cache_lengths.present() && a.k_cache.cache_lengths.memory != MemorySpace::host) {
+  if (v.reads_metadata() && a.k_cache.cache_lengths.present() && a.k_cache.cache_lengths.memory != MemorySpace::host) {
     v.fail("k_cache.cache_lengths", " is in device memory (lengths must be readable on the host here)");
     return v.status();
   }
@@ -85,7 +86,7 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
 
   // Every key position a row reads must have a page: sequence b reads 0 .. prefix+seq_len-1
   // (its last row sees them all). Empty sequences read nothing.
-  for (std::int64_t b = 0; b < batch; ++b) {
+  for (std::int64_t b = 0; v.reads_metadata() && b < batch; ++b) {
     const std::int64_t seq_len =
         std::int64_t(u32_at(a.input_row_offsets, b + 1)) - std::int64_t(u32_at(a.input_row_offsets, b));
     if (seq_len == 0) continue;
@@ -96,27 +97,50 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
   return Status::success();
 }
 
+namespace {
+
+struct MsaTraits {
+  using Desc = MsaBlockIndexerDesc;
+  using Args = MsaBlockIndexerArgs;
+  static constexpr const char* kOp = "msa_block_indexer";
+  static FieldList fields(Args& a) {
+    return {{"q", &a.q, Role::data},
+            {"input_row_offsets", &a.input_row_offsets, Role::metadata},
+            {"prefix_lens", &a.prefix_lens, Role::metadata},
+            {"k_cache.blocks", &a.k_cache.blocks, Role::data},
+            {"k_cache.lookup_table", &a.k_cache.lookup_table, Role::metadata},
+            {"k_cache.cache_lengths", &a.k_cache.cache_lengths, Role::metadata},
+            {"out_idxs", &a.out_idxs, Role::written}};
+  }
+  static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {
+    return validate_msa_block_indexer(d, a, space, c);
+  }
+  static Status cuda(const Desc& d, const Args& a, const Args& h, const DeviceLaunch& l) {
+    return launch_device(kOp, &DeviceKernels::msa_block_indexer, d, a, h, l);
+  }
+  static Status cpu(const Desc& d, const Args& a) { return cpu::msa_block_indexer(d, a); }
+  static void reference(const Desc& d, const Args& a) { reference::msa_block_indexer(d, a); }
+  static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
+    return cpu::msa_block_indexer_call_buffers(d, a);
+  }
+};
+
+}  // namespace
+
 }  // namespace mlakit::core
 
 namespace mlakit {
 
 Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, const RunOptions& o) {
-  // Validation reads the offsets, prefix lengths, page table and lengths: for a device call, from
-  // host mirrors of them (see core/common/device_mirror.hpp).
-  MsaBlockIndexerArgs h = a;
-  core::DeviceMirror mirror(core::kOp, o);
-  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::device},
-                             {"input_row_offsets", &h.input_row_offsets, core::MirrorUse::host_read},
-                             {"prefix_lens", &h.prefix_lens, core::MirrorUse::host_read},
-                             {"k_cache.blocks", &h.k_cache.blocks, core::MirrorUse::device},
-                             {"k_cache.lookup_table", &h.k_cache.lookup_table, core::MirrorUse::host_read},
-                             {"k_cache.cache_lengths", &h.k_cache.cache_lengths, core::MirrorUse::host_read},
-                             {"out_idxs", &h.out_idxs, core::MirrorUse::written}});
-  if (!s.ok()) return s;
-  return core::run_validated(
-      core::kOp, o, mirror, [&](MemorySpace* space) { return core::validate_msa_block_indexer(d, h, space); },
-      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::msa_block_indexer, d, a, h, o.cuda_stream); },
-      [&] { return cpu::msa_block_indexer(d, a); }, [&] { reference::msa_block_indexer(d, a); });
+  return core::one_shot_call<core::MsaTraits>(d, a, o);
+}
+
+Status plan(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& step, const PlanOptions& o, MsaBlockIndexerPlan* out) {
+  return core::plan_call<core::MsaTraits>(d, step, o, false, out);
+}
+
+Status run(const MsaBlockIndexerPlan& p, const MsaBlockIndexerArgs& a, const RunContext& c) {
+  return core::run_call<core::MsaTraits>(p, a, c);
 }
 
 }  // namespace mlakit

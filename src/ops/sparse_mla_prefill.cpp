@@ -5,9 +5,9 @@
 #include <sstream>
 #include <string>
 
-#include "core/common/device_mirror.hpp"
-#include "core/common/entry.hpp"
+#include "core/common/device_kernels.hpp"
 #include "core/common/validate.hpp"
+#include "ops/common/plan_run.hpp"
 #include "ops/validators.hpp"
 #include "cpu/sparse_mla_prefill.hpp"
 #include "reference/sparse_mla_prefill.hpp"
@@ -28,8 +28,9 @@ std::string text(const Parts&... parts) {
 
 }  // namespace
 
-Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, MemorySpace* space) {
-  Validator v(kOp);
+Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, MemorySpace* space,
+                                  Checks checks) {
+  Validator v(kOp, checks);
   // Descriptor.
   v.positive("num_q_heads", d.num_q_heads) && v.positive("qk_depth", d.qk_depth) &&
       v.positive("v_depth", d.v_depth) && v.at_most("v_depth", d.v_depth, "qk_depth", d.qk_depth) &&
@@ -70,7 +71,7 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
 
   if (!v.tensor("indices", a.indices, {DType::i32, DType::u32}, {T, d.indices_stride})) return v.status();
   if (!v.optional_tensor("topk_lengths", a.topk_lengths, {DType::u32}, {T})) return v.status();
-  if (a.topk_lengths.present() && a.topk_lengths.memory == MemorySpace::host) {
+  if (a.topk_lengths.present() && v.reads_content()) {
     for (std::int64_t t = 0; t < T; ++t) {
       const std::uint32_t len = u32_at(a.topk_lengths, t);
       if (static_cast<std::int64_t>(len) > d.indices_stride) {
@@ -98,31 +99,53 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   return v.status();
 }
 
+namespace {
+
+struct SparseTraits {
+  using Desc = SparseMlaPrefillDesc;
+  using Args = SparseMlaPrefillArgs;
+  static constexpr const char* kOp = "sparse_mla_prefill";
+  static FieldList fields(Args& a) {
+    return {{"q", &a.q, Role::data},
+            {"kv_cache.blocks", &a.kv_cache.blocks, Role::data},
+            {"kv_cache.scales", &a.kv_cache.scales, Role::data},
+            {"kv_cache.lookup_table", &a.kv_cache.lookup_table, Role::data},
+            {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths, Role::data},
+            {"indices", &a.indices, Role::data},
+            {"topk_lengths", &a.topk_lengths, Role::content},
+            {"attn_sink", &a.attn_sink, Role::data},
+            {"output", &a.output, Role::written},
+            {"lse", &a.lse, Role::written}};
+  }
+  static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {
+    return validate_sparse_mla_prefill(d, a, space, c);
+  }
+  static Status cuda(const Desc& d, const Args& a, const Args& h, const DeviceLaunch& l) {
+    return launch_device(kOp, &DeviceKernels::sparse_mla_prefill, d, a, h, l);
+  }
+  static Status cpu(const Desc& d, const Args& a) { return cpu::sparse_mla_prefill(d, a); }
+  static void reference(const Desc& d, const Args& a) { reference::sparse_mla_prefill(d, a); }
+  static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
+    return cpu::CallBufferSizes{};
+  }
+};
+
+}  // namespace
+
 }  // namespace mlakit::core
 
 namespace mlakit {
 
 Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const RunOptions& o) {
-  // Validation reads topk_lengths only: for a device call, from a host mirror of it (see
-  // core/common/device_mirror.hpp). The kernel reads the page table and lengths, if given, on the
-  // device.
-  SparseMlaPrefillArgs h = a;
-  core::DeviceMirror mirror(core::kOp, o);
-  Status s = mirror.prepare({{"q", &h.q, core::MirrorUse::device},
-                             {"kv_cache.blocks", &h.kv_cache.blocks, core::MirrorUse::device},
-                             {"kv_cache.scales", &h.kv_cache.scales, core::MirrorUse::device},
-                             {"kv_cache.lookup_table", &h.kv_cache.lookup_table, core::MirrorUse::device},
-                             {"kv_cache.cache_lengths", &h.kv_cache.cache_lengths, core::MirrorUse::device},
-                             {"indices", &h.indices, core::MirrorUse::device},
-                             {"topk_lengths", &h.topk_lengths, core::MirrorUse::host_read},
-                             {"attn_sink", &h.attn_sink, core::MirrorUse::device},
-                             {"output", &h.output, core::MirrorUse::written},
-                             {"lse", &h.lse, core::MirrorUse::written}});
-  if (!s.ok()) return s;
-  return core::run_validated(
-      core::kOp, o, mirror, [&](MemorySpace* space) { return core::validate_sparse_mla_prefill(d, h, space); },
-      [&] { return core::launch_device(core::kOp, &core::DeviceKernels::sparse_mla_prefill, d, a, h, o.cuda_stream); },
-      [&] { return cpu::sparse_mla_prefill(d, a); }, [&] { reference::sparse_mla_prefill(d, a); });
+  return core::one_shot_call<core::SparseTraits>(d, a, o);
+}
+
+Status plan(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& step, const PlanOptions& o, SparseMlaPrefillPlan* out) {
+  return core::plan_call<core::SparseTraits>(d, step, o, false, out);
+}
+
+Status run(const SparseMlaPrefillPlan& p, const SparseMlaPrefillArgs& a, const RunContext& c) {
+  return core::run_call<core::SparseTraits>(p, a, c);
 }
 
 }  // namespace mlakit

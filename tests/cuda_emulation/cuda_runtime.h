@@ -116,6 +116,11 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {  // fibers never interleave
   *p = old + v;
   return old;
 }
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old | v;
+  return old;
+}
 template <class T>
 inline T min(T a, T b) {
   return b < a ? b : a;

@@ -165,6 +165,9 @@ class PlusOneDriver : public OpDriver {
     for (int i = 0; i < 6; ++i) static_cast<float*>(y.data)[i] = static_cast<const float*>(x.data)[i] + 1.0f;
     return Status::success();
   }
+  Status call_planned(Bundle&, PlannedRun*) const override {
+    return Status::error(StatusCode::unsupported, "plus_one", "plan", "plus_one has no plan");
+  }
   json tolerance(const Bundle&) const override { return json::object(); }
   std::vector<Comparison> compare(const Bundle&, const Bundle&) const override { return {}; }
   Work work(const Bundle&) const override { return {}; }

@@ -183,10 +183,12 @@ TEST(LightningIndexerRemapValidation, PageSizeAndNumBlocks) {
   { Remap r; r.a.num_blocks = 1 << 20; r.a.page_size = 1 << 12; expect_rejected(r, "num_blocks", "=1048576 with page_size=4096"); }
 }
 
-TEST(LightningIndexerRemapValidation, IndicesMustBeHostReadable) {
+// A device call takes every tensor in device memory (its kernel checks the indices); device
+// indices beside host tables are refused before anything is read.
+TEST(LightningIndexerRemapValidation, DeviceIndicesBesideHostTablesAreRefused) {
   Remap r;
   r.a.indices.memory = MemorySpace::device;
-  expect_rejected(r, "indices", "device memory");
+  expect_rejected(r, "input_row_offsets", "indices is in device memory");
 }
 
 }  // namespace

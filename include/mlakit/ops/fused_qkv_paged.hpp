@@ -43,6 +43,7 @@
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/plan.hpp"
 #include "mlakit/status.hpp"
 #include "mlakit/tensor_view.hpp"
 
@@ -78,5 +79,11 @@ struct FusedQkvPagedArgs {
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args,
                        const RunOptions& options = {});
+
+// Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
+// its metadata is checked once, here.
+using FusedQkvPagedPlan = Plan<FusedQkvPagedDesc, FusedQkvPagedArgs>;
+Status plan(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& step, const PlanOptions& options, FusedQkvPagedPlan* out);
+Status run(const FusedQkvPagedPlan& plan, const FusedQkvPagedArgs& args, const RunContext& context = {});
 
 }  // namespace mlakit

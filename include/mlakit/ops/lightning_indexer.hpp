@@ -33,6 +33,7 @@
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/plan.hpp"
 #include "mlakit/status.hpp"
 #include "mlakit/tensor_view.hpp"
 
@@ -59,6 +60,12 @@ struct LightningIndexerArgs {
 Status lightning_indexer(const LightningIndexerDesc& desc, const LightningIndexerArgs& args,
                          const RunOptions& options = {});
 
+// Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
+// its metadata is checked once, here.
+using LightningIndexerPlan = Plan<LightningIndexerDesc, LightningIndexerArgs>;
+Status plan(const LightningIndexerDesc& desc, const LightningIndexerArgs& step, const PlanOptions& options, LightningIndexerPlan* out);
+Status run(const LightningIndexerPlan& plan, const LightningIndexerArgs& args, const RunContext& context = {});
+
 // Companion: logical positions -> encoded physical rows (blk·page_size + off) for op 4.
 // v >= 0 maps through the page table of its row's sequence; -1 stays -1; any other
 // negative value, a position past the table, or a sentinel (or out-of-range) page is a validation
@@ -75,5 +82,9 @@ struct RemapIndicesArgs {
 };
 
 Status remap_indices_to_rows(const RemapIndicesArgs& args, const RunOptions& options = {});
+
+using RemapIndicesPlan = Plan<NoDesc, RemapIndicesArgs>;
+Status plan(const RemapIndicesArgs& step, const PlanOptions& options, RemapIndicesPlan* out);
+Status run(const RemapIndicesPlan& plan, const RemapIndicesArgs& args, const RunContext& context = {});
 
 }  // namespace mlakit

@@ -32,6 +32,7 @@
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/plan.hpp"
 #include "mlakit/status.hpp"
 #include "mlakit/tensor_view.hpp"
 
@@ -66,5 +67,11 @@ struct MlaPrefillFp8Args {
 
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& args,
                        const RunOptions& options = {});
+
+// Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
+// its metadata is checked once, here.
+using MlaPrefillFp8Plan = Plan<MlaPrefillFp8Desc, MlaPrefillFp8Args>;
+Status plan(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Args& step, const PlanOptions& options, MlaPrefillFp8Plan* out);
+Status run(const MlaPrefillFp8Plan& plan, const MlaPrefillFp8Args& args, const RunContext& context = {});
 
 }  // namespace mlakit

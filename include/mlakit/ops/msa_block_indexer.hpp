@@ -37,6 +37,7 @@
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/plan.hpp"
 #include "mlakit/status.hpp"
 #include "mlakit/tensor_view.hpp"
 
@@ -63,5 +64,11 @@ struct MsaBlockIndexerArgs {
 
 Status msa_block_indexer(const MsaBlockIndexerDesc& desc, const MsaBlockIndexerArgs& args,
                          const RunOptions& options = {});
+
+// Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
+// its metadata is checked once, here.
+using MsaBlockIndexerPlan = Plan<MsaBlockIndexerDesc, MsaBlockIndexerArgs>;
+Status plan(const MsaBlockIndexerDesc& desc, const MsaBlockIndexerArgs& step, const PlanOptions& options, MsaBlockIndexerPlan* out);
+Status run(const MsaBlockIndexerPlan& plan, const MsaBlockIndexerArgs& args, const RunContext& context = {});
 
 }  // namespace mlakit

@@ -50,6 +50,7 @@
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/plan.hpp"
 #include "mlakit/status.hpp"
 #include "mlakit/tensor_view.hpp"
 
@@ -79,5 +80,11 @@ struct SparseMlaPrefillArgs {
 
 Status sparse_mla_prefill(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& args,
                           const RunOptions& options = {});
+
+// Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
+// its metadata is checked once, here.
+using SparseMlaPrefillPlan = Plan<SparseMlaPrefillDesc, SparseMlaPrefillArgs>;
+Status plan(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& step, const PlanOptions& options, SparseMlaPrefillPlan* out);
+Status run(const SparseMlaPrefillPlan& plan, const SparseMlaPrefillArgs& args, const RunContext& context = {});
 
 }  // namespace mlakit

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
+#include "core/common/device_launch.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
@@ -18,23 +20,23 @@
 namespace mlakit::core {
 
 // Each launcher takes a validated call whose tensors are all in device memory (`a`), the same call
-// with the index tensors the validator read pointed at their host mirrors (`host`, for launch
-// sizes), and the call's stream (cudaStream_t; null = the default stream). See src/cuda/<op>.hpp.
+// with the batch metadata pointed at host copies (`host`, for launch sizes: a plan's copies), and
+// the launch's stream and device error flag. See src/cuda/<op>.hpp.
 struct DeviceKernels {
   const char* name = "";
   // True when a device is usable; otherwise *why says what the driver reported.
   bool (*available)(std::string* why) = nullptr;
   Status (*lightning_indexer)(const LightningIndexerDesc&, const LightningIndexerArgs& a,
-                              const LightningIndexerArgs& host, void* stream) = nullptr;
-  Status (*remap_indices_to_rows)(const RemapIndicesArgs& a, void* stream) = nullptr;
+                              const LightningIndexerArgs& host, const DeviceLaunch& launch) = nullptr;
+  Status (*remap_indices_to_rows)(const RemapIndicesArgs& a, const DeviceLaunch& launch) = nullptr;
   Status (*msa_block_indexer)(const MsaBlockIndexerDesc&, const MsaBlockIndexerArgs& a,
-                              const MsaBlockIndexerArgs& host, void* stream) = nullptr;
+                              const MsaBlockIndexerArgs& host, const DeviceLaunch& launch) = nullptr;
   Status (*mla_prefill_fp8)(const MlaPrefillFp8Desc&, const MlaPrefillFp8Args& a, const MlaPrefillFp8Args& host,
-                            void* stream) = nullptr;
+                            const DeviceLaunch& launch) = nullptr;
   Status (*sparse_mla_prefill)(const SparseMlaPrefillDesc&, const SparseMlaPrefillArgs& a,
-                               const SparseMlaPrefillArgs& host, void* stream) = nullptr;
+                               const SparseMlaPrefillArgs& host, const DeviceLaunch& launch) = nullptr;
   Status (*fused_qkv_paged)(const FusedQkvPagedDesc&, const FusedQkvPagedArgs& a, const FusedQkvPagedArgs& host,
-                            void* stream) = nullptr;
+                            const DeviceLaunch& launch) = nullptr;
 };
 
 // The registered launchers, or null when no device back-end is linked in.
@@ -53,6 +55,14 @@ Status device_launcher(const char* op, Fn DeviceKernels::*member, Fn* out) {
   }
   return Status::error(StatusCode::unavailable, op, "backend",
                        std::string(op) + ": backend=cuda has no kernel for this operator in this build");
+}
+
+// Calls the registered device launcher `member` with `args`, or reports that there is none.
+template <class Fn, class... Args>
+Status launch_device(const char* op, Fn DeviceKernels::*member, Args&&... args) {
+  Fn launch = nullptr;
+  const Status s = device_launcher(op, member, &launch);
+  return s.ok() ? launch(std::forward<Args>(args)...) : s;
 }
 
 }  // namespace mlakit::core

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <limits>
+#include <span>
 
 #include "core/common/dispatch.hpp"
 #include "core/common/validate.hpp"
@@ -32,15 +33,15 @@ const DeviceMemoryOps* device_memory_ops() { return g_ops.load(); }
 
 const DeviceMemoryOps* set_device_memory_ops(const DeviceMemoryOps* ops) { return g_ops.exchange(ops); }
 
-Status DeviceMirror::prepare(std::initializer_list<MirrorEntry> entries) {
+Status DeviceMirror::prepare(const MirrorEntry* entries, std::size_t count) {
   slots_.clear();
   buffers_.clear();
   active_ = false;
   mixed_ = false;
   bool any_device = false, any_host = false;
-  for (const MirrorEntry& e : entries) {
+  for (const MirrorEntry& e : std::span<const MirrorEntry>(entries, count)) {
     slots_.push_back(Slot{e.field, e.view, e.use, *e.view, false});
-    if (e.view->data == nullptr) continue;
+    if (e.view->data == nullptr || e.use == MirrorUse::host_copy) continue;
     (e.view->memory == MemorySpace::device ? any_device : any_host) = true;
   }
   mixed_ = any_device && any_host;
@@ -56,7 +57,9 @@ Status DeviceMirror::prepare(std::initializer_list<MirrorEntry> entries) {
   if (!any_device || any_host || ops == nullptr || ops->copy_to_host == nullptr || ops->synchronize == nullptr)
     return Status::success();
 
-  // Queue every copy, then wait once for the call's stream.
+  // Queue every copy, then wait once for the call's stream (not at all when nothing is copied: a
+  // plan handed host copies of the metadata).
+  int copies = 0;
   for (Slot& s : slots_) {
     if (s.use != MirrorUse::host_read || s.view->data == nullptr) continue;
     const std::int64_t bytes = copyable_bytes(*s.view);
@@ -69,17 +72,18 @@ Status DeviceMirror::prepare(std::initializer_list<MirrorEntry> entries) {
                            std::string(op_) + ": " + s.field + " could not be copied from device memory for validation (" +
                                error + ")");
     s.mirrored = true;
+    ++copies;
     s.view->data = buffers_.back().get();
     s.view->memory = MemorySpace::host;
   }
   std::string error;
-  if (!ops->synchronize(stream_, &error))
+  if (copies > 0 && !ops->synchronize(stream_, &error))
     return Status::error(StatusCode::internal, op_, "cuda_stream",
                          std::string(op_) + ": waiting for the copies of the index tensors failed (" + error + ")");
   // The validator checks that every tensor is in one memory space and reads only the mirrors'
   // contents: the other views are labelled host for it (their device pointers are never read).
   for (Slot& s : slots_)
-    if (!s.mirrored && s.view->data != nullptr) s.view->memory = MemorySpace::host;
+    if (!s.mirrored && s.view->data != nullptr && s.use != MirrorUse::host_copy) s.view->memory = MemorySpace::host;
   active_ = true;
   return Status::success();
 }
@@ -91,7 +95,7 @@ Status DeviceMirror::require_device() const {
   Validator v(op_);
   const Slot* first = nullptr;
   for (const Slot& s : slots_) {
-    if (s.original.data == nullptr) continue;
+    if (s.original.data == nullptr || s.use == MirrorUse::host_copy) continue;
     if (first == nullptr) {
       first = &s;
     } else if (s.original.memory != first->original.memory) {
@@ -106,7 +110,7 @@ Status DeviceMirror::finish(MemorySpace* space) {
   Validator v(op_);
   if (!active_) return Status::success();
   for (Slot& s : slots_)
-    if (!s.mirrored && s.view->data != nullptr) s.view->memory = s.original.memory;
+    if (!s.mirrored && s.view->data != nullptr && s.use != MirrorUse::host_copy) s.view->memory = s.original.memory;
   // The validator compared written buffers with the mirrors' host addresses; compare them with the
   // index tensors' device memory instead.
   for (const Slot& w : slots_) {

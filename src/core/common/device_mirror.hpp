@@ -66,6 +66,8 @@ enum class MirrorUse {
   host_read,  // the validator reads the contents: copied to a host mirror for a device call
   device,     // only the kernels read it: stays on the device
   written,    // an output or in-place buffer: stays on the device; must not overlap a mirrored tensor
+  host_copy,  // the caller's host copy of a device tensor (a plan's metadata): read as it is, and not
+              // counted when deciding whether the call is a device call
 };
 
 struct MirrorEntry {
@@ -91,7 +93,8 @@ class DeviceMirror {
   // A view that cannot be copied as a whole (not contiguous, bad rank or shape) is left as it is,
   // so that the validator reports it. Fails (StatusCode::internal) when a copy fails, and, with
   // the RunOptions constructor, with route()'s status when a device call cannot run here.
-  Status prepare(std::initializer_list<MirrorEntry> entries);
+  Status prepare(std::initializer_list<MirrorEntry> entries) { return prepare(entries.begin(), entries.size()); }
+  Status prepare(const MirrorEntry* entries, std::size_t count);
 
   // After the validator accepted the copy: restores the device label of the views that were not
   // mirrored, checks what the validator could not see (written tensors against the mirrored

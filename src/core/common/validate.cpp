@@ -89,6 +89,7 @@ bool Validator::optional_tensor(const char* field, const TensorView& v, std::ini
 bool Validator::row_offsets(const char* field, const TensorView& offsets, std::int64_t total_rows) {
   if (!tensor(field, offsets, {DType::u32}, {kAnyDim})) return false;
   if (offsets.shape[0] < 1) return fail(std::string(field) + ".shape", "=" + shape_string(offsets) + " (expected [B+1] with B >= 0)");
+  if (!checks_.metadata) return true;
   if (offsets.memory != MemorySpace::host) return fail(field, " is in device memory (offsets must be readable on the host here)");
   const std::int64_t n = offsets.shape[0];
   if (u32_at(offsets, 0) != 0)
@@ -146,12 +147,12 @@ bool Validator::paged_cache(const char* field, const PagedKVCacheView& cache, co
   }
   const std::string lut = f + ".lookup_table";
   if (!tensor(lut.c_str(), cache.lookup_table, {DType::u32}, {batch, kAnyDim})) return false;
-  if (cache.lookup_table.memory != MemorySpace::host)
+  if (checks_.metadata && cache.lookup_table.memory != MemorySpace::host)
     return fail(lut, " is in device memory (page tables must be readable on the host here)");
   if (expect.need_cache_lengths) {
     const std::string lens = f + ".cache_lengths";
     if (!tensor(lens.c_str(), cache.cache_lengths, {DType::u32}, {batch})) return false;
-    if (cache.cache_lengths.memory != MemorySpace::host)
+    if (checks_.metadata && cache.cache_lengths.memory != MemorySpace::host)
       return fail(lens, " is in device memory (lengths must be readable on the host here)");
   }
   return true;
@@ -160,7 +161,7 @@ bool Validator::paged_cache(const char* field, const PagedKVCacheView& cache, co
 bool Validator::pages_exist(const char* field, const PagedKVCacheView& cache, std::int64_t b, std::int64_t first,
                             std::int64_t last) {
   if (!ok()) return false;
-  if (last <= first) return true;
+  if (last <= first || !checks_.metadata) return true;
   const std::int64_t ps = cache.page_size();
   const std::int64_t max_pages = cache.lookup_table.shape[1];
   const auto* lut = static_cast<const std::uint32_t*>(cache.lookup_table.data);

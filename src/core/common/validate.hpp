@@ -31,9 +31,27 @@ struct CacheExpect {
   bool need_cache_lengths = true;       // cache_lengths must be a u32 [B] tensor
 };
 
+// What a validation reads besides descriptors, shapes, dtypes, strides and addresses.
+struct Checks {
+  // The content of the batch metadata (row offsets, page tables, cache and prefix lengths, window
+  // offsets): read on the host by plan() and by a one-shot call, once per step; run() skips it,
+  // since a run must see the very metadata its plan checked (same views, or the same step id).
+  bool metadata = true;
+  // The content of data tensors that a kernel would index with (op 4's topk_lengths, GPTQ's g_idx,
+  // the remap's indices): read in host calls and in one-shot device calls (on host mirrors). A run
+  // on device memory leaves them to the kernels, which clamp and raise the device error flag; a
+  // plan leaves them to its runs.
+  bool content = true;
+};
+
 class Validator {
  public:
-  explicit Validator(const char* op) : op_(op) {}
+  explicit Validator(const char* op, Checks checks = {}) : op_(op), checks_(checks) {}
+
+  // False in a run: row_offsets() and pages_exist() then check shapes only, and operators skip
+  // their own loops over the metadata.
+  bool reads_metadata() const { return checks_.metadata; }
+  bool reads_content() const { return checks_.content; }
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -53,7 +71,8 @@ class Validator {
   bool optional_tensor(const char* field, const TensorView& v, std::initializer_list<DType> dtypes,
                        std::initializer_list<std::int64_t> dims);
 
-  // u32 [B+1] offsets: [0] = 0, non-decreasing, [B] = total_rows. Host memory (it is read).
+  // u32 [B+1] offsets: [0] = 0, non-decreasing, [B] = total_rows. Host memory (it is read), unless
+  // the metadata is not read.
   bool row_offsets(const char* field, const TensorView& offsets, std::int64_t total_rows);
 
   // blocks / scales / lookup_table / cache_lengths: shapes, dtypes, layer_idx, for `batch` sequences.
@@ -82,6 +101,7 @@ class Validator {
 
  private:
   const char* op_;
+  Checks checks_;
   Status status_;
 };
 

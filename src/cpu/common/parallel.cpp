@@ -90,6 +90,14 @@ CallBuffers& call_buffers() {
   return b;
 }
 
+// The calling thread's planned-run settings (ExecutionScope).
+thread_local tbb::task_arena* t_arena = nullptr;
+thread_local void* t_workspace = nullptr;
+thread_local const CallBufferSizes* t_sizes = nullptr;
+std::atomic<long> g_workspace_fallbacks{0};
+
+std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+
 }  // namespace
 
 int hardware_threads() {
@@ -98,6 +106,7 @@ int hardware_threads() {
 }
 
 int num_threads() {
+  if (t_arena != nullptr) return t_arena->max_concurrency();
   const int r = g_requested.load();
   return r > 0 ? r : default_threads();
 }
@@ -111,7 +120,12 @@ void run_tiles(std::size_t tiles, TileBody body, void* ctx) {
     for (std::size_t t = 0; t < tiles; ++t) body(ctx, t);
     return;
   }
-  std::shared_ptr<tbb::task_arena> arena = current_arena();
+  std::shared_ptr<tbb::task_arena> own;
+  tbb::task_arena* arena = t_arena;
+  if (arena == nullptr) {
+    own = current_arena();
+    arena = own.get();
+  }
   arena->execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, tiles, 1),
@@ -142,7 +156,40 @@ std::size_t items_within_budget(std::size_t bytes_per_item, std::size_t total, s
   return n;
 }
 
-void* call_buffer(std::size_t bytes, int slot) { return call_buffers().get(bytes, slot); }
+void* call_buffer(std::size_t bytes, int slot) {
+  if (t_workspace != nullptr && slot >= 0 && slot < kCallBufferSlots) {
+    if (bytes <= t_sizes->bytes[static_cast<std::size_t>(slot)]) {
+      std::size_t at = 0;
+      for (int i = 0; i < slot; ++i) at += align64(t_sizes->bytes[static_cast<std::size_t>(i)]);
+      return static_cast<unsigned char*>(t_workspace) + at;
+    }
+    g_workspace_fallbacks.fetch_add(1);
+  }
+  return call_buffers().get(bytes, slot);
+}
+
+std::size_t CallBufferSizes::total() const {
+  std::size_t n = 0;
+  for (std::size_t b : bytes) n += align64(b);
+  return n;
+}
+
+ExecutionScope::ExecutionScope(tbb::task_arena* arena, void* workspace, const CallBufferSizes* sizes)
+    : saved_arena_(t_arena), saved_workspace_(t_workspace), saved_sizes_(t_sizes) {
+  if (arena != nullptr) t_arena = arena;
+  if (workspace != nullptr && sizes != nullptr) {
+    t_workspace = workspace;
+    t_sizes = sizes;
+  }
+}
+
+ExecutionScope::~ExecutionScope() {
+  t_arena = saved_arena_;
+  t_workspace = saved_workspace_;
+  t_sizes = saved_sizes_;
+}
+
+long workspace_fallbacks() { return g_workspace_fallbacks.load(); }
 
 void release_call_buffers() { call_buffers().release(); }
 

@@ -7,15 +7,19 @@
 //
 // Threads: the back-end runs its loops in its own task arena of num_threads() threads: the value
 // of set_num_threads() if given, else MLAKIT_NUM_THREADS, else every hardware thread. Other TBB
-// users in the process are not affected.
+// users in the process are not affected. A planned run may name another arena (the caller's, or
+// one of the plan's own size) for the calling thread: see ExecutionScope.
 //
 // Workspace: operators size their temporary score buffers to at most workspace_budget_bytes()
 // (default 256 MiB, MLAKIT_WORKSPACE_MB, set_workspace_budget_bytes()) and chunk the work to fit.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+
+#include <tbb/task_arena.h>
 
 namespace mlakit::cpu {
 
@@ -118,5 +122,35 @@ T* call_buffer_of(std::size_t count, int slot) {
   return static_cast<T*>(call_buffer(count * sizeof(T), slot));
 }
 void release_call_buffers();
+
+// ---- a planned run's arena and workspace ----------------------------------------------------------
+inline constexpr int kCallBufferSlots = 8;
+// Bytes per call-buffer slot that a call needs at most (a plan computes them from the call's
+// metadata). The caller's workspace holds the slots one after another, each 64-byte aligned.
+struct CallBufferSizes {
+  std::array<std::size_t, kCallBufferSlots> bytes{};
+  std::size_t total() const;  // the workspace bytes that hold them all
+  void grow(int slot, std::size_t b) {
+    if (b > bytes[static_cast<std::size_t>(slot)]) bytes[static_cast<std::size_t>(slot)] = b;
+  }
+};
+
+// For the calling thread, until destroyed: parallel loops run in `arena` (when not null) and
+// call_buffer() hands out the caller's `workspace` (when not null; laid out as `sizes`). A request
+// larger than its slot's share (a sizing that missed it) falls back to the thread's own buffers
+// and is counted by workspace_fallbacks(): never unsafe, and a test catches it.
+class ExecutionScope {
+ public:
+  ExecutionScope(tbb::task_arena* arena, void* workspace, const CallBufferSizes* sizes);
+  ~ExecutionScope();
+  ExecutionScope(const ExecutionScope&) = delete;
+  ExecutionScope& operator=(const ExecutionScope&) = delete;
+
+ private:
+  tbb::task_arena* saved_arena_;
+  void* saved_workspace_;
+  const CallBufferSizes* saved_sizes_;
+};
+long workspace_fallbacks();
 
 }  // namespace mlakit::cpu

@@ -3,7 +3,10 @@
 // benchmarks, the golden files and the mlakit command all go through these.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "harness/common/compare.hpp"
 #include "harness/common/tensor.hpp"
 #include "mlakit/backend.hpp"
+#include "mlakit/plan.hpp"
 #include "mlakit/status.hpp"
 
 namespace mlakit::harness {
@@ -25,6 +29,41 @@ struct Work {
   double flops = 0;  // useful floating-point operations (2 per multiply-add)
   double bytes = 0;  // bytes the operator must read or write at least
 };
+
+// A bundle's call through plan() once and run() `runs` times: the serving loop's shape.
+struct PlannedRun {
+  PlanOptions options;
+  RunContext context;          // the driver fills in the workspace when use_workspace is set
+  bool use_workspace = false;  // hand the runs a workspace of exactly plan.workspace_bytes()
+  int runs = 1;
+  std::function<void()> after_plan;  // called between plan() and the first run (tests count there)
+  std::function<bool()> keep_going;  // when set, runs while it returns true (benchmarks), not `runs`
+  // What the plan reported.
+  std::size_t workspace_bytes = 0;
+  std::string implementation, decisions;
+};
+
+// plan(d, a, pr->options), then pr->runs runs; what every driver's call_planned does.
+template <class Desc, class Args>
+Status plan_and_run(const Desc& d, const Args& a, PlannedRun* pr) {
+  Plan<Desc, Args> p;
+  Status s = plan(d, a, pr->options, &p);
+  if (!s.ok()) return s;
+  pr->workspace_bytes = p.workspace_bytes();
+  pr->implementation = p.implementation();
+  pr->decisions = p.decisions();
+  if (pr->after_plan) pr->after_plan();
+  RunContext ctx = pr->context;
+  std::unique_ptr<std::byte[]> memory;
+  if (pr->use_workspace) {
+    memory = std::make_unique<std::byte[]>(pr->workspace_bytes + 64);
+    const auto at = reinterpret_cast<std::uintptr_t>(memory.get());
+    ctx.workspace = memory.get() + (64 - at % 64) % 64;
+    ctx.workspace_bytes = pr->workspace_bytes;
+  }
+  for (int i = 0; s.ok() && (pr->keep_going ? pr->keep_going() : i < pr->runs); ++i) s = run(p, a, ctx);
+  return s;
+}
 
 class OpDriver {
  public:
@@ -57,6 +96,8 @@ class OpDriver {
   // call it again and again on one prepared (possibly device-staged) bundle, so that neither host
   // copies nor uploads are timed; in-place arguments then start from the previous call's result.
   virtual Status call(Bundle& b, const RunOptions& options) const = 0;
+  // The same call through plan_and_run().
+  virtual Status call_planned(Bundle& b, PlannedRun* pr) const = 0;
   // The tolerance JSON of the golden format, for outputs of b (keys "out.*").
   virtual json tolerance(const Bundle& b) const = 0;
   // Compares candidate's out.* with expected's out.* (both carry b's inputs) by that tolerance.
