@@ -34,5 +34,7 @@ void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const
 
 // Registers every bench case of every registered driver on every back-end.
 void register_op_benchmarks();
+// Registers the plan / run overhead benchmarks (plan_run_bench.cpp): plan_run/<op>/<case>/<way>.
+void register_plan_run_benchmarks();
 
 }  // namespace mlakit::bench
