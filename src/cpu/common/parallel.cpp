@@ -101,8 +101,12 @@ std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 int hardware_threads() {
-  const unsigned h = std::thread::hardware_concurrency();
-  return h ? static_cast<int>(h) : 1;
+  // Asked once: the C library reads /sys for it, ~10 us a call, and every parallel loop asks.
+  static const int n = [] {
+    const unsigned h = std::thread::hardware_concurrency();
+    return h ? static_cast<int>(h) : 1;
+  }();
+  return n;
 }
 
 int num_threads() {
