@@ -3,15 +3,18 @@
 //   one_shot  today's call: validates the batch metadata's content, routes, computes;
 //   run       a run of a plan: checks shapes, strides, aliasing and that the batch is the plan's,
 //             then computes (what each of a step's 61 layers pays);
-//   plan      plan() alone: the content checks, routing and workspace sizing, paid once per step.
+//   plan      plan() alone: the content checks, routing and workspace sizing, paid once per step;
+//   one_shot_checks, run_checks: the first two with the computation left out (their overhead).
 // Counters: us_per_call; and for one_shot/run the same gflops as the operator benchmarks.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "harness/common/driver.hpp"
+#include "ops/common/plan_run.hpp"
 
 namespace mlakit::bench {
 namespace {
@@ -46,27 +49,30 @@ std::vector<DecodeCase> decode_cases() {
   };
 }
 
-enum class Way { one_shot, run, plan };
+// one_shot_checks / run_checks: the same calls with the computation left out (ChecksOnly), so
+// what remains is each call's overhead.
+enum class Way { one_shot, run, plan, one_shot_checks, run_checks };
 
 void time_case(benchmark::State& state, const harness::OpDriver& driver, const DecodeCase& c, Way way) {
   harness::Bundle b = driver.generate(c.knobs, 1);
   driver.prepare_outputs(b);
   const harness::Work w = driver.work(b);
   Status s;
-  if (way == Way::one_shot) {
+  const bool checks_only = way == Way::one_shot_checks || way == Way::run_checks;
+  std::unique_ptr<core::ChecksOnly> scope;
+  if (checks_only) scope = std::make_unique<core::ChecksOnly>();
+  if (way == Way::one_shot || way == Way::one_shot_checks) {
     for (auto _ : state) s = driver.call(b, RunOptions{Backend::cpu});
-  } else if (way == Way::run) {
+  } else if (way == Way::run || way == Way::run_checks) {
     harness::PlannedRun pr;
     pr.options.backends = {Backend::cpu};
     pr.keep_going = [&] { return state.KeepRunning(); };
     s = driver.call_planned(b, &pr);
   } else {
-    for (auto _ : state) {
-      harness::PlannedRun pr;
-      pr.options.backends = {Backend::cpu};
-      pr.runs = 0;
-      s = driver.call_planned(b, &pr);
-    }
+    harness::PlannedRun pr;
+    pr.options.backends = {Backend::cpu};
+    pr.replan = [&] { return state.KeepRunning(); };
+    s = driver.call_planned(b, &pr);
   }
   if (!s.ok()) {
     state.SkipWithError(s.message.c_str());
@@ -74,7 +80,7 @@ void time_case(benchmark::State& state, const harness::OpDriver& driver, const D
   }
   state.counters["us_per_call"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  if (way != Way::plan)
+  if (way == Way::one_shot || way == Way::run)
     state.counters["gflops"] = benchmark::Counter(w.flops * static_cast<double>(state.iterations()) * 1e-9,
                                                   benchmark::Counter::kIsRate);
 }
@@ -86,8 +92,12 @@ void register_plan_run_benchmarks() {
   for (const DecodeCase& c : cases) {
     const harness::OpDriver* d = harness::find_driver(c.op);
     if (d == nullptr) continue;
-    for (Way way : {Way::one_shot, Way::run, Way::plan}) {
-      const char* label = way == Way::one_shot ? "one_shot" : way == Way::run ? "run" : "plan";
+    for (Way way : {Way::one_shot, Way::run, Way::plan, Way::one_shot_checks, Way::run_checks}) {
+      const char* label = way == Way::one_shot          ? "one_shot"
+                          : way == Way::run             ? "run"
+                          : way == Way::plan            ? "plan"
+                          : way == Way::one_shot_checks ? "one_shot_checks"
+                                                        : "run_checks";
       benchmark::RegisterBenchmark(("plan_run/" + std::string(c.op) + "/" + c.name + "/" + label).c_str(),
                                    [d, &c, way](benchmark::State& st) { time_case(st, *d, c, way); })
           ->UseRealTime()

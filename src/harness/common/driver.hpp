@@ -38,6 +38,7 @@ struct PlannedRun {
   int runs = 1;
   std::function<void()> after_plan;  // called between plan() and the first run (tests count there)
   std::function<bool()> keep_going;  // when set, runs while it returns true (benchmarks), not `runs`
+  std::function<bool()> replan;      // when set, plans again while it returns true, then stops (benchmarks)
   // What the plan reported.
   std::size_t workspace_bytes = 0;
   std::string implementation, decisions;
@@ -49,6 +50,10 @@ Status plan_and_run(const Desc& d, const Args& a, PlannedRun* pr) {
   Plan<Desc, Args> p;
   Status s = plan(d, a, pr->options, &p);
   if (!s.ok()) return s;
+  if (pr->replan) {
+    while (s.ok() && pr->replan()) s = plan(d, a, pr->options, &p);
+    return s;
+  }
   pr->workspace_bytes = p.workspace_bytes();
   pr->implementation = p.implementation();
   pr->decisions = p.decisions();
