@@ -1,4 +1,4 @@
-// The paged KV cache (spec README §3): one object for all layers of a model.
+// The paged KV cache (docs/README.md §4): one object for all layers of a model.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,12 @@
 
 namespace mlakit {
 
+// Caches as engines keep them: `blocks` and `scales` may have any non-negative strides on the block,
+// kv, layer, offset and head dimensions (a per-layer tensor viewed with num_layers = 1, a padded
+// block stride, K and V interleaved per layer), as long as each head's row is contiguous (stride 1
+// on the last dimension). A cache the call writes must not map two rows onto the same memory.
 struct PagedKVCacheView {
-  // [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, head_size], row-major.
+  // [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, head_size]; strides in elements.
   TensorView blocks;
   // Quantized caches only: f32 [num_blocks, kv_dim, num_layers, page_size, num_kv_heads,
   // ceil(head_size / quant_granularity)]. Absent (data == nullptr) for bf16/f32 caches.
@@ -27,17 +31,16 @@ struct PagedKVCacheView {
   std::int64_t head_size() const { return blocks.shape[5]; }
   std::int64_t scales_per_row() const { return scales.shape[5]; }
 
-  // Element offset of (blk, kv, layer, off, head, 0) in `blocks` (and, divided by
-  // head_size and multiplied by scales_per_row, in `scales`).
+  // Element offset of (blk, kv, layer, off, head, 0) in `blocks`, and in `scales`.
   std::int64_t row_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer, std::int64_t off,
                           std::int64_t head) const {
-    return ((((blk * kv_dim() + kv) * num_layers() + layer) * page_size() + off) * num_kv_heads() + head) *
-           head_size();
+    return blk * blocks.strides[0] + kv * blocks.strides[1] + layer * blocks.strides[2] + off * blocks.strides[3] +
+           head * blocks.strides[4];
   }
   std::int64_t scale_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer, std::int64_t off,
                             std::int64_t head) const {
-    return ((((blk * kv_dim() + kv) * num_layers() + layer) * page_size() + off) * num_kv_heads() + head) *
-           scales_per_row();
+    return blk * scales.strides[0] + kv * scales.strides[1] + layer * scales.strides[2] + off * scales.strides[3] +
+           head * scales.strides[4];
   }
 };
 

@@ -61,6 +61,18 @@ struct TensorView {
 
   std::int64_t size_bytes() const { return numel() * std::int64_t(dtype_size(dtype)); }
 
+  // Elements from the first to one past the last the view reaches (non-negative strides): numel()
+  // for a contiguous view, more for a padded one; 0 when a dimension is empty.
+  std::int64_t span_elements() const {
+    std::int64_t last = 0;
+    for (int i = 0; i < rank && i < kMaxRank; ++i) {
+      if (shape[i] == 0) return 0;
+      last += (shape[i] - 1) * strides[i];
+    }
+    return last + 1;
+  }
+  std::int64_t span_bytes() const { return span_elements() * std::int64_t(dtype_size(dtype)); }
+
   template <class T>
   T* as() const { return static_cast<T*>(data); }
 };

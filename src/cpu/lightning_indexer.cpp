@@ -52,10 +52,16 @@ void gather_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk
     const std::int64_t blk = p.lut[b * p.max_pages + j / p.page_size];
     const std::int64_t off = j % p.page_size;
     const std::int64_t run = std::min(p.page_size - off, j0 + nk - j);
-    p.decode->to_f32(p.blocks + c.row_offset(blk, 0, p.layer, off, 0), k + (j - j0) * p.D,
-                     static_cast<std::size_t>(run * p.D));
+    const std::uint8_t* rows = p.blocks + c.row_offset(blk, 0, p.layer, off, 0);
+    const std::int64_t ld = c.blocks.strides[3];
+    if (ld == p.D) {  // the page's rows back to back: one run
+      p.decode->to_f32(rows, k + (j - j0) * p.D, static_cast<std::size_t>(run * p.D));
+    } else {
+      for (std::int64_t r = 0; r < run; ++r)
+        p.decode->to_f32(rows + r * ld, k + (j - j0 + r) * p.D, static_cast<std::size_t>(p.D));
+    }
     const float* s = p.scales + c.scale_offset(blk, 0, p.layer, off, 0);
-    const std::int64_t stride = c.scales_per_row();
+    const std::int64_t stride = c.scales.strides[3];
     for (std::int64_t r = 0; r < run; ++r) ks[j - j0 + r] = s[r * stride];
     j += run;
   }
@@ -65,7 +71,7 @@ void gather_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk
 void locate_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk, const std::uint8_t** rows,
                  float* ks) {
   const PagedKVCacheView& c = *p.cache;
-  const std::int64_t stride = c.scales_per_row();
+  const std::int64_t stride = c.scales.strides[3], ld = c.blocks.strides[3];
   for (std::int64_t j = j0; j < j0 + nk;) {
     const std::int64_t blk = p.lut[b * p.max_pages + j / p.page_size];
     const std::int64_t off = j % p.page_size;
@@ -73,7 +79,7 @@ void locate_keys(const Plan& p, std::int64_t b, std::int64_t j0, std::int64_t nk
     const std::uint8_t* k = p.blocks + c.row_offset(blk, 0, p.layer, off, 0);
     const float* s = p.scales + c.scale_offset(blk, 0, p.layer, off, 0);
     for (std::int64_t r = 0; r < run; ++r) {
-      rows[j - j0 + r] = k + r * p.D;
+      rows[j - j0 + r] = k + r * ld;
       ks[j - j0 + r] = s[r * stride];
     }
     j += run;

@@ -1,4 +1,4 @@
-// cpu back-end of the MSA block indexer (spec 02).
+// cpu back-end of the MSA block indexer (docs/msa_block_indexer.md).
 //
 // Work. The query rows of one sequence, flattened (token, index head) -> token * Hi + head, are
 // cut into query tiles of kTileRows rows. Each query tile's rows are packed once (simd
@@ -88,7 +88,7 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
   const std::int64_t total_keys = p.visible(qt.seq, qt.row0 + qt.rows - 1);  // keys that exist for this tile
   const std::int64_t first_nk = p.visible(qt.seq, qt.row0);
   const std::size_t dim = static_cast<std::size_t>(p.dim);
-  const std::size_t ldk = static_cast<std::size_t>(c.num_kv_heads() * c.head_size());
+  const std::size_t ldk = static_cast<std::size_t>(c.blocks.strides[3]);  // a page's rows, one after another
   auto page_at = [&](std::size_t blk) {
     const std::int64_t page = p.lut[qt.seq * p.max_pages + static_cast<std::int64_t>(blk)];
     return c.row_offset(page, 0, p.layer, 0, 0);

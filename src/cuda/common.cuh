@@ -94,7 +94,7 @@ inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a
 
 // ---- device-side views --------------------------------------------------------
 
-// A paged cache as the kernels see it (spec README §3); plain values, passed by value to kernels.
+// A paged cache as the kernels see it (docs/README.md §4); plain values, passed by value to kernels.
 struct DevPagedCache {
   const void* blocks = nullptr;
   void* blocks_rw = nullptr;
@@ -103,6 +103,7 @@ struct DevPagedCache {
   const std::uint32_t* cache_lengths = nullptr;
   std::int64_t num_blocks = 0, kv_dim = 0, num_layers = 0, page_size = 0, heads = 0, head_size = 0;
   std::int64_t scales_per_row = 0, lut_cols = 0;
+  std::int64_t stride[5] = {}, scale_stride[5] = {};  // element strides of blocks and scales (dims 0-4)
 
   static DevPagedCache from(const PagedKVCacheView& c) {
     DevPagedCache d;
@@ -119,17 +120,22 @@ struct DevPagedCache {
     d.head_size = c.head_size();
     d.scales_per_row = c.scales.data != nullptr ? c.scales.shape[5] : 0;
     d.lut_cols = c.lookup_table.data != nullptr ? c.lookup_table.shape[1] : 0;
+    for (int i = 0; i < 5; ++i) {
+      d.stride[i] = c.blocks.strides[i];
+      d.scale_stride[i] = c.scales.data != nullptr ? c.scales.strides[i] : 0;
+    }
     return d;
   }
 
   // Element offset of (blk, kv, layer, off, head, 0) in `blocks`.
   __host__ __device__ std::int64_t row_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer,
                                               std::int64_t off, std::int64_t head) const {
-    return ((((blk * kv_dim + kv) * num_layers + layer) * page_size + off) * heads + head) * head_size;
+    return blk * stride[0] + kv * stride[1] + layer * stride[2] + off * stride[3] + head * stride[4];
   }
   __host__ __device__ std::int64_t scale_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer,
                                                 std::int64_t off, std::int64_t head) const {
-    return ((((blk * kv_dim + kv) * num_layers + layer) * page_size + off) * heads + head) * scales_per_row;
+    return blk * scale_stride[0] + kv * scale_stride[1] + layer * scale_stride[2] + off * scale_stride[3] +
+           head * scale_stride[4];
   }
   // Physical block of token position `pos` of sequence b (validated to exist).
   __device__ std::int64_t block_of(std::int64_t b, std::int64_t pos) const {

@@ -1,4 +1,4 @@
-// Op 5 (spec 05) on the GPU: Y = X·Wᵀ with the weight decoded tile by tile, Q columns to `output`,
+// Op 5 (docs/fused_qkv_paged.md) on the GPU: Y = X·Wᵀ with the weight decoded tile by tile, Q columns to `output`,
 // K/V columns scattered into the paged cache at each token's position.
 //
 // bf16 activations: BF16 tensor cores. Block tile 64 rows x 64 columns, k tiles of 32, 4 warps of
@@ -94,9 +94,9 @@ __device__ __forceinline__ void store(const Params& p, const std::int64_t* base,
     at = t * p.q_dim + n;
     dst = p.out;
   } else {
-    const std::int64_t j = n - p.q_dim, plane = p.cache.heads * p.cache.head_size;
-    const std::int64_t kv_stride = p.cache.num_layers * p.cache.page_size * plane;  // kv=1 minus kv=0
-    at = base[r] + (j / plane) * kv_stride + j % plane;
+    // Column j of the cache part: (kv, head, element), each through the cache's strides.
+    const std::int64_t j = n - p.q_dim, hs = p.cache.head_size, plane = p.cache.heads * hs;
+    at = base[r] + (j / plane) * p.cache.stride[1] + ((j % plane) / hs) * p.cache.stride[4] + j % hs;
     dst = p.cache.blocks_rw;
   }
   if (kF32)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "harness/common/cache_layout.hpp"
 #include "harness/common/device_staging.hpp"
 #include "harness/common/driver.hpp"
 #include "mlakit/mlakit.hpp"
@@ -212,6 +213,38 @@ TEST(EmulatedDeviceErrors, GptqGroupIndicesAreCheckedByTheKernel) {
   EXPECT_EQ(e.op, "fused_qkv_paged");
   EXPECT_EQ(e.field, "g_idx");
   ASSERT_TRUE(staging.finish().ok());
+}
+
+// The cuda kernels on caches laid out as engines keep them: the first golden cases of each
+// operator, each layout, the same bits as on the contiguous cache.
+TEST(EmulatedCacheLayouts, GiveTheBitsOfTheContiguousCache) {
+  const char* const ops[] = {"lightning_indexer", "msa_block_indexer", "mla_prefill_fp8", "sparse_mla_prefill",
+                             "fused_qkv_paged"};
+  for (const char* op : ops) {
+    const harness::OpDriver* driver = harness::find_driver(op);
+    ASSERT_NE(driver, nullptr);
+    const auto cases = driver->cases();
+    for (std::size_t i = 0; i < cases.size() && i < 3; ++i) {
+      for (harness::CacheLayout layout : {harness::CacheLayout::padded_blocks, harness::CacheLayout::kv_interleaved,
+                                          harness::CacheLayout::layers_outer}) {
+        SCOPED_TRACE(std::string(op) + "/" + cases[i].name + "/" + harness::cache_layout_name(layout));
+        Bundle contiguous = driver->generate(cases[i].knobs, 1);
+        Bundle relaid = contiguous;
+        for (Bundle* b : {&contiguous, &relaid}) {
+          driver->prepare_outputs(*b);
+          harness::DeviceStaging staging(*b);
+          ASSERT_TRUE(staging.upload_all().ok());
+          harness::CacheRelayout scope(b == &relaid ? layout : harness::CacheLayout::contiguous);
+          const Status s = driver->call(*b, RunOptions{Backend::cuda});
+          ASSERT_TRUE(s.ok()) << s.message;
+          scope.finish();
+          ASSERT_TRUE(staging.finish().ok());
+        }
+        for (const auto& name : contiguous.output_names())
+          EXPECT_TRUE(relaid.at(name).same_bytes(contiguous.at(name))) << name;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -137,6 +137,51 @@ TEST(Validator, PagedCacheShapesAndPages) {
   expect_message(batch, "kv_cache.lookup_table.shape", "expected [3, *]");
 }
 
+// Caches as engines keep them: any non-negative strides with contiguous rows; a written cache
+// whose rows would share memory is refused; the aliasing checks see a strided view's whole reach.
+TEST(Validator, PagedCacheStrides) {
+  CacheFixture f;
+  CacheExpect e{{DType::bf16}, 1, 1, 8, false, 0, 1, true};
+  PagedKVCacheView padded = f.view();
+  padded.blocks.strides[0] += 64;  // blocks padded apart: fine read or written
+  Validator ok("op");
+  CacheExpect w = e;
+  w.written = true;
+  EXPECT_TRUE(ok.paged_cache("kv_cache", padded, w, 2)) << ok.status().message;
+
+  PagedKVCacheView rows = f.view();
+  rows.blocks.strides[5] = 2;
+  Validator row("op");
+  EXPECT_FALSE(row.paged_cache("kv_cache", rows, e, 2));
+  expect_message(row, "kv_cache.blocks.strides", "the last stride must be 1");
+
+  PagedKVCacheView negative = f.view();
+  negative.blocks.strides[0] = -negative.blocks.strides[0];
+  Validator neg("op");
+  EXPECT_FALSE(neg.paged_cache("kv_cache", negative, e, 2));
+  expect_message(neg, "kv_cache.blocks.strides", "strides must be >= 0");
+
+  PagedKVCacheView shared = f.view();
+  shared.blocks.strides[0] = 0;  // every block on the same memory: fine to read, not to write
+  Validator read("op");
+  EXPECT_TRUE(read.paged_cache("kv_cache", shared, e, 2)) << read.status().message;
+  Validator write("op");
+  EXPECT_FALSE(write.paged_cache("kv_cache", shared, w, 2));
+  expect_message(write, "kv_cache.blocks.strides", "two rows would share memory");
+
+  PagedKVCacheView huge = f.view();
+  huge.blocks.strides[0] = std::int64_t{1} << 62;
+  Validator reach("op");
+  EXPECT_FALSE(reach.paged_cache("kv_cache", huge, e, 2));
+  expect_message(reach, "kv_cache.blocks.strides", "overflows int64");
+
+  // A padded view reaches past numel(): an output inside its padding overlaps it.
+  TensorView inside = TensorView::contiguous(static_cast<std::uint16_t*>(padded.blocks.data) + padded.blocks.numel(),
+                                             DType::bf16, {1});
+  Validator alias("op");
+  EXPECT_FALSE(alias.no_overlap("out", inside, "kv_cache.blocks", padded.blocks));
+}
+
 TEST(Validator, OverlapAndMemorySpace) {
   float buf[16];
   TensorView a = TensorView::contiguous(buf, DType::f32, {8});

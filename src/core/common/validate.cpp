@@ -1,6 +1,7 @@
 #include "core/common/validate.hpp"
 
 #include <sstream>
+#include <utility>
 
 namespace mlakit::core {
 namespace {
@@ -25,6 +26,14 @@ std::string dtypes_string(std::initializer_list<DType> dtypes) {
     s += dtype_name(t);
   }
   return s;
+}
+
+std::string strides_string(const TensorView& v) {
+  std::ostringstream s;
+  s << '[';
+  for (int i = 0; i < v.rank && i < kMaxRank; ++i) s << (i ? ", " : "") << v.strides[i];
+  s << ']';
+  return s.str();
 }
 
 }  // namespace
@@ -58,7 +67,7 @@ bool Validator::at_most(const char* field, std::int64_t value, const char* limit
 }
 
 bool Validator::tensor(const char* field, const TensorView& v, std::initializer_list<DType> dtypes,
-                       std::initializer_list<std::int64_t> dims) {
+                       std::initializer_list<std::int64_t> dims, Layout layout, bool written) {
   if (!ok()) return false;
   if (v.data == nullptr) return fail(field, " is missing (null data pointer)");
   bool dtype_ok = false;
@@ -75,7 +84,46 @@ bool Validator::tensor(const char* field, const TensorView& v, std::initializer_
       return fail(std::string(field) + ".shape", "=" + shape_string(v) + " (expected " + dims_string(dims) + ")");
     ++i;
   }
-  if (!v.is_contiguous()) return fail(std::string(field) + ".strides", " are not row-major contiguous (required)");
+  if (layout == Layout::contiguous) {
+    if (!v.is_contiguous()) return fail(std::string(field) + ".strides", " are not row-major contiguous (required)");
+    return true;
+  }
+  return row_strides(field, v, written);
+}
+
+// Strides of a paged cache: each row contiguous, the rest free but non-negative, the reach of the
+// view within int64, and (written) no two elements on the same memory.
+bool Validator::row_strides(const char* field, const TensorView& v, bool written) {
+  const std::string f = std::string(field) + ".strides";
+  if (v.rank < 1) return true;
+  if (v.shape[v.rank - 1] > 1 && v.strides[v.rank - 1] != 1)
+    return fail(f, "=" + strides_string(v) + " (each row must be contiguous: the last stride must be 1)");
+  std::int64_t reach = 0;
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.strides[i] < 0) return fail(f, "=" + strides_string(v) + " (strides must be >= 0)");
+    std::int64_t step = 0;
+    if (v.shape[i] > 0 && (__builtin_mul_overflow(v.shape[i] - 1, v.strides[i], &step) ||
+                           __builtin_add_overflow(reach, step, &reach) ||
+                           __builtin_mul_overflow(reach + 1, std::int64_t(dtype_size(v.dtype)), &step)))
+      return fail(f, "=" + strides_string(v) + " (the view's reach overflows int64)");
+  }
+  if (!written || v.numel() <= 1) return true;
+  // Sufficient for distinct elements: taken from the smallest stride up, each dimension steps
+  // past everything the smaller ones reach.
+  int order[kMaxRank];
+  int n = 0;
+  for (int i = 0; i < v.rank; ++i)
+    if (v.shape[i] > 1) order[n++] = i;
+  for (int k = 1; k < n; ++k)  // insertion sort by stride (six entries at most)
+    for (int m = k; m > 0 && v.strides[order[m]] < v.strides[order[m - 1]]; --m) std::swap(order[m], order[m - 1]);
+  std::int64_t covered = 1;
+  for (int k = 0; k < n; ++k) {
+    const int i = order[k];
+    if (v.strides[i] < covered)
+      return fail(f, "=" + strides_string(v) + " (the cache is written, and dimension " + std::to_string(i) +
+                         " overlaps the ones inside it: two rows would share memory)");
+    covered = v.strides[i] * (v.shape[i] - 1) + covered;
+  }
   return true;
 }
 
@@ -112,8 +160,8 @@ bool Validator::paged_cache(const char* field, const PagedKVCacheView& cache, co
   if (!ok()) return false;
   const std::string f(field);
   const std::string blocks = f + ".blocks";
-  if (!tensor(blocks.c_str(), cache.blocks, expect.dtypes,
-              {kAnyDim, kAnyDim, kAnyDim, kAnyDim, kAnyDim, kAnyDim}))
+  if (!tensor(blocks.c_str(), cache.blocks, expect.dtypes, {kAnyDim, kAnyDim, kAnyDim, kAnyDim, kAnyDim, kAnyDim},
+              Layout::rows, expect.written))
     return false;
   static const char* const kDimNames[6] = {"num_blocks", "kv_dim", "num_layers", "page_size", "num_kv_heads", "head_size"};
   for (int i = 0; i < 6; ++i) {
@@ -140,7 +188,8 @@ bool Validator::paged_cache(const char* field, const PagedKVCacheView& cache, co
                                                 std::to_string(expect.min_granularity > 0 ? expect.min_granularity : 1) + ")");
     const std::int64_t per_row = (cache.head_size() + cache.quant_granularity - 1) / cache.quant_granularity;
     if (!tensor(scales.c_str(), cache.scales, {DType::f32},
-                {cache.num_blocks(), cache.kv_dim(), cache.num_layers(), cache.page_size(), cache.num_kv_heads(), per_row}))
+                {cache.num_blocks(), cache.kv_dim(), cache.num_layers(), cache.page_size(), cache.num_kv_heads(), per_row},
+                Layout::rows, expect.written))
       return false;
   } else if (cache.scales.data != nullptr) {
     return fail(scales, " is present (this cache type takes no scales)");
@@ -185,9 +234,9 @@ bool Validator::no_overlap(const char* field_a, const TensorView& a, const char*
   if (a.data == nullptr || b.data == nullptr || a.memory != b.memory) return true;
   const auto* a0 = static_cast<const unsigned char*>(a.data);
   const auto* b0 = static_cast<const unsigned char*>(b.data);
-  const auto* a1 = a0 + a.size_bytes();
-  const auto* b1 = b0 + b.size_bytes();
-  if (a0 < b1 && b0 < a1 && a.size_bytes() > 0 && b.size_bytes() > 0)
+  const auto* a1 = a0 + a.span_bytes();
+  const auto* b1 = b0 + b.span_bytes();
+  if (a0 < b1 && b0 < a1 && a.span_bytes() > 0 && b.span_bytes() > 0)
     return fail(field_a, " overlaps " + std::string(field_b) + " in memory (they must be distinct buffers)");
   return true;
 }

@@ -1,4 +1,4 @@
-// Shared validation (spec README §4): every operator's checker is built from these.
+// Shared validation (docs/README.md §6): every operator's checker is built from these.
 // Each check returns true when it passes; the first failure is kept and returned by status().
 // Messages read "<op>: <field>=<value> <what is wrong> (<expected>)".
 #pragma once
@@ -29,6 +29,14 @@ struct CacheExpect {
   std::int64_t min_granularity = 0;     // with scales: quant_granularity must be >= this
   std::uint32_t layer_idx = 0;
   bool need_cache_lengths = true;       // cache_lengths must be a u32 [B] tensor
+  bool written = false;                 // the call writes the blocks: no two rows may share memory
+};
+
+// How a tensor's elements must be laid out.
+enum class Layout {
+  contiguous,  // row-major
+  rows,        // any non-negative strides with the last one 1 (paged caches); `written` adds: no two
+               // elements share memory
 };
 
 // What a validation reads besides descriptors, shapes, dtypes, strides and addresses.
@@ -66,7 +74,7 @@ class Validator {
 
   // Present, contiguous, dtype in `dtypes`, rank and shape matching `dims` (kAnyDim = any size).
   bool tensor(const char* field, const TensorView& v, std::initializer_list<DType> dtypes,
-              std::initializer_list<std::int64_t> dims);
+              std::initializer_list<std::int64_t> dims, Layout layout = Layout::contiguous, bool written = false);
   // Absent (data == nullptr) is fine; present means tensor(...).
   bool optional_tensor(const char* field, const TensorView& v, std::initializer_list<DType> dtypes,
                        std::initializer_list<std::int64_t> dims);
@@ -100,6 +108,8 @@ class Validator {
   bool same_memory(std::span<const NamedView> first, std::span<const NamedView> then, MemorySpace* space);
 
  private:
+  bool row_strides(const char* field, const TensorView& v, bool written);
+
   const char* op_;
   Checks checks_;
   Status status_;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "harness/common/cache_layout.hpp"
 #include "harness/common/device_staging.hpp"
 #include "harness/common/input_error.hpp"
 
@@ -146,8 +147,13 @@ TensorView optional_view(const Bundle& b, const std::string& name) {
 PagedKVCacheView cache_view(const Bundle& b, const std::string& prefix, std::int64_t quant_granularity,
                             const std::string& blocks_name) {
   PagedKVCacheView c;
-  c.blocks = optional_view(b, blocks_name.empty() ? prefix + ".blocks" : blocks_name);
+  const std::string blocks = blocks_name.empty() ? prefix + ".blocks" : blocks_name;
+  c.blocks = optional_view(b, blocks);
   c.scales = optional_view(b, prefix + ".scales");
+  if (CacheRelayout* r = current_relayout()) {  // tests: the same cache in an engine's layout
+    c.blocks = r->relaid(blocks, c.blocks);
+    c.scales = r->relaid(prefix + ".scales", c.scales);
+  }
   c.lookup_table = optional_view(b, prefix + ".lookup_table");
   c.cache_lengths = optional_view(b, prefix + ".cache_lengths");
   c.quant_granularity = quant_granularity;
