@@ -1,4 +1,4 @@
-// Validation and the public entry point of fused_qkv_paged (spec 05).
+// Validation and the public entry point of fused_qkv_paged (docs/fused_qkv_paged.md).
 #include "mlakit/ops/fused_qkv_paged.hpp"
 
 #include <algorithm>
@@ -78,6 +78,7 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
   // The cache: same dtype as the activations, not quantized.
   CacheExpect ce{{dt}};
   ce.layer_idx = a.layer_idx;
+  ce.written = true;  // the new tokens' K and V rows
   v.paged_cache("kv_cache", a.kv_cache, ce, B);
   if (!v.ok()) return v.status();
   const PagedKVCacheView& kc = a.kv_cache;
@@ -233,6 +234,10 @@ struct FusedTraits {
   }
   static Status cpu(const Desc& d, const Args& a) { return cpu::fused_qkv_paged(d, a); }
   static void reference(const Desc& d, const Args& a) { reference::fused_qkv_paged(d, a); }
+  static Status same_step(const Args& planned, const Args& a) {
+    const Status s = same_size(kOp, "hidden_state.shape[0]", a.hidden_state.shape[0], planned.hidden_state.shape[0]);
+    return s.ok() ? same_cache(kOp, "kv_cache", a.kv_cache, planned.kv_cache) : s;
+  }
   static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
     return cpu::CallBufferSizes{};
   }

@@ -1,4 +1,4 @@
-// Op 1 (spec 01): validation of the lightning indexer and of its companion remap, and the public
+// Op 1 (docs/lightning_indexer.md): validation of the lightning indexer and of its companion remap, and the public
 // entry points that route a validated call to a back-end.
 #include "mlakit/ops/lightning_indexer.hpp"
 
@@ -42,7 +42,7 @@ std::string pos_string(std::int64_t t, std::int64_t c) {
 
 }  // namespace
 
-// Everything spec README §4 asks of a lightning-indexer call, in the order the message will name it.
+// Everything docs/lightning_indexer.md §7 asks of a lightning-indexer call, in the order the message will name it.
 // On success *space is where the tensors live.
 Status validate_lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerArgs& a, MemorySpace* space,
                                   Checks checks) {
@@ -193,6 +193,10 @@ struct LightningTraits {
   }
   static Status cpu(const Desc& d, const Args& a) { return cpu::lightning_indexer(d, a); }
   static void reference(const Desc& d, const Args& a) { reference::lightning_indexer(d, a); }
+  static Status same_step(const Args& planned, const Args& a) {
+    const Status s = same_size(kOp, "q.shape[0]", a.q.shape[0], planned.q.shape[0]);
+    return s.ok() ? same_cache(kOp, "k_cache", a.k_cache, planned.k_cache) : s;
+  }
   static cpu::CallBufferSizes cpu_buffers(const Desc& d, const Args& a) {
     return cpu::lightning_indexer_detail::call_buffers(d, a);
   }
@@ -216,6 +220,12 @@ struct RemapTraits {
   }
   static Status cpu(const Desc&, const Args& a) { return cpu::remap_indices_to_rows(a); }
   static void reference(const Desc&, const Args& a) { shared::remap_indices_to_rows(a); }
+  static Status same_step(const Args& planned, const Args& a) {
+    Status s = same_size(kOp, "indices.shape[0]", a.indices.shape[0], planned.indices.shape[0]);
+    if (s.ok()) s = same_size(kOp, "num_blocks", a.num_blocks, planned.num_blocks);
+    if (s.ok()) s = same_size(kOp, "page_size", a.page_size, planned.page_size);
+    return s;
+  }
   static cpu::CallBufferSizes cpu_buffers(const Desc&, const Args&) { return {}; }
 };
 

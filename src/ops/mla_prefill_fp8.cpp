@@ -116,6 +116,7 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
   expect.head_size = d.latent + d.rope;
   expect.scales = false;
   expect.layer_idx = a.layer_idx;
+  expect.written = true;  // the new tokens' rows
   if (!v.paged_cache("kv_cache", a.kv_cache, expect, B)) return v.status();
 
   if (!v.tensor("buffer_row_offsets", a.buffer_row_offsets, {DType::u32}, {B + 1})) return v.status();
@@ -177,6 +178,15 @@ struct MlaTraits {
   }
   static Status cpu(const Desc& d, const Args& a) { return cpu::mla_prefill_fp8(d, a); }
   static void reference(const Desc& d, const Args& a) { reference::mla_prefill_fp8(d, a); }
+  static Status same_step(const Args& planned, const Args& a) {
+    Status s = same_size(kOp, "q.shape[0]", a.q.shape[0], planned.q.shape[0]);
+    if (s.ok()) s = same_size(kOp, "buffer_length", a.buffer_length, planned.buffer_length);
+    if (s.ok()) s = same_cache(kOp, "kv_cache", a.kv_cache, planned.kv_cache);
+    // The plan checked that freqs_cis has a row for every new token's position.
+    if (s.ok() && a.freqs_cis.rank >= 1 && a.freqs_cis.shape[0] < planned.freqs_cis.shape[0])
+      s = same_size(kOp, "freqs_cis.shape[0]", a.freqs_cis.shape[0], planned.freqs_cis.shape[0]);
+    return s;
+  }
   static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
     return cpu::mla_prefill_fp8_call_buffers(d, a);
   }

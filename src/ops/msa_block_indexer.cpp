@@ -1,4 +1,4 @@
-// Validation and back-end routing of the MSA block indexer (spec 02).
+// Validation and back-end routing of the MSA block indexer (docs/msa_block_indexer.md).
 #include "mlakit/ops/msa_block_indexer.hpp"
 
 #include <cmath>
@@ -25,7 +25,7 @@ std::string float_text(float v) {
 }
 }  // namespace
 
-// Everything spec README §4 asks, first failure wins. On success *space is where q, the cache
+// Everything docs/msa_block_indexer.md §7 asks, first failure wins. On success *space is where q, the cache
 // blocks and out_idxs live.
 Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a, MemorySpace* space,
                                   Checks checks) {
@@ -120,6 +120,10 @@ struct MsaTraits {
   }
   static Status cpu(const Desc& d, const Args& a) { return cpu::msa_block_indexer(d, a); }
   static void reference(const Desc& d, const Args& a) { reference::msa_block_indexer(d, a); }
+  static Status same_step(const Args& planned, const Args& a) {
+    const Status s = same_size(kOp, "q.shape[0]", a.q.shape[0], planned.q.shape[0]);
+    return s.ok() ? same_cache(kOp, "k_cache", a.k_cache, planned.k_cache) : s;
+  }
   static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
     return cpu::msa_block_indexer_call_buffers(d, a);
   }

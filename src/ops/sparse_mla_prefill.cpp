@@ -125,6 +125,7 @@ struct SparseTraits {
   }
   static Status cpu(const Desc& d, const Args& a) { return cpu::sparse_mla_prefill(d, a); }
   static void reference(const Desc& d, const Args& a) { reference::sparse_mla_prefill(d, a); }
+  static Status same_step(const Args&, const Args&) { return Status::success(); }  // no batch metadata
   static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
     return cpu::CallBufferSizes{};
   }

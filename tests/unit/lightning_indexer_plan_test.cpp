@@ -108,6 +108,25 @@ TEST(LightningIndexerPlan, ARunRefusesAnotherBatchAndWritesNothing) {
   EXPECT_TRUE(st.out(0).same_bytes(before));
 }
 
+// The plan checked the metadata against T rows and num_blocks pages: a run with other sizes would
+// read past the caller's buffers, and is refused.
+TEST(LightningIndexerPlan, ARunRefusesOtherSizesThanThePlansChecksAssumed) {
+  Step st;
+  LightningIndexerPlan p;
+  ASSERT_TRUE(plan(st.d, st.args(0), PlanOptions{}, &p).ok());
+  const Tensor before = st.out(0);
+  LightningIndexerArgs a = st.args(0);
+  a.q.shape[0] -= 1;
+  a.q_s.shape[0] -= 1;
+  a.output_indices.shape[0] -= 1;
+  expect_refused(run(p, a), "lightning_indexer", "q.shape[0]", "the plan was made for 5");
+  a = st.args(0);
+  a.k_cache.blocks.shape[0] -= 1;
+  a.k_cache.scales.shape[0] -= 1;
+  expect_refused(run(p, a), "lightning_indexer", "k_cache.blocks.shape[0]", "plan the new batch");
+  EXPECT_TRUE(st.out(0).same_bytes(before));
+}
+
 TEST(LightningIndexerPlan, AStepIdNamesTheBatchInsteadOfItsAddresses) {
   Step st, ref;
   PlanOptions po;

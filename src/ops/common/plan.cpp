@@ -178,6 +178,20 @@ Status same_batch(const detail::PlanState& st, const Field& f, const detail::Met
                            ")");
 }
 
+Status same_size(const char* op, const char* field, std::int64_t got, std::int64_t planned) {
+  if (got == planned) return Status::success();
+  return Status::error(StatusCode::invalid_argument, op, field,
+                       std::string(op) + ": " + field + "=" + std::to_string(got) + " (the plan was made for " +
+                           std::to_string(planned) + ": plan the new batch)");
+}
+
+Status same_cache(const char* op, const char* field, const PagedKVCacheView& got, const PagedKVCacheView& planned) {
+  const std::string f(field);
+  Status s = same_size(op, (f + ".blocks.shape[0]").c_str(), got.blocks.shape[0], planned.blocks.shape[0]);
+  if (s.ok()) s = same_size(op, (f + ".blocks.shape[3]").c_str(), got.blocks.shape[3], planned.blocks.shape[3]);
+  return s;
+}
+
 Status check_workspace(const detail::PlanState& st, const RunContext& ctx) {
   if (ctx.workspace == nullptr) return Status::success();
   const std::size_t need = st.buffers.total();

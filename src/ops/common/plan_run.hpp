@@ -9,6 +9,8 @@
 //   static Status cpu(const Desc&, const Args&);
 //   static void reference(const Desc&, const Args&);
 //   static cpu::CallBufferSizes cpu_buffers(const Desc&, const Args&);  // a validated host call
+//   static Status same_step(const Args& planned, const Args& a);  // the sizes the plan's checks
+//                                                                   // of the metadata relied on
 // and its entry points call plan_call / run_call / one_shot_call below.
 #pragma once
 
@@ -105,6 +107,10 @@ void release_device_error_flag();
 // A run's check that its metadata views are the plan's (pointer identity, or the step id).
 Status same_batch(const detail::PlanState& st, const Field& f, const detail::MetadataSlot& seen,
                   const RunContext& ctx);
+// `field`=`got` where the plan saw `planned` (a size its checks of the metadata relied on).
+Status same_size(const char* op, const char* field, std::int64_t got, std::int64_t planned);
+// The cache's num_blocks and page_size, which the plan's page-table checks relied on.
+Status same_cache(const char* op, const char* field, const PagedKVCacheView& got, const PagedKVCacheView& planned);
 // A run's check of the caller's workspace against the plan.
 Status check_workspace(const detail::PlanState& st, const RunContext& ctx);
 
@@ -223,6 +229,8 @@ Status run_call(const Plan<typename T::Desc, typename T::Args>& plan, const type
       s = same_batch(*st, f.at[i], st->metadata[static_cast<std::size_t>(m++)], ctx);
       if (!s.ok()) return s;
     }
+    s = T::same_step(detail::PlanAccess::host(plan), a);
+    if (!s.ok()) return s;
     Checks checks;
     checks.metadata = false;
     checks.content = st->space == MemorySpace::host;
