@@ -6,7 +6,7 @@ Selections (ops 1, 2) are compared through scores: both rows must be valid selec
 distinct, in range, -1 only as a tail), and the i-th selected score of ours must equal the i-th of the
 file's ("exact" files: equal; "selection" files: within the bound c·L·u·terms of the metadata, the
 terms recomputed here). The spec breaks ties by position; torch.topk does not promise that order, so a
-permutation among equal scores passes (spec README §5: selections are checked structurally).
+permutation among equal scores passes (docs/README.md §7: selections are checked structurally).
 """
 
 import glob

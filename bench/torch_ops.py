@@ -293,7 +293,7 @@ def _causal_lower_right(S, J):
 
 
 def mla_prefill_fp8(t, h, p, cdt=torch.float32, budget=1 << 27):
-    """Steps 1-7 of spec 03. q and the cache are updated in place; returns out.output."""
+    """Steps 1-7 of docs/mla_prefill_fp8.md. q and the cache are updated in place; returns out.output."""
     H, nope, rope, v, latent = p["num_heads"], p["nope"], p["rope"], p["v"], p["latent"]
     ps, bn, bk = p["page_size"], p["bn"], p["bk"]
     ew = acc_dtype(cdt)

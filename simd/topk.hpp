@@ -1,6 +1,6 @@
 // Top-k selection over one row of f32 scores: ISA-neutral declarations (no intrinsics).
 //
-// Order (spec §op1 "Selection"): higher score first; equal scores by smaller index; +0 == -0;
+// Order (docs/lightning_indexer.md §4): higher score first; equal scores by smaller index; +0 == -0;
 // NaN ranks below every number (-inf included), and NaNs order among themselves by smaller
 // index. The kernel writes m = min(k, eligible) indices (i32, best first) to out[0..m) and
 // returns m; out[m..k) is not touched (callers fill their -1 tail).

@@ -1,4 +1,4 @@
-// Element types and their exact conversions (spec README §1).
+// Element types and their exact conversions (docs/README.md §2).
 // Header-only and free of intrinsics so that host code, CUDA device code and the
 // reference back-end all share one definition of every rounding.
 #pragma once

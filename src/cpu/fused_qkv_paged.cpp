@@ -1,4 +1,4 @@
-// cpu back-end of fused_qkv_paged (spec 05).
+// cpu back-end of fused_qkv_paged (docs/fused_qkv_paged.md).
 //
 // Work. Y = X·Wᵀ over the T new rows of the whole batch (rows are independent: the ragged batch
 // only decides where each row lands), cut into work tiles of (kRowTile rows) x (kColTile weight

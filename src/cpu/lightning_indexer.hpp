@@ -1,4 +1,4 @@
-// cpu back-end of op 1 (spec 01) and of its companion remap. Called only after validation.
+// cpu back-end of op 1 (docs/lightning_indexer.md) and of its companion remap. Called only after validation.
 //
 // Plan: rows are taken in order in chunks whose f32 score rows fit the workspace budget
 // (cpu::workspace_budget_bytes(), at most kMaxChunkBytes per chunk). Within a chunk:

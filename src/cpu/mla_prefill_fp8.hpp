@@ -1,4 +1,4 @@
-// cpu back-end of mla_prefill_fp8 (spec 03). Arguments are validated by the caller.
+// cpu back-end of mla_prefill_fp8 (docs/mla_prefill_fp8.md). Arguments are validated by the caller.
 #pragma once
 
 #include "cpu/common/parallel.hpp"

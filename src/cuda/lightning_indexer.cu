@@ -1,4 +1,4 @@
-// Op 1 (spec 01) on the GPU: scores on BF16 tensor cores, then a per-row top-k.
+// Op 1 (docs/lightning_indexer.md) on the GPU: scores on BF16 tensor cores, then a per-row top-k.
 //
 // Scores. One thread block per (tile of QR query rows, chunk of kKeysPerBlock key positions), 8
 // warps. The block's query rows (all heads, fp8 decoded exactly to bf16) stay in shared memory;

@@ -1,4 +1,4 @@
-// Op 3 (spec 03) on the GPU: four kernels on the call's stream.
+// Op 3 (docs/mla_prefill_fp8.md) on the GPU: four kernels on the call's stream.
 //
 // 1. rope_norm_kernel (one block per new token): RoPE (interleaved pairs, f32) on the rope part of
 //    every head of q and of the token's cache row, RMSNorm of the row's latent part (sum of squares

@@ -1,4 +1,4 @@
-// Op 2 (spec 02) on the GPU: block scores on BF16 tensor cores, then a per-(row, head) top-k.
+// Op 2 (docs/msa_block_indexer.md) on the GPU: block scores on BF16 tensor cores, then a per-(row, head) top-k.
 //
 // Block scores. One thread block per (tile of QR query rows, chunk of whole pages), 8 warps. The
 // rows' index queries (QR x Hi rows of A, padded to 16) stay in shared memory; each tile of 64 key

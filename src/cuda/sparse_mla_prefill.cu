@@ -1,4 +1,4 @@
-// Op 4 (spec 04) on the GPU: sparse MLA attention over gathered latent rows, FlashAttention style.
+// Op 4 (docs/sparse_mla_prefill.md) on the GPU: sparse MLA attention over gathered latent rows, FlashAttention style.
 //
 // One thread block per (query row t, group of 32 heads, chunk of 512 output columns), 8 warps; the
 // head groups of a row are neighbours in the grid.

@@ -1,4 +1,4 @@
-// Driver of fused_qkv_paged (spec 05): case generator, golden matrix, run, tolerance, comparison.
+// Driver of fused_qkv_paged (docs/fused_qkv_paged.md): case generator, golden matrix, run, tolerance, comparison.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kName = "fused_qkv_paged";
 
-// Tolerance constants (spec README §5). A back-end accumulates the K products in f32: each partial
+// Tolerance constants (docs/fused_qkv_paged.md §6). A back-end accumulates the K products in f32: each partial
 // sum rounds by at most 2^-24 relative, and an f32 product of two f32 numbers (or code·scale) rounds
 // once more, so c = 4 covers K·(1 + 1 + slack). The output rounding is counted for both the
 // reference and the candidate (u_out·(|ref| + |out|)): two correct roundings of nearly equal sums
@@ -40,7 +40,7 @@ WeightFormat parse_format(const std::string& s) {
   throw InputError(std::string(kName) + ": weight_format '" + s + "' (expected dense, fp8_block or gptq)");
 }
 
-// The params of a golden file (golden-format). group_size and has_zp belong to GPTQ weights: they
+// The params of a golden file (docs/golden-format.md §4). group_size and has_zp belong to GPTQ weights: they
 // are optional for the other formats, where group_size is ignored and has_zp=true contradicts the
 // format. num_kv_heads, head_dim and page_size restate the cache's shape and must agree with it.
 constexpr ParamSpec kParams[] = {

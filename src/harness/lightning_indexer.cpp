@@ -1,5 +1,5 @@
-// Driver of op 1 (spec 01): the golden-matrix cases, the input generator, the run wrapper, the
-// tolerance and the comparison (exact on exact data, the spec §5 structural check otherwise).
+// Driver of op 1 (docs/lightning_indexer.md): the golden-matrix cases, the input generator, the run wrapper, the
+// tolerance and the comparison (exact on exact data, the docs/lightning_indexer.md §6 structural check otherwise).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace {
 constexpr const char* kOp = "lightning_indexer";
 constexpr const char* kOut = "out.output_indices";
 
-// Selection bound (spec README §5). An optimized back-end accumulates each head's dot (D terms), the
+// Selection bound (docs/lightning_indexer.md §6). An optimized back-end accumulates each head's dot (D terms), the
 // weighted sum over H heads and two scalings in f32; each computed score is then within
 // (D + H + 2)·u·A ≤ H·D·u·A of the exact one (u = 2^-24, A = |k_scale|·Σ_h |q_s[h]|·Σ_d |q·k|, the sum
 // of absolute terms), and comparing two scores of one row doubles that. c = 4 covers both with a
@@ -90,7 +90,7 @@ struct Params {
   bool causal;
 };
 
-// The params of a golden file (golden-format); page_size restates the cache's page size.
+// The params of a golden file (docs/golden-format.md §4); page_size restates the cache's page size.
 constexpr ParamSpec kParams[] = {
     size_param("num_heads"),         size_param("head_dim"), size_param("top_k"),
     {"mask", ParamKind::text, true, 0, 0, "causal|none"},
@@ -141,7 +141,7 @@ KeyLocator locate(const Bundle& b, std::int64_t layer) {
 
 double fp8(std::uint8_t c) { return static_cast<double>(f8e4m3_to_f32(c)); }
 
-// Spec §5 structural check of one [T, top_k] selection against scores recomputed from b's inputs.
+// docs/lightning_indexer.md §6 structural check of one [T, top_k] selection against scores recomputed from b's inputs.
 Comparison check_selection(const Bundle& b, const Tensor& out, const std::string& name) {
   Comparison c;
   c.name = name;
@@ -493,7 +493,7 @@ class LightningIndexerDriver final : public OpDriver {
 
   json tolerance(const Bundle& b) const override {
     // Exact data (every score exact in f32 for any summation order): bit-exact indices. Otherwise
-    // the structural check of spec §5 with the bound described at kSelectionC.
+    // the structural check of docs/lightning_indexer.md §6 with the bound described at kSelectionC.
     if (b.tolerance.is_object() && b.tolerance.contains(kOut)) return json{{kOut, b.tolerance.at(kOut)}};
     return json{{kOut, selection_tolerance()}};
   }

@@ -1,4 +1,4 @@
-// Driver of mla_prefill_fp8 (spec 03): golden-matrix cases, input generator, runner, tolerance
+// Driver of mla_prefill_fp8 (docs/mla_prefill_fp8.md): golden-matrix cases, input generator, runner, tolerance
 // and comparison.
 //
 // Comparison (derived in tolerance() below):
@@ -38,7 +38,7 @@ std::vector<int64_t> int_list(const json& j, const char* name) {
 
 constexpr const char* kOp = "mla_prefill_fp8";
 
-// The params of a golden file (golden-format); page_size restates the cache's page size. The
+// The params of a golden file (docs/golden-format.md §4); page_size restates the cache's page size. The
 // library checks what the sizes must satisfy together (rope even, bn and bk tiling, ...).
 constexpr ParamSpec kParams[] = {
     size_param("num_heads"),      size_param("nope", 0),      size_param("rope", 0),
@@ -511,7 +511,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
                         args_from_bundle(b, "out.q", "out.kv_cache.blocks", b.at("out.output")), pr);
   }
 
-  // Derivation (spec README §5), for a back-end computing in f32 against the f64 reference:
+  // Derivation (docs/mla_prefill_fp8.md §6), for a back-end computing in f32 against the f64 reference:
   //
   // out.q / out.kv_cache.blocks. Elements the call does not write (q's nope part, every cache row
   //   but the new tokens' rows in layer_idx, other layers, spare blocks) must be bit-identical.

@@ -1,9 +1,9 @@
-// Driver of the MSA block indexer (spec 02): golden-matrix cases, generator, runner, tolerance,
+// Driver of the MSA block indexer (docs/msa_block_indexer.md): golden-matrix cases, generator, runner, tolerance,
 // comparison and work estimate.
 //
 // Data modes (knob "data"):
 //  * "random": q and K ~ normal(0, 1) rounded to bf16 (an f8e4m3 cache holds all 256 codes).
-//    Compared structurally (spec README §5) with a per-row score bound.
+//    Compared structurally (docs/msa_block_indexer.md §6) with a per-row score bound.
 //  * "exact": small integers (q in [-16, 16], K in [-16, 16]) and a power-of-two scale, so every
 //    score is exact in f32 whatever the summation order; q rows are redrawn (up to 200 times) until
 //    the competing (not forced, not NaN) block maxima of every (head, row) are distinct, except
@@ -31,7 +31,7 @@ namespace {
 
 constexpr const char* kName = "msa_block_indexer";
 constexpr const char* kOut = "out.out_idxs";
-// Structural bound (spec README §5). An f32 kernel's score of key j differs from the f64 one by at
+// Structural bound (docs/msa_block_indexer.md §6). An f32 kernel's score of key j differs from the f64 one by at
 // most about (Di + 1)·u·|scale|·Σ_d |q_d·k_jd| (Di exact bf16/f8 products summed in any order, then
 // the scale product); a block max inherits the bound of its keys, and comparing two blocks doubles
 // it. c = 4 allows 2·Di·u per score: the (Di + 1) with a factor of about 2 to spare.
@@ -47,7 +47,7 @@ struct Params {
   std::uint32_t layer = 0;
 };
 
-// The params of a golden file (golden-format); page_size restates the cache's page size.
+// The params of a golden file (docs/golden-format.md §4); page_size restates the cache's page size.
 constexpr ParamSpec kParams[] = {
     size_param("num_index_heads"), size_param("idx_head_dim"), size_param("block_size"),
     size_param("topk"),            count_param("init_blocks"),   count_param("local_blocks"),
@@ -620,7 +620,7 @@ class MsaBlockIndexerDriver final : public OpDriver {
   }
 
  private:
-  // Spec README §5 on random data, per (head, row), from the inputs alone.
+  // docs/msa_block_indexer.md §6 on random data, per (head, row), from the inputs alone.
   // bound_factor = c·u: a row's bound is bound_factor·Di·|scale|·max_j Σ_d |q_d·k_jd|.
   static Comparison structural(const Bundle& b, const Tensor& got, double bound_factor, const std::string& name) {
     Comparison cmp;

@@ -81,7 +81,7 @@ struct Params {
   std::int64_t quant_granularity = 0;
 };
 
-// The params of a golden file (golden-format). quant_granularity belongs to an FP8 cache, where it
+// The params of a golden file (docs/golden-format.md §4). quant_granularity belongs to an FP8 cache, where it
 // is required; page_size restates the cache's page size.
 constexpr ParamSpec kParams[] = {
     size_param("num_q_heads"), size_param("qk_depth"),     size_param("v_depth"),
@@ -473,7 +473,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     return a;
   }
 
-  // Tolerance of an optimized back-end against the reference (spec README §5, spec 04), derived
+  // Tolerance of an optimized back-end against the reference (docs/sparse_mla_prefill.md §6), derived
   // from the three error sources the spec allows, with u = 2^-24 (f32) and u_b = 2^-8 (bf16):
   //
   // Scores. s_p is a length-qk_depth f32 dot product (bf16·bf16 products are exact in f32; the FP8

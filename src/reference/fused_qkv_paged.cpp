@@ -1,4 +1,4 @@
-// The oracle of fused_qkv_paged (spec 05): every weight element is decoded where it is used, every
+// The oracle of fused_qkv_paged (docs/fused_qkv_paged.md): every weight element is decoded where it is used, every
 // product x·w is exact in f64 (bf16/f32 activations times a bf16, f32 or fp8·f32 weight), the sum
 // is accumulated in f64, and each result is rounded once to the dtype.
 #include "reference/fused_qkv_paged.hpp"

@@ -1,4 +1,4 @@
-// Reference back-end of op 1 (spec 01): scalar, exact, readable. (The remap is shared by the
+// Reference back-end of op 1 (docs/lightning_indexer.md): scalar, exact, readable. (The remap is shared by the
 // reference and cpu back-ends: core/shared/remap_indices.hpp.)
 // Called only after validation.
 #pragma once

@@ -1,4 +1,4 @@
-// Reference back-end of mla_prefill_fp8 (spec 03): scalar, exact decode, f64 arithmetic, one
+// Reference back-end of mla_prefill_fp8 (docs/mla_prefill_fp8.md): scalar, exact decode, f64 arithmetic, one
 // rounding to bf16 per stored value; step 4 (FP8 quantization) in f32 exactly as the spec writes it.
 // The arguments are assumed valid (core::validate_mla_prefill_fp8 ran).
 #pragma once

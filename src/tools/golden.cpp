@@ -1,4 +1,4 @@
-// `mlakit golden | run | check`: golden-vector files (spec golden-format.md).
+// `mlakit golden | run | check`: golden-vector files (docs/golden-format.md).
 #include <unistd.h>
 
 #include <atomic>

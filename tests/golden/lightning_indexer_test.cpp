@@ -1,4 +1,4 @@
-// Op 1 (spec 01): the golden matrix, the reference against the oracle, and hand-built cases with
+// Op 1 (docs/lightning_indexer.md): the golden matrix, the reference against the oracle, and hand-built cases with
 // exact expected outputs for each rule of the spec.
 #include <gtest/gtest.h>
 

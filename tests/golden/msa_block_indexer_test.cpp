@@ -1,4 +1,4 @@
-// MSA block indexer (spec 02): the golden matrix, the reference against the oracle, and targeted
+// MSA block indexer (docs/msa_block_indexer.md): the golden matrix, the reference against the oracle, and targeted
 // tests with hand-built data and hand-computed expected selections.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// A second formulation of mla_prefill_fp8 (spec 03), sharing no code with the reference back-end:
+// A second formulation of mla_prefill_fp8 (docs/mla_prefill_fp8.md), sharing no code with the reference back-end:
 // RoPE as a complex multiplication, RMSNorm as x / rms, the FP8 quantizer re-derived (f64 arithmetic
 // rounded to f32, nearest code by search), the weight dequantized to a dense f64 matrix and KV as a
 // plain matmul, attention as dense masked score matrices per head and a row softmax.

@@ -1,4 +1,4 @@
-// Element-type conversions against independent formulations (spec README §1).
+// Element-type conversions against independent formulations (docs/README.md §2).
 #include <gtest/gtest.h>
 
 #include <algorithm>

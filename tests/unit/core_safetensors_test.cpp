@@ -1,4 +1,4 @@
-// Golden-file container (spec golden-format.md): round trips, byte-exact determinism, the exact
+// Golden-file container (docs/golden-format.md): round trips, byte-exact determinism, the exact
 // layout, and one test per malformed-file kind the reader must reject.
 #include <gtest/gtest.h>
 #include <unistd.h>

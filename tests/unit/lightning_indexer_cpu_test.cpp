@@ -2,7 +2,7 @@
 // tiles, key tiles, key splits and sequences; bitwise-identical outputs for 1, 2 and 4 threads,
 // for concurrent calls from several user threads, and for workspace budgets that force chunking;
 // exact agreement with the reference on exact data spanning the tiles; the benchmark shapes at a
-// small scale against the reference (structural check of spec §5).
+// small scale against the reference (structural check of docs/lightning_indexer.md §6).
 #include <gtest/gtest.h>
 
 #include <algorithm>

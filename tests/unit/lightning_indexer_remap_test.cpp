@@ -1,4 +1,4 @@
-// remap_indices_to_rows (spec 01, companion): exact values on hand-built tables, the composition
+// remap_indices_to_rows (docs/lightning_indexer.md §9): exact values on hand-built tables, the composition
 // with the indexer's output, and every rejected input (nothing written when rejected).
 #include <gtest/gtest.h>
 

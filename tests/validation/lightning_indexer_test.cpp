@@ -1,4 +1,4 @@
-// Op 1 (spec 01): every rejected field of lightning_indexer. Each test checks the status code, that
+// Op 1 (docs/lightning_indexer.md): every rejected field of lightning_indexer. Each test checks the status code, that
 // the message names the operator, the field and the value, and that no output, input or cache byte
 // changed.
 #include <gtest/gtest.h>

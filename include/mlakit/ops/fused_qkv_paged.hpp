@@ -1,5 +1,5 @@
 // Op 5 — fused QKV matmul into the paged KV cache
-// (`generic_fused_qkv_matmul_kv_cache_paged_ragged`), spec 05.
+// (`generic_fused_qkv_matmul_kv_cache_paged_ragged`), docs/fused_qkv_paged.md.
 //
 // Y = X·Wᵀ for the new tokens; columns [0, q_dim) go to `output`, the rest are written into the
 // cache at each token's position (K then V heads for an ordinary cache, the single latent head

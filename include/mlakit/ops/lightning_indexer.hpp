@@ -1,4 +1,4 @@
-// Op 1 — lightning indexer (DeepSeek-V3.2 `mla_indexer_ragged_float8_paged`), spec 01.
+// Op 1 — lightning indexer (DeepSeek-V3.2 `mla_indexer_ragged_float8_paged`), docs/lightning_indexer.md.
 //
 // For each query row t of a ragged batch, scores every visible key position j of its sequence:
 //   dot[h]  = Σ_d f32(q[t,h,d]) · f32(K[j,d])
@@ -23,7 +23,7 @@
 //  * The reference back-end computes each head's dot product exactly (f64 holds every sum of fp8
 //    products for head_dim <= 2^17), the score in f64, and selects on the f64 score. Optimized
 //    back-ends accumulate in f32; where two scores are closer than their rounding error the order
-//    may differ from the reference (spec README §5 bounds how far).
+//    may differ from the reference (docs/lightning_indexer.md §6 bounds how far).
 //  * The cpu back-end's output does not depend on the thread count, on the workspace budget
 //    (score rows are processed in chunks that fit it) or on other calls running at the same time:
 //    the same inputs give the same bits.

@@ -1,4 +1,4 @@
-// Op 3 — fused MLA prefill branch, FP8 (`mla_prefill_branch_fp8`), spec 03.
+// Op 3 — fused MLA prefill branch, FP8 (`mla_prefill_branch_fp8`), docs/mla_prefill_fp8.md.
 //
 // Seven steps: RoPE on q's rope part and on the new cache rows' rope part (in place), RMSNorm of
 // the new cache rows' latent part (in place), gather of latent rows into a contiguous buffer,

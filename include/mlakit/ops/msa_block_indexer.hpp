@@ -1,4 +1,4 @@
-// Op 2 — MSA block indexer (MiniMax `msa_indexer_ragged_paged`), spec 02.
+// Op 2 — MSA block indexer (MiniMax `msa_indexer_ragged_paged`), docs/msa_block_indexer.md.
 //
 // For each index head h and query row t (sequence b, local index i), nk = prefix_lens[b] + i + 1:
 //   s[c] = max_{j in block c, j < nk} scale · Σ_d f32(q[t,h,d]) · f32(K[j,d]),  c < nb = ceil(nk / block_size)

@@ -1,4 +1,4 @@
-// Op 4 — sparse MLA prefill (DeepSeek-V3.2 `mla_sm100_prefill_sparse`), spec 04.
+// Op 4 — sparse MLA prefill (DeepSeek-V3.2 `mla_sm100_prefill_sparse`), docs/sparse_mla_prefill.md.
 //
 // Each query row attends to the cache rows listed in its `indices` row (encoded physical rows
 // blk·page_size + off of layer `layer_idx`); K is the whole row, V its first v_depth columns.
@@ -23,9 +23,11 @@
 // * kv_cache.lookup_table and kv_cache.cache_lengths are optional: the op addresses physical rows
 //   and never reads them. When present they are checked for dtype and rank only (u32
 //   [B, max_pages] and u32 [B]); their contents are not inspected.
-// * topk_lengths (when present) must satisfy topk_lengths[t] <= indices_stride. The values are
-//   checked when the tensor is in host memory; a device-memory tensor cannot be read before the
-//   launch, and back-ends then treat a larger value as indices_stride.
+// * topk_lengths (when present) must satisfy topk_lengths[t] <= indices_stride. Host calls check
+//   every value before anything is written, and so does a one-shot device call (on a host copy).
+//   A run of a plan on device memory reads nothing back: the kernel uses indices_stride for a
+//   larger value and raises the device error flag, which check_device_errors() reports
+//   (mlakit/plan.hpp).
 // * Non-finite data follow IEEE arithmetic: a selected row holding a NaN (FP8 codes 0x7F / 0xFF, or
 //   a NaN scale) makes the whole output row and lse of that query token NaN, for every head
 //   (the NaN enters every score through Q·K). NaN in q makes that head's row NaN. A NaN or +inf
@@ -37,7 +39,7 @@
 //   keeps it in f32 elsewhere; its exponentials are within 2 ulp and flush to 0 below e^-86.5
 //   (a weight under 2^-124 of the largest one); it accumulates in f32 in a fixed order, so
 //   results do not depend on the thread count.
-// * Validation (spec README §4) happens before anything is written: descriptor fields positive,
+// * Validation (docs/sparse_mla_prefill.md §7) happens before anything is written: descriptor fields positive,
 //   v_depth <= qk_depth, scale finite; q bf16 [T, Hq, qk_depth]; cache bf16 without scales or
 //   f8e4m3 with f32 scales and quant_granularity >= qk_depth, kv_dim 1, one head,
 //   head_size = qk_depth, layer_idx < num_layers; indices i32/u32 [T, indices_stride];

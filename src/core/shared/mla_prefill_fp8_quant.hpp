@@ -1,4 +1,4 @@
-// Step 4 of mla_prefill_fp8 (spec 03): dynamic FP8 quantization of one bk-column group of a
+// Step 4 of mla_prefill_fp8 (docs/mla_prefill_fp8.md §3): dynamic FP8 quantization of one bk-column group of a
 // gathered latent row. The spec defines this step bit for bit, so every back-end (reference, cpu,
 // cuda) calls these functions and the FP8 codes and group scales agree exactly.
 //

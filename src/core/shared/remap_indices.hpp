@@ -1,4 +1,4 @@
-// The remap of op 1's selected positions to physical cache rows (spec 01), shared bit for bit by
+// The remap of op 1's selected positions to physical cache rows (docs/lightning_indexer.md), shared bit for bit by
 // the reference and cpu back-ends: an integer gather with one answer, so one routine serves both.
 // Called only after validation.
 #pragma once

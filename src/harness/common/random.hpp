@@ -35,7 +35,7 @@ void fill_integers(Tensor& t, Rng& rng, std::int64_t lo, std::int64_t hi);
 // then receive every code 0x00..0xFF (NaN 0x7F/0xFF and subnormals included). Needs numel >= 256.
 void fill_fp8(Tensor& t, Rng& rng, double sigma, bool all_codes);
 
-// Paged cache builder (spec README §3): pages of every sequence drawn from a shuffled pool with
+// Paged cache builder (docs/README.md §4): pages of every sequence drawn from a shuffled pool with
 // spare blocks; unused lookup-table columns hold the sentinel num_blocks.
 struct CacheLayout {
   std::int64_t page_size = 64;

@@ -1,4 +1,4 @@
-// Golden-vector files (spec golden-format.md): a strict safetensors reader and a deterministic
+// Golden-vector files (docs/golden-format.md): a strict safetensors reader and a deterministic
 // writer for Bundles.
 //
 // Layout: an 8-byte little-endian header length N, N bytes of UTF-8 JSON, then the raw
