@@ -1,5 +1,6 @@
 #include "core/common/validate.hpp"
 
+#include <array>
 #include <sstream>
 #include <utility>
 
@@ -28,23 +29,20 @@ std::string dtypes_string(std::initializer_list<DType> dtypes) {
   return s;
 }
 
-std::string strides_string(const TensorView& v) {
+// "[a, b, c]" of a view's first `rank` entries of `dims` (its shape or its strides).
+std::string list_string(const TensorView& v, const std::array<std::int64_t, kMaxRank>& dims) {
   std::ostringstream s;
   s << '[';
-  for (int i = 0; i < v.rank && i < kMaxRank; ++i) s << (i ? ", " : "") << v.strides[i];
+  for (int i = 0; i < v.rank && i < kMaxRank; ++i) s << (i ? ", " : "") << dims[static_cast<std::size_t>(i)];
   s << ']';
   return s.str();
 }
+
+std::string strides_string(const TensorView& v) { return list_string(v, v.strides); }
 
 }  // namespace
 
-std::string shape_string(const TensorView& v) {
-  std::ostringstream s;
-  s << '[';
-  for (int i = 0; i < v.rank && i < kMaxRank; ++i) s << (i ? ", " : "") << v.shape[i];
-  s << ']';
-  return s.str();
-}
+std::string shape_string(const TensorView& v) { return list_string(v, v.shape); }
 
 bool Validator::fail(const std::string& field, const std::string& text, StatusCode code) {
   if (status_.ok()) status_ = Status::error(code, op_, field, std::string(op_) + ": " + field + text);
