@@ -50,8 +50,11 @@ bool same_layout(const TensorView& a, const TensorView& b) {
 }
 
 bool verbose() {
-  const char* e = std::getenv("MLAKIT_VERBOSE");
-  return e != nullptr && *e != '\0' && std::string(e) != "0";
+  static const bool on = [] {
+    const char* e = std::getenv("MLAKIT_VERBOSE");
+    return e != nullptr && *e != '\0' && std::string(e) != "0";
+  }();
+  return on;
 }
 
 // Prints each distinct (operator, implementation, decisions) once per process.
@@ -107,6 +110,8 @@ Status finish_plan(detail::PlanState* st, const PlanOptions& o, bool one_shot) {
         st->own_arena = std::make_shared<tbb::task_arena>(o.num_threads);
         st->arena = st->own_arena.get();
       }
+      // A one-shot call's plan is never shown: its name is built only to be printed.
+      if (one_shot && !verbose()) break;
       const int threads = st->arena != nullptr ? st->arena->max_concurrency() : cpu_threads();
       st->implementation = std::string("cpu ") + isa_name(active_isa()) + ", " + std::to_string(threads) +
                            (threads == 1 ? " thread" : " threads") +
