@@ -16,9 +16,21 @@
 #         scaling    ops 1 and 2 on the cpu back-end at 1, 2, 4, ... threads        -> OUT/scaling.json
 #         kernels    the score kernels, one thread, at the top two ISA levels      -> OUT/kernels.json
 #         torch      the same math in PyTorch on the GPU, and torch.matmul 8192^3   -> OUT/torch.json
-#       (default: all of them, in that order). OUT/summary.txt gets one line per phase, the
-#       PyTorch table and, after bench and torch, the table of bench/gpu_table.py (mlakit against
-#       PyTorch and the matmul rate, with the targets).
+#         driver     fails (exit 3) unless the NVIDIA driver is R580 or newer: the CUDA 13
+#                    runtime linked in needs it, and on an older one every cuda case would skip
+#         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, test_gpu's graph capture
+#                    and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel;
+#                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
+#         sanitizers compute-sanitizer memcheck, racecheck and synccheck on golden files
+#                    of every operator                                             -> OUT/sanitizers.log
+#         headline   the headline benchmark rows (one or two per operator) on cuda beside the
+#                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul
+#                                                            -> OUT/bench_ops.json, OUT/torch.json
+#       (default: all of the first list, in that order; `first` is the short first call on a loaned
+#       GPU host: driver info gpu-tests sanitizers headline, about 4 minutes). OUT/summary.txt gets
+#       one line per phase, the PyTorch table and, after bench and torch (or headline), the table of
+#       bench/gpu_table.py (mlakit against PyTorch and the matmul rate, with the targets).
+#       The exit status is non-zero when a phase failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -87,6 +99,110 @@ phase_tests() {
   done
   rm -rf "$logs"
   note "tests: $failed of ${#pids[@]} programs failed"
+}
+
+status=0
+fail() { note "FAIL: $*"; status=1; }
+
+phase_driver() {
+  local version major
+  version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+  major=${version%%.*}
+  if [ -z "$version" ] || [ "${major:-0}" -lt 580 ] 2>/dev/null; then
+    note "driver: '${version:-none}': the CUDA 13 runtime needs R580 or newer; stopping"
+    exit 3
+  fi
+  note "driver: $version ($(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1))"
+}
+
+# The golden-matrix cases on cuda and the GPU-only tests, every program at once (the GPU is shared
+# by the processes; the CPU work of each case, its reference, runs beside).
+phase_gpu_tests() {
+  local pids=() names=() logs failed=0
+  logs=$(mktemp -d)
+  : >"$out/gpu_tests.log"
+  for t in "$bin"/test_*; do
+    [ -x "$t" ] || continue
+    local name filter
+    name=$(basename "$t")
+    case $name in
+      test_gpu) filter='*' ;;
+      test_cuda_emulated | test_kernels | test_core) continue ;;  # CPU-only
+      *) filter='*cuda*:*Cuda*' ;;
+    esac
+    names+=("$name")
+    CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" "$t" \
+      --gtest_filter="$filter" --gtest_brief=1 >"$logs/$name.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    local rc=0 log="$logs/${names[$i]}.log" passed skipped failures
+    wait "${pids[$i]}" || rc=$?
+    passed=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
+    skipped=$(grep -Eo '^\[  SKIPPED \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
+    failures=$(grep -Eo '^\[  FAILED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
+    { echo "== ${names[$i]} (exit $rc)"; cat "$log"; } >>"$out/gpu_tests.log"
+    note "gpu-tests: ${names[$i]}: exit $rc; $passed passed, $skipped skipped, $failures failed"
+    if [ "$rc" -ne 0 ] || [ "$skipped" -ne 0 ] || [ "$passed" -eq 0 ]; then failed=$((failed + 1)); fi
+  done
+  rm -rf "$logs"
+  [ $failed -eq 0 ] || fail "gpu-tests: $failed of ${#pids[@]} programs failed, skipped or ran nothing"
+}
+
+# memcheck on the files below, racecheck and synccheck on one file per operator; the three tools
+# run side by side.
+phase_sanitizers() {
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer ||
+    find /usr/local/cuda* /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
+  [ -n "$sanitizer" ] || { fail "sanitizers: compute-sanitizer not found"; return; }
+  local per_op=(lightning_indexer.default msa_block_indexer.prefill_ragged_random mla_prefill_fp8.deepseek_dims
+                sparse_mla_prefill.deepseek_bf16 fused_qkv_paged.fp8_bf16_partial_blocks)
+  run_tool() {
+    local tool=$1 failed=0
+    shift
+    for name in "$@"; do
+      local rc=0
+      echo "== $tool $name" >>"$out/sanitizer.$tool.log"
+      timeout 40 "$sanitizer" --tool "$tool" --error-exitcode 99 "$bin/mlakit" check \
+        "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
+      echo "exit $rc" >>"$out/sanitizer.$tool.log"
+      [ $rc -eq 0 ] || failed=$((failed + 1))
+    done
+    echo "$tool: $# files, $failed failed" >"$out/sanitizer.$tool.result"
+  }
+  run_tool memcheck "${sanitizer_files[@]}" &
+  run_tool racecheck "${per_op[@]}" &
+  run_tool synccheck "${per_op[@]}" &
+  wait
+  cat "$out"/sanitizer.{memcheck,racecheck,synccheck}.log >"$out/sanitizers.log" 2>/dev/null
+  for tool in memcheck racecheck synccheck; do
+    local r
+    r=$(cat "$out/sanitizer.$tool.result" 2>/dev/null || echo "$tool: no result")
+    note "sanitizers: $r"
+    case $r in *", 0 failed") ;; *) fail "sanitizers: $tool" ;; esac
+    rm -f "$out/sanitizer.$tool.log" "$out/sanitizer.$tool.result"
+  done
+}
+
+headline_bench='^(lightning_indexer/prefill_b1_s4096_c8192_h64|msa_block_indexer/prefill_s4096_c28672_h8|mla_prefill_fp8/h128_b1_s4096_c0|sparse_mla_prefill/dsv32_t4096|fused_qkv_paged/deepseek_v3_mla_fp8_t2048)/cuda$'
+headline_torch=(--case prefill_b1_s4096_c8192_h64 --case prefill_s4096_c28672_h8 --case h128_b1_s4096_c0
+                --case dsv32_t4096 --case deepseek_v3_mla_fp8_t2048)
+
+phase_headline() {
+  local rc=0
+  MLAKIT_NUM_THREADS=$(nproc) timeout 120 "$bin/mlakit_bench_ops" --benchmark_filter="$headline_bench" \
+    --benchmark_min_time=0.3 --benchmark_format=json --benchmark_out="$out/bench_ops.json" \
+    --benchmark_out_format=json >"$out/bench_ops.txt" 2>&1 || rc=$?
+  note "headline bench: exit $rc, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
+  [ $rc -eq 0 ] || fail "headline bench"
+  rc=0
+  PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
+    --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
+  note "headline torch: exit $rc"
+  if [ -f "$out/bench_ops.json" ] && [ -f "$out/torch.json" ]; then
+    python3 bench/gpu_table.py "$out/bench_ops.json" "$out/torch.json" >>"$out/summary.txt" 2>&1
+  fi
 }
 
 # One golden file per operator and per main path (weight formats, cache dtypes, prefill/decode).
@@ -198,12 +314,15 @@ run() {
   export MLAKIT_SOURCE_DIR="$root"
   local phases=("$@")
   [ ${#phases[@]} -gt 0 ] || phases=(info tests sanitizer bench scaling kernels torch)
+  [ "${phases[*]}" != first ] || phases=(driver info gpu-tests sanitizers headline)
   for p in "${phases[@]}"; do
     case $p in
-      info | tests | sanitizer | bench | scaling | kernels | torch) "phase_$p" ;;
+      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline) "phase_$p" ;;
+      gpu-tests) phase_gpu_tests ;;
       *) echo "unknown phase: $p" >&2; return 2 ;;
     esac
   done
+  return $status
 }
 
 case "${1:-}" in

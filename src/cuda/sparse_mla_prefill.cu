@@ -223,6 +223,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
     }
     __syncthreads();
   }
+  // A row with no step (topk_lengths 0) ran no barrier: m_run / l_run were written by other threads.
+  __syncthreads();
 
   // Normalize and store.
   const int r0 = mw * 16 + g;

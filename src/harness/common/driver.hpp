@@ -39,6 +39,9 @@ struct PlannedRun {
   std::function<void()> after_plan;  // called between plan() and the first run (tests count there)
   std::function<bool()> keep_going;  // when set, runs while it returns true (benchmarks), not `runs`
   std::function<bool()> replan;      // when set, plans again while it returns true, then stops (benchmarks)
+  // When set, issues the runs instead of the plain loop: it gets one run of the plan and decides
+  // how often and how to issue it (a GPU test captures it in a CUDA graph and replays the graph).
+  std::function<Status(const std::function<Status()>& run_once)> runner;
   // What the plan reported.
   std::size_t workspace_bytes = 0;
   std::string implementation, decisions;
@@ -66,6 +69,7 @@ Status plan_and_run(const Desc& d, const Args& a, PlannedRun* pr) {
     ctx.workspace = memory.get() + (64 - at % 64) % 64;
     ctx.workspace_bytes = pr->workspace_bytes;
   }
+  if (pr->runner) return pr->runner([&] { return run(p, a, ctx); });
   for (int i = 0; s.ok() && (pr->keep_going ? pr->keep_going() : i < pr->runs); ++i) s = run(p, a, ctx);
   return s;
 }
