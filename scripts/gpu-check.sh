@@ -128,6 +128,7 @@ phase_gpu_tests() {
     case $name in
       test_gpu) filter='*' ;;
       test_cuda_emulated | test_kernels | test_core) continue ;;  # CPU-only
+      test_whole) filter='*cuda*:*Cuda*:-*WithoutAGpu*' ;;  # that one is for hosts without a GPU
       *) filter='*cuda*:*Cuda*' ;;
     esac
     names+=("$name")

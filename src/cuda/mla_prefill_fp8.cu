@@ -12,11 +12,11 @@
 // 3. kv_gemm_kernel: KV = block-scaled xq·Wᵀ on BF16 tensor cores (fp8 codes are exact in bf16),
 //    64x64 tiles, one bk group at a time: the group's partial sums are scaled by sa·w_s and added in
 //    f32, then rounded to bf16. Heads are processed in chunks that bound the KV buffer.
-// 4. attention_kernel (one block per 64 query rows and head): S = Q·Kᵀ on BF16 tensor cores (K =
-//    [K_nope ; rope part], both bf16), online softmax in f32 per query row over its visible keys
-//    only, O += P·V with f32 FMA (P stays f32: the op 3 bound allows no bf16 rounding of P).
-//    TODO(perf): P·V on tensor cores needs P split into bf16 parts (p = hi + lo + tiny) to stay
-//    inside that bound.
+// 4. attention_kernel (one block per 64 query rows, head and 128 columns of v): S = Q·Kᵀ on BF16
+//    tensor cores (K = [K_nope ; rope part], both bf16), online softmax in f32 registers per query
+//    row over its visible keys only, O += P·V on BF16 tensor cores with P split into three bf16
+//    parts: the op 3 bound allows no bf16 rounding of P, and after three parts what is left of p is
+//    below 2^-24·p. Tiles past a block's last visible key are never loaded (causal skipping).
 #include <algorithm>
 #include <cstdint>
 
@@ -32,7 +32,7 @@ constexpr const char* kOp = "mla_prefill_fp8";
 constexpr int kNormThreads = 256;
 constexpr int kQuantThreads = 128;
 constexpr int kGemmThreads = 128, kBM = 64, kBN = 64, kBK = 32, kLdT = kBK + 8;
-constexpr int kAttnThreads = 128, kQRows = 64, kKeys = 32, kLdS = kKeys + 1;
+constexpr int kAttnThreads = 128, kQRows = 64, kKeys = 64, kVCols = 128, kVTiles = kVCols / 8, kLdV = kKeys + 8;
 constexpr std::int64_t kKvBudgetBytes = std::int64_t{256} << 20;
 
 __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
@@ -273,43 +273,48 @@ struct AttnParams {
   std::int64_t T, Nc;
   int H, h_first, nope, rope, v, qk, qkp;
   float scale;
+  bool vector_loads;  // 16-byte loads: every row and column boundary is a multiple of 8 elements
 };
 
 struct AttnLayout {
-  std::size_t row_b, row_vis, m, l, alpha, cnt, S, O, V, qs, ks, bytes;
-  __host__ __device__ AttnLayout(int qkp, int v) {
+  std::size_t row_b, row_vis, qs, ks, vt, bytes;
+  __host__ __device__ explicit AttnLayout(int qkp) {
     const std::size_t ld = static_cast<std::size_t>(qkp + 8);
     row_b = 0;
     row_vis = row_b + kQRows * sizeof(int);
-    m = row_vis + kQRows * sizeof(std::int64_t);
-    l = m + kQRows * sizeof(float);
-    alpha = l + kQRows * sizeof(float);
-    cnt = alpha + kQRows * sizeof(float);
-    S = cnt + kQRows * sizeof(int);
-    O = S + kQRows * kLdS * sizeof(float);
-    V = O + static_cast<std::size_t>(kQRows) * v * sizeof(float);
-    qs = (V + static_cast<std::size_t>(kKeys) * v * sizeof(float) + 15) / 16 * 16;
+    qs = row_vis + kQRows * sizeof(std::int64_t);
     ks = qs + kQRows * ld * sizeof(std::uint16_t);
-    bytes = ks + kKeys * ld * sizeof(std::uint16_t);
+    vt = ks + kKeys * ld * sizeof(std::uint16_t);
+    bytes = vt + static_cast<std::size_t>(kVCols) * kLdV * sizeof(std::uint16_t);
   }
 };
 
+// Splits four f32 values (two rows x two adjacent keys of the P tile) into bf16 parts: after three
+// parts, p - hi - mid - lo is below 2^-24·p, inside the f32 bound of the P·V sum.
+__device__ __forceinline__ void split_bf16(float x0, float x1, std::uint32_t& hi, std::uint32_t& mid, std::uint32_t& lo) {
+  const std::uint16_t h0 = f32_to_bf16(x0), h1 = f32_to_bf16(x1);
+  const float r0 = x0 - bf16_to_f32(h0), r1 = x1 - bf16_to_f32(h1);  // exact
+  const std::uint16_t m0 = f32_to_bf16(r0), m1 = f32_to_bf16(r1);
+  hi = pack_bf16x2(h0, h1);
+  mid = pack_bf16x2(m0, m1);
+  lo = pack_bf16x2(f32_to_bf16(r0 - bf16_to_f32(m0)), f32_to_bf16(r1 - bf16_to_f32(m1)));
+}
+
+// One block per 64 query rows, head and 128 columns of v; warp w owns query rows [16w, 16w+16).
+// Scores, the online softmax and the output accumulators stay in registers (the C fragment of
+// Q·Kᵀ is the A fragment of P·V); K and V tiles of 64 keys go through shared memory, V transposed
+// so that its fragments load as 32-bit pairs.
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
   MLAKIT_DYNAMIC_SHARED(smem);
-  const AttnLayout L(p.qkp, p.v);
+  const AttnLayout L(p.qkp);
   auto* row_b = reinterpret_cast<int*>(smem + L.row_b);
   auto* row_vis = reinterpret_cast<std::int64_t*>(smem + L.row_vis);
-  auto* m_run = reinterpret_cast<float*>(smem + L.m);
-  auto* l_run = reinterpret_cast<float*>(smem + L.l);
-  auto* alpha_s = reinterpret_cast<float*>(smem + L.alpha);
-  auto* cnt_s = reinterpret_cast<int*>(smem + L.cnt);
-  auto* S = reinterpret_cast<float*>(smem + L.S);
-  auto* O = reinterpret_cast<float*>(smem + L.O);
-  auto* V = reinterpret_cast<float*>(smem + L.V);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+  auto* vt = reinterpret_cast<std::uint16_t*>(smem + L.vt);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int ld = p.qkp + 8, qk = p.qk, qkp = p.qkp, nope = p.nope, vdim = p.v;
+  const int vc0 = blockIdx.z * kVCols, vcols = min(kVCols, vdim - vc0);
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * kQRows;
   const int hl = blockIdx.y, h = p.h_first + hl;
   const std::int64_t kv_col = static_cast<std::int64_t>(hl) * (nope + vdim);
@@ -327,16 +332,30 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
       row_b[tid] = -1;
       row_vis[tid] = 0;
     }
-    m_run[tid] = -INFINITY;
-    l_run[tid] = 0.0f;
   }
-  for (int e = tid; e < kQRows * qkp; e += kAttnThreads) {
-    const int r = e / qkp, d = e % qkp;
-    const std::int64_t t = t0 + r;
-    qs[r * ld + d] = (t < p.T && d < qk) ? p.q[(t * p.H + h) * qk + d] : std::uint16_t{0};
+  if (p.vector_loads) {
+    const int vecs = qkp / 8;
+    for (int e = tid; e < kQRows * vecs; e += kAttnThreads) {
+      const int r = e / vecs, d = (e % vecs) * 8;
+      const std::int64_t t = t0 + r;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (t < p.T && d < qk) x = *reinterpret_cast<const uint4*>(p.q + (t * p.H + h) * qk + d);
+      *reinterpret_cast<uint4*>(qs + r * ld + d) = x;
+    }
+  } else {
+    for (int e = tid; e < kQRows * qkp; e += kAttnThreads) {
+      const int r = e / qkp, d = e % qkp;
+      const std::int64_t t = t0 + r;
+      qs[r * ld + d] = (t < p.T && d < qk) ? p.q[(t * p.H + h) * qk + d] : std::uint16_t{0};
+    }
   }
-  for (int e = tid; e < kQRows * vdim; e += kAttnThreads) O[e] = 0.0f;
   __syncthreads();
+
+  const int rows[2] = {warp * 16 + g, warp * 16 + g + 8};  // the two query rows of this thread
+  float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};  // l: this thread's keys only
+  float o[kVTiles][4];
+#pragma unroll
+  for (int i = 0; i < kVTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
   for (int seg = 0; seg < kQRows && row_b[seg] >= 0;) {
     const int b = row_b[seg];
@@ -345,93 +364,143 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
     std::int64_t n_keys = 0;
     for (int r = seg; r < seg_end; ++r) n_keys = max(n_keys, row_vis[r]);
     const std::int64_t first_row = p.bro[b];
+    std::int64_t vis[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) vis[hr] = rows[hr] >= seg && rows[hr] < seg_end ? row_vis[rows[hr]] : 0;
 
     for (std::int64_t kt = 0; kt < n_keys; kt += kKeys) {
-      // K = [K_nope ; rope part] and V of keys kt .. kt+31 (zero past n_keys).
-      for (int e = tid; e < kKeys * qkp; e += kAttnThreads) {
-        const int kk = e / qkp, d = e % qkp;
-        const std::int64_t j = kt + kk, br = first_row + j;
-        std::uint16_t x = 0;
-        if (j < n_keys && d < qk) x = d < nope ? p.kv[br * p.Nc + kv_col + d] : p.kr[br * p.rope + (d - nope)];
-        ks[kk * ld + d] = x;
-      }
-      for (int e = tid; e < kKeys * vdim; e += kAttnThreads) {
-        const int kk = e / vdim, d = e % vdim;
-        const std::int64_t j = kt + kk, br = first_row + j;
-        V[e] = j < n_keys ? bf16_to_f32(p.kv[br * p.Nc + kv_col + nope + d]) : 0.0f;
-      }
-      __syncthreads();
-      // S = scale · Q·Kᵀ: warp w owns query rows [16w, 16w+16), all 32 keys.
-      {
-        float acc[4][4];
+      // K = [K_nope ; rope part] and Vᵀ of keys kt .. kt+63 (zero past n_keys).
+      if (p.vector_loads) {
+        const int vecs = qkp / 8;
+        for (int e = tid; e < kKeys * vecs; e += kAttnThreads) {
+          const int kk = e / vecs, d = (e % vecs) * 8;
+          const std::int64_t j = kt + kk, br = first_row + j;
+          uint4 x = make_uint4(0, 0, 0, 0);
+          if (j < n_keys && d < qk)
+            x = d < nope ? *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + d)
+                         : *reinterpret_cast<const uint4*>(p.kr + br * p.rope + (d - nope));
+          *reinterpret_cast<uint4*>(ks + kk * ld + d) = x;
+        }
+        for (int e = tid; e < kKeys * (kVCols / 8); e += kAttnThreads) {
+          const int kk = e % kKeys, d = (e / kKeys) * 8;  // neighbouring threads: neighbouring keys
+          const std::int64_t j = kt + kk, br = first_row + j;
+          uint4 x = make_uint4(0, 0, 0, 0);
+          if (j < n_keys && d < vcols) x = *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + nope + vc0 + d);
+          const std::uint32_t w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        for (int k0 = 0; k0 < qkp; k0 += 16) {
-          std::uint32_t af[4];
-          load_a_rowmajor(af, qs, ld, warp * 16, k0);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            std::uint32_t bf[2];
-            load_b_nmajor(bf, ks, ld, j * 8, k0);
-            mma_bf16_16816(acc[j], af, bf);
+          for (int i = 0; i < 4; ++i) {
+            vt[(d + 2 * i) * kLdV + kk] = static_cast<std::uint16_t>(w[i] & 0xffffu);
+            vt[(d + 2 * i + 1) * kLdV + kk] = static_cast<std::uint16_t>(w[i] >> 16);
           }
         }
+      } else {
+        for (int e = tid; e < kKeys * qkp; e += kAttnThreads) {
+          const int kk = e / qkp, d = e % qkp;
+          const std::int64_t j = kt + kk, br = first_row + j;
+          std::uint16_t x = 0;
+          if (j < n_keys && d < qk) x = d < nope ? p.kv[br * p.Nc + kv_col + d] : p.kr[br * p.rope + (d - nope)];
+          ks[kk * ld + d] = x;
+        }
+        for (int e = tid; e < kKeys * kVCols; e += kAttnThreads) {
+          const int kk = e % kKeys, d = e / kKeys;
+          const std::int64_t j = kt + kk, br = first_row + j;
+          vt[d * kLdV + kk] = (j < n_keys && d < vcols) ? p.kv[br * p.Nc + kv_col + nope + vc0 + d] : std::uint16_t{0};
+        }
+      }
+      __syncthreads();
+
+      // S = scale · Q·Kᵀ for this warp's 16 rows x 64 keys; keys a row cannot see are -inf.
+      float s[kKeys / 8][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int r = warp * 16 + g, col = j * 8 + 2 * c;
-          S[r * kLdS + col] = p.scale * acc[j][0];
-          S[r * kLdS + col + 1] = p.scale * acc[j][1];
-          S[(r + 8) * kLdS + col] = p.scale * acc[j][2];
-          S[(r + 8) * kLdS + col + 1] = p.scale * acc[j][3];
+      for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      for (int k0 = 0; k0 < qkp; k0 += 16) {
+        std::uint32_t af[4];
+        load_a_rowmajor(af, qs, ld, warp * 16, k0);
+#pragma unroll
+        for (int j = 0; j < kKeys / 8; ++j) {
+          std::uint32_t bf[2];
+          load_b_nmajor(bf, ks, ld, j * 8, k0);
+          mma_bf16_16816(s[j], af, bf);
         }
       }
-      __syncthreads();
-      // Online softmax of each row over its visible keys of this tile (the first tile of a row with
-      // visible keys is kt = 0: every row sees keys from 0 up).
-      if (tid < kQRows) {
-        const int r = tid;
-        int cnt = 0;
-        if (r >= seg && r < seg_end) {
-          const std::int64_t left = row_vis[r] - kt;
-          cnt = left <= 0 ? 0 : left >= kKeys ? kKeys : static_cast<int>(left);
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hr = e >> 1;
+          const std::int64_t key = kt + j * 8 + 2 * c + (e & 1);
+          const float x = key < vis[hr] ? p.scale * s[j][e] : -INFINITY;
+          s[j][e] = x;
+          tile_max[hr] = fmaxf(tile_max[hr], x);
         }
-        float alpha = 1.0f;
-        if (cnt > 0) {
-          float tile_max = -INFINITY;
-          for (int jj = 0; jj < cnt; ++jj) tile_max = fmaxf(tile_max, S[r * kLdS + jj]);
-          const float m_old = m_run[r];
-          const float m_new = kt == 0 ? tile_max : fmaxf(m_old, tile_max);
-          alpha = kt == 0 ? 0.0f : expf(m_old - m_new);
-          float sum = 0.0f;
-          for (int jj = 0; jj < cnt; ++jj) {
-            const float e = expf(S[r * kLdS + jj] - m_new);
-            S[r * kLdS + jj] = e;
-            sum += e;
-          }
-          m_run[r] = m_new;
-          l_run[r] = l_run[r] * alpha + sum;
+      // Online softmax in f32; the four lanes of a quad hold one row's keys.
+      float alpha[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float tm = tile_max[hr];
+        tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+        tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+        const float m_new = fmaxf(m_run[hr], tm);
+        alpha[hr] = m_new == -INFINITY ? 1.0f : expf(m_run[hr] - m_new);
+        m_run[hr] = m_new;
+        l_part[hr] *= alpha[hr];
+      }
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hr = e >> 1;
+          const float pe = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_run[hr]);
+          s[j][e] = pe;
+          l_part[hr] += pe;
         }
-        cnt_s[r] = cnt;
-        alpha_s[r] = alpha;
+#pragma unroll
+      for (int i = 0; i < kVTiles; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
       }
-      __syncthreads();
-      // O = alpha·O + P·V over each row's visible keys only.
-      for (int e = tid; e < kQRows * vdim; e += kAttnThreads) {
-        const int r = e / vdim, d = e % vdim, cnt = cnt_s[r];
-        if (cnt == 0) continue;
-        float o = O[e] * alpha_s[r];
-        for (int jj = 0; jj < cnt; ++jj) o = fmaf(S[r * kLdS + jj], V[jj * vdim + d], o);
-        O[e] = o;
+      // O += P·V with P as three bf16 parts (smallest first).
+#pragma unroll
+      for (int kc = 0; kc < kKeys / 16; ++kc) {
+        std::uint32_t hi[4], mid[4], lo[4];
+        split_bf16(s[2 * kc][0], s[2 * kc][1], hi[0], mid[0], lo[0]);
+        split_bf16(s[2 * kc][2], s[2 * kc][3], hi[1], mid[1], lo[1]);
+        split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], hi[2], mid[2], lo[2]);
+        split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], hi[3], mid[3], lo[3]);
+#pragma unroll
+        for (int i = 0; i < kVTiles; ++i) {
+          if (i * 8 >= vcols) break;
+          std::uint32_t bf[2];
+          load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
+          mma_bf16_16816(o[i], lo, bf);
+          mma_bf16_16816(o[i], mid, bf);
+          mma_bf16_16816(o[i], hi, bf);
+        }
       }
-      __syncthreads();
+      __syncthreads();  // the next tile overwrites ks and vt
     }
     seg = seg_end;
   }
-  for (int e = tid; e < kQRows * vdim; e += kAttnThreads) {
-    const int r = e / vdim, d = e % vdim;
+
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float l = l_part[hr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = rows[hr];
     const std::int64_t t = t0 + r;
     if (t >= p.T) continue;
-    p.out[(t * p.H + h) * vdim + d] = row_vis[r] > 0 ? f32_to_bf16(O[e] / l_run[r]) : std::uint16_t{0};
+    const bool any = row_vis[r] > 0;
+    std::uint16_t* out = p.out + (t * p.H + h) * vdim + vc0;
+#pragma unroll
+    for (int i = 0; i < kVTiles; ++i) {
+      const int col = i * 8 + 2 * c;
+      if (col < vcols) out[col] = any ? f32_to_bf16(o[i][2 * hr] / l) : std::uint16_t{0};
+      if (col + 1 < vcols) out[col + 1] = any ? f32_to_bf16(o[i][2 * hr + 1] / l) : std::uint16_t{0};
+    }
   }
 }
 
@@ -457,7 +526,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
-  const AttnLayout attn_layout(qkp, vdim);
+  const AttnLayout attn_layout(qkp);
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "v", "nope+rope=" + std::to_string(qk) + " with v=" + std::to_string(vdim),
                                        attn_layout.bytes, smem_max));
 
@@ -556,9 +625,12 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.qk = qk;
     ap.qkp = qkp;
     ap.scale = d.scale;
+    ap.vector_loads = qk % 8 == 0 && nope % 8 == 0 && rope % 8 == 0 && vdim % 8 == 0 &&
+                      reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0;
     if (hc > 65535)
       return exceeds_one_launch(kOp, "num_heads", "num_heads=" + std::to_string(H));
-    const dim3 grid(static_cast<unsigned>(ceil_div(T, kQRows)), static_cast<unsigned>(hc));
+    const dim3 grid(static_cast<unsigned>(ceil_div(T, kQRows)), static_cast<unsigned>(hc),
+                    static_cast<unsigned>(ceil_div(vdim, kVCols)));
     MLAKIT_STATUS_TRY(
         launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kAttnThreads, attn_layout.bytes, stream, ap));
   }

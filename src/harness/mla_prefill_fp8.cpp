@@ -281,6 +281,9 @@ class MlaPrefillFp8Driver final : public OpDriver {
          {{"scale", 2.0}, {"epsilon", 0.5}}},
         {"minimal_dims", "H=1, rope=2, nope=v=8",
          {{"num_heads", 1}, {"nope", 8}, {"rope", 2}, {"v", 8}, {"seq_lens", {4}}, {"cache_lens", {3}}}},
+        {"wide_v_long_rows", "v = 136 (two column chunks of a GPU block, the second partial), 70 new tokens after 60 "
+                             "cached: several key tiles per query row, a query tile split across them",
+         {{"num_heads", 2}, {"nope", 16}, {"rope", 8}, {"v", 136}, {"seq_lens", {70}}, {"cache_lens", {60}}}},
         {"deepseek_dims", "DeepSeek dimensions (nope 128, rope 64, v 128, latent 512, bn=bk=128, page 64), few tokens",
          {{"num_heads", 2}, {"nope", 128}, {"rope", 64}, {"v", 128}, {"latent", 512}, {"bn", 128}, {"bk", 128},
           {"page_size", 64}, {"seq_lens", {3, 2}}, {"cache_lens", {2, 5}}}},

@@ -68,6 +68,8 @@ TEST_P(CudaGraph, SixtyOneReplaysOfACapturedRunGiveTheOneShotBits) {
     {
       harness::DeviceStaging staging(planned);
       ASSERT_TRUE(staging.upload_all().ok());
+      // The uploads went to the legacy default stream, which a non-blocking stream does not wait for.
+      ASSERT_TRUE(staging.synchronize().ok());
       harness::PlannedRun pr;
       pr.options.cuda_stream = stream;
       pr.context.cuda_stream = stream;
@@ -94,6 +96,7 @@ TEST_P(CudaGraph, SixtyOneReplaysOfACapturedRunGiveTheOneShotBits) {
           c = cuda_status("restoring an output", cudaMemcpy(dev.data, fresh.at(name).bytes(), fresh.at(name).nbytes(),
                                                             cudaMemcpyHostToDevice));
         }
+        if (c.ok()) c = cuda_status("cudaDeviceSynchronize", cudaDeviceSynchronize());
         for (int i = 0; c.ok() && i < kLayers; ++i) c = cuda_status("cudaGraphLaunch", cudaGraphLaunch(exec, stream));
         if (c.ok()) c = cuda_status("cudaStreamSynchronize", cudaStreamSynchronize(stream));
         if (exec != nullptr) cudaGraphExecDestroy(exec);

@@ -291,9 +291,15 @@ TEST_F(MsaValidation, HostBackEndOnDeviceTensors) {
   args.q.memory = args.k_cache.blocks.memory = args.out_idxs.memory = MemorySpace::device;
   expect_rejected(StatusCode::invalid_argument, "backend", "backend=reference", RunOptions{Backend::reference});
 }
-TEST_F(MsaValidation, CudaIsUnavailableHere) {
+// Device tensors with host metadata: without a GPU the call stops at the back-end; with one, at the
+// metadata that is not where the data is.
+TEST_F(MsaValidation, DeviceTensorsWithHostMetadata) {
   args.q.memory = args.k_cache.blocks.memory = args.out_idxs.memory = MemorySpace::device;
-  expect_rejected(StatusCode::unavailable, "backend", "backend=cuda");
+  std::string why;
+  if (backend_available(Backend::cuda, &why))
+    expect_invalid("input_row_offsets", "host memory but q is in device memory");
+  else
+    expect_rejected(StatusCode::unavailable, "backend", "backend=cuda");
 }
 TEST_F(MsaValidation, CudaOnHostTensors) {
   expect_rejected(StatusCode::invalid_argument, "backend", "host memory", RunOptions{Backend::cuda});
