@@ -26,6 +26,8 @@
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
+#         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
+#                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md                    -> OUT/bench_ops.json, OUT/torch.json
 #       (default: all of the first list, in that order; `first` is the short first call on a loaned
 #       GPU host: driver info gpu-tests sanitizers headline, about 4 minutes). OUT/summary.txt gets
 #       one line per phase, the PyTorch table and, after bench and torch (or headline), the table of
@@ -206,6 +208,44 @@ phase_headline() {
   fi
 }
 
+# Every cuda benchmark row and every PyTorch case on the GPU, then the joined table (the RESULTS run).
+phase_table() {
+  local rc=0 files=()
+  # One process per operator, each bounded, so that one slow operator leaves the others' rows. Each
+  # process first measures the CPU's and the GPU's peaks (about 30 s on a 16-core host).
+  for op in lightning_indexer msa_block_indexer mla_prefill_fp8 sparse_mla_prefill fused_qkv_paged; do
+    rc=0
+    MLAKIT_NUM_THREADS=$(nproc) timeout "${MLAKIT_TABLE_OP_SECONDS:-150}" "$bin/mlakit_bench_ops" \
+      --benchmark_filter="^$op/.*/cuda\$" --benchmark_min_time=0.05 --benchmark_format=json \
+      --benchmark_out="$out/bench.$op.json" --benchmark_out_format=json >/dev/null 2>&1 || rc=$?
+    note "table bench $op: exit $rc"
+    [ $rc -eq 0 ] && files+=("$out/bench.$op.json")
+  done
+  python3 - "$out/bench_ops.json" "${files[@]}" <<'PY'
+import json, sys
+merged = None
+for path in sys.argv[2:]:
+    with open(path) as f:
+        run = json.load(f)
+    if merged is None:
+        merged = run
+    else:
+        merged["benchmarks"] += run.get("benchmarks", [])
+with open(sys.argv[1], "w") as f:
+    json.dump(merged or {"benchmarks": []}, f, indent=1)
+PY
+  rm -f "$out"/bench.*.json
+  note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
+  rc=0
+  PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
+    --op all --quick --reps 5 --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
+  note "table torch: exit $rc"
+  [ $rc -eq 0 ] || fail "table torch"
+  if [ -f "$out/bench_ops.json" ] && [ -f "$out/torch.json" ]; then
+    python3 bench/gpu_table.py "$out/bench_ops.json" "$out/torch.json" >>"$out/summary.txt" 2>&1
+  fi
+}
+
 # One golden file per operator and per main path (weight formats, cache dtypes, prefill/decode).
 sanitizer_files=(
   lightning_indexer.default lightning_indexer.decode lightning_indexer.page_size_3
@@ -318,7 +358,7 @@ run() {
   [ "${phases[*]}" != first ] || phases=(driver info gpu-tests sanitizers headline)
   for p in "${phases[@]}"; do
     case $p in
-      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline) "phase_$p" ;;
+      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline | table) "phase_$p" ;;
       gpu-tests) phase_gpu_tests ;;
       *) echo "unknown phase: $p" >&2; return 2 ;;
     esac

@@ -17,6 +17,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/fused_qkv_paged.hpp"
+#include "cuda/gemm_tile.cuh"
 #include "cuda/mma.cuh"
 
 namespace mlakit::cuda {
@@ -27,6 +28,7 @@ constexpr int kBM = 64, kBN = 64;
 constexpr int kBK = 32, kLdT = kBK + 8;  // tensor-core path: k tile and shared row stride (bf16)
 constexpr int kFK = 16, kLdF = kBM + 4;  // f32 path: k tile and shared row stride (f32)
 constexpr int kMmaThreads = 128, kFmaThreads = 256;
+static_assert(kBM == kTileRows && kBN == kTileRows && kBK == kTileK && kLdT == kTileLd, "gemm_tile.cuh's tile");
 
 enum Format : int { kDense = 0, kFp8 = 1, kGptq = 2 };
 
@@ -106,6 +108,9 @@ __device__ __forceinline__ void store(const Params& p, const std::int64_t* base,
 }
 
 // ---- bf16 activations: tensor cores ------------------------------------------------------------
+// kWVec: 0 = element loads (any shape, GPTQ); 1 = fp8 weight codes and 2 = bf16 weight with 16-byte
+// loads of X and W fetched one k tile ahead (K a multiple of 16, 16-byte aligned bases).
+template <int kWVec>
 __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
   __shared__ __align__(16) std::uint16_t xs[kBM * kLdT];
   __shared__ __align__(16) std::uint16_t ws[kBN * kLdT];
@@ -127,47 +132,51 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
 
   const auto* x = static_cast<const std::uint16_t*>(p.x);
   const std::int64_t kblocks = (p.K + 127) / 128;
+  VectorTile<2, kMmaThreads> xt;
+  VectorTile<kWVec == 1 ? 1 : 2, kMmaThreads> wt;
+  if constexpr (kWVec != 0) {
+    xt.fetch(x, p.K, m0, p.T, 0, p.K);
+    wt.fetch(p.w, p.K, n0, p.N, 0, p.K);
+  }
   for (std::int64_t k0 = 0; k0 < p.K; k0 += kBK) {
-    __syncthreads();  // the previous tile is consumed
-    for (int e = tid; e < kBM * kBK; e += kMmaThreads) {
-      const int r = e / kBK, kk = e % kBK;
-      const std::int64_t t = m0 + r, k = k0 + kk;
-      xs[r * kLdT + kk] = (t < p.T && k < p.K) ? x[t * p.K + k] : std::uint16_t{0};
-    }
-    if (p.format == kGptq) {
-      // 4 packed rows of 8 k each, 64 columns: one word per (k row, column).
-      for (int e = tid; e < (kBK / 8) * kBN; e += kMmaThreads) {
-        const int kr = e / kBN, nn = e % kBN;
-        const std::int64_t n = n0 + nn, kbase = k0 + kr * 8;
-        const bool in = n < p.N && kbase < p.K;
-        const std::uint32_t word = in ? p.qweight[(kbase / 8) * p.N + n] : 0u;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ws[nn * kLdT + kr * 8 + i] = in ? gptq_weight(p, word, n, kbase + i) : std::uint16_t{0};
+    __syncthreads();  // the previous tile is consumed (and the table built)
+    if constexpr (kWVec != 0) {
+      xt.commit(xs, table);
+      wt.commit(ws, table);
+      if (k0 + kBK < p.K) {  // in flight while this tile is multiplied
+        xt.fetch(x, p.K, m0, p.T, k0 + kBK, p.K);
+        wt.fetch(p.w, p.K, n0, p.N, k0 + kBK, p.K);
       }
     } else {
-      for (int e = tid; e < kBN * kBK; e += kMmaThreads) {
-        const int nn = e / kBK, kk = e % kBK;
-        const std::int64_t n = n0 + nn, k = k0 + kk;
-        std::uint16_t v = 0;
-        if (n < p.N && k < p.K)
-          v = p.format == kFp8 ? table[static_cast<const std::uint8_t*>(p.w)[n * p.K + k]]
-                               : static_cast<const std::uint16_t*>(p.w)[n * p.K + k];
-        ws[nn * kLdT + kk] = v;
+      for (int e = tid; e < kBM * kBK; e += kMmaThreads) {
+        const int r = e / kBK, kk = e % kBK;
+        const std::int64_t t = m0 + r, k = k0 + kk;
+        xs[r * kLdT + kk] = (t < p.T && k < p.K) ? x[t * p.K + k] : std::uint16_t{0};
+      }
+      if (p.format == kGptq) {
+        // 4 packed rows of 8 k each, 64 columns: one word per (k row, column).
+        for (int e = tid; e < (kBK / 8) * kBN; e += kMmaThreads) {
+          const int kr = e / kBN, nn = e % kBN;
+          const std::int64_t n = n0 + nn, kbase = k0 + kr * 8;
+          const bool in = n < p.N && kbase < p.K;
+          const std::uint32_t word = in ? p.qweight[(kbase / 8) * p.N + n] : 0u;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) ws[nn * kLdT + kr * 8 + i] = in ? gptq_weight(p, word, n, kbase + i) : std::uint16_t{0};
+        }
+      } else {
+        for (int e = tid; e < kBN * kBK; e += kMmaThreads) {
+          const int nn = e / kBK, kk = e % kBK;
+          const std::int64_t n = n0 + nn, k = k0 + kk;
+          std::uint16_t v = 0;
+          if (n < p.N && k < p.K)
+            v = p.format == kFp8 ? table[static_cast<const std::uint8_t*>(p.w)[n * p.K + k]]
+                                 : static_cast<const std::uint16_t*>(p.w)[n * p.K + k];
+          ws[nn * kLdT + kk] = v;
+        }
       }
     }
     __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      std::uint32_t af[2][4], bf[4][2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) load_a_rowmajor(af[i], xs, kLdT, wm + 16 * i, kk);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) load_b_nmajor(bf[j], ws, kLdT, wn + 8 * j, kk);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], af[i], bf[j]);
-    }
+    mma_tile_64x64(acc, xs, ws, wm, wn);
     if (p.format == kFp8 && ((k0 + kBK) % 128 == 0 || k0 + kBK >= p.K)) {
       // End of a 128-wide k block: apply its scale (one per 64-column tile) and start over.
       const float s = p.wscale[(n0 / 128) * kblocks + k0 / 128];
@@ -307,8 +316,15 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
                               std::to_string(T) + " rows (at most " + std::to_string(65535 * kBM) + " per launch)");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
   const cudaStream_t stream = as_stream(launch.stream);
-  if (a.hidden_state.dtype == DType::bf16)
-    return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel, grid, kMmaThreads, 0, stream, p);
+  if (a.hidden_state.dtype == DType::bf16) {
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+    const bool vector = p.format != kGptq && p.K % 16 == 0 && aligned(p.x) && aligned(p.w);
+    if (vector && p.format == kFp8)
+      return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<1>, grid, kMmaThreads, 0, stream, p);
+    if (vector)
+      return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<2>, grid, kMmaThreads, 0, stream, p);
+    return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<0>, grid, kMmaThreads, 0, stream, p);
+  }
   return launch_kernel(kOp, "gemm_f32_kernel", gemm_f32_kernel, grid, kFmaThreads, 0, stream, p);
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/common.cuh"
+#include "cuda/gemm_tile.cuh"
 #include "cuda/mla_prefill_fp8.hpp"
 #include "cuda/mma.cuh"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
@@ -32,6 +33,7 @@ constexpr const char* kOp = "mla_prefill_fp8";
 constexpr int kNormThreads = 256;
 constexpr int kQuantThreads = 128;
 constexpr int kGemmThreads = 128, kBM = 64, kBN = 64, kBK = 32, kLdT = kBK + 8;
+static_assert(kBM == kTileRows && kBN == kTileRows && kBK == kTileK && kLdT == kTileLd, "gemm_tile.cuh's tile");
 constexpr int kAttnThreads = 128, kQRows = 64, kKeys = 64, kVCols = 128, kVTiles = kVCols / 8, kLdV = kKeys + 8;
 constexpr std::int64_t kKvBudgetBytes = std::int64_t{256} << 20;
 
@@ -184,13 +186,16 @@ struct GemmParams {
   std::uint16_t* kv;         // [BL, Nc]
 };
 
+// kVector: 16-byte loads of both operands, fetched one k tile ahead (latent and bk multiples of 16).
+template <bool kVector>
 __global__ void __launch_bounds__(kGemmThreads) kv_gemm_kernel(GemmParams p) {
   __shared__ __align__(16) std::uint16_t xs[kBM * kLdT];
   __shared__ __align__(16) std::uint16_t ws[kBN * kLdT];
   __shared__ std::uint16_t table[256];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5;
   const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kBN, m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
   const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  const int lane = tid & 31, g = lane >> 2, c = lane & 3;
   build_fp8_table(table);
   float total[2][4][4];
 #pragma unroll
@@ -200,6 +205,13 @@ __global__ void __launch_bounds__(kGemmThreads) kv_gemm_kernel(GemmParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) total[i][j][e] = 0.0f;
 
+  const std::uint8_t* w = p.w + p.n_first * p.latent;  // this head chunk's rows
+  VectorTile<1, kGemmThreads> xt, wt;
+  if constexpr (kVector) {
+    const std::int64_t end = min(p.bk, p.latent);
+    xt.fetch(p.xq, p.latent, m0, p.BL, 0, end);
+    wt.fetch(w, p.latent, n0, p.Nc, 0, end);
+  }
   for (std::int64_t grp = 0; grp < p.groups; ++grp) {
     const std::int64_t gk0 = grp * p.bk, gk1 = min(gk0 + p.bk, p.latent);
     float acc[2][4][4];
@@ -211,29 +223,31 @@ __global__ void __launch_bounds__(kGemmThreads) kv_gemm_kernel(GemmParams p) {
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
     for (std::int64_t k0 = gk0; k0 < gk1; k0 += kBK) {
       __syncthreads();  // the table is built / the previous tile is consumed
-      for (int e = tid; e < kBM * kBK; e += kGemmThreads) {
-        const int r = e / kBK, kk = e % kBK;
-        const std::int64_t m = m0 + r, k = k0 + kk;
-        xs[r * kLdT + kk] = (m < p.BL && k < gk1) ? table[p.xq[m * p.latent + k]] : std::uint16_t{0};
-      }
-      for (int e = tid; e < kBN * kBK; e += kGemmThreads) {
-        const int nn = e / kBK, kk = e % kBK;
-        const std::int64_t n = n0 + nn, k = k0 + kk;
-        ws[nn * kLdT + kk] = (n < p.Nc && k < gk1) ? table[p.w[(p.n_first + n) * p.latent + k]] : std::uint16_t{0};
+      if constexpr (kVector) {
+        xt.commit(xs, table);
+        wt.commit(ws, table);
+        // The next tile: the rest of this group, else the next group's first (k tiles never span two
+        // groups: their sums are scaled per group).
+        const bool same = k0 + kBK < gk1;
+        const std::int64_t nk = same ? k0 + kBK : gk1, nend = same ? gk1 : min(gk1 + p.bk, p.latent);
+        if (nk < nend) {
+          xt.fetch(p.xq, p.latent, m0, p.BL, nk, nend);
+          wt.fetch(w, p.latent, n0, p.Nc, nk, nend);
+        }
+      } else {
+        for (int e = tid; e < kBM * kBK; e += kGemmThreads) {
+          const int r = e / kBK, kk = e % kBK;
+          const std::int64_t m = m0 + r, k = k0 + kk;
+          xs[r * kLdT + kk] = (m < p.BL && k < gk1) ? table[p.xq[m * p.latent + k]] : std::uint16_t{0};
+        }
+        for (int e = tid; e < kBN * kBK; e += kGemmThreads) {
+          const int nn = e / kBK, kk = e % kBK;
+          const std::int64_t n = n0 + nn, k = k0 + kk;
+          ws[nn * kLdT + kk] = (n < p.Nc && k < gk1) ? table[w[n * p.latent + k]] : std::uint16_t{0};
+        }
       }
       __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < kBK; kk += 16) {
-        std::uint32_t af[2][4], bf[4][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) load_a_rowmajor(af[i], xs, kLdT, wm + 16 * i, kk);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) load_b_nmajor(bf[j], ws, kLdT, wn + 8 * j, kk);
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], af[i], bf[j]);
-      }
+      mma_tile_64x64(acc, xs, ws, wm, wn);
     }
     // total += sa[m, g]·w_s[n / bn, g] · (this group's sum).
 #pragma unroll
@@ -603,7 +617,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
                                   "buffer_length=" + std::to_string(BL) + " (at most " + std::to_string(65535 * kBM) +
                                       " per launch)");
       const dim3 grid(static_cast<unsigned>(ceil_div(Nc, kBN)), static_cast<unsigned>(row_tiles));
-      MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", kv_gemm_kernel, grid, kGemmThreads, 0, stream, gm));
+      const bool vector = latent % 16 == 0 && d.bk % 16 == 0 && reinterpret_cast<std::uintptr_t>(gm.w) % 16 == 0;
+      MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", vector ? kv_gemm_kernel<true> : kv_gemm_kernel<false>,
+                                      grid, kGemmThreads, 0, stream, gm));
     }
     AttnParams ap;
     ap.q = static_cast<const std::uint16_t*>(a.q.data);

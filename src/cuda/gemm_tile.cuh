@@ -1,0 +1,85 @@
+// Operand tiles of the tensor-core GEMMs (op 3's KV projection, op 5's fused QKV): a 64 x 32 tile of
+// a row-major matrix (rows along M or N, columns along k) read with 16-byte loads into registers
+// (fetch) and written to shared memory as bf16 (commit). A kernel fetches tile i+1 right after
+// committing tile i, so that its global loads are in flight while tile i is multiplied.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+
+namespace mlakit::cuda {
+
+constexpr int kTileRows = 64, kTileK = 32, kTileLd = kTileK + 8;  // shared rows of 80 bytes: 16-byte aligned
+
+// 16 fp8 codes decoded through `table` (the bf16 bits of each code: exact) to 16 bf16 at dst.
+__device__ __forceinline__ void decode_fp8x16(std::uint16_t* dst, const uint4& codes, const std::uint16_t* table) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  std::uint32_t o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o[2 * i] = pack_bf16x2(table[w[i] & 0xffu], table[(w[i] >> 8) & 0xffu]);
+    o[2 * i + 1] = pack_bf16x2(table[(w[i] >> 16) & 0xffu], table[w[i] >> 24]);
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Rows [r0, r0 + 64) and columns [k0, k0 + 32) of a matrix of fp8 codes (kElemBytes = 1) or bf16
+// (2) with row stride `ld` elements; rows at or past `rows` and columns at or past `k_end` read as
+// zero. The caller guarantees that every row starts 16-byte aligned and that k_end is a multiple of
+// a vector's elements (16 / kElemBytes), so no vector straddles it.
+template <int kElemBytes, int kThreads>
+struct VectorTile {
+  static constexpr int kPerVec = 16 / kElemBytes;
+  static constexpr int kVecsPerRow = kTileK / kPerVec;
+  static constexpr int kCount = kTileRows * kVecsPerRow / kThreads;
+  static_assert(kCount >= 1 && (kTileRows * kVecsPerRow) % kThreads == 0, "threads must split the tile evenly");
+  uint4 v[kCount];
+
+  __device__ __forceinline__ void fetch(const void* base, std::int64_t ld, std::int64_t r0, std::int64_t rows,
+                                        std::int64_t k0, std::int64_t k_end) {
+    const auto* b = static_cast<const std::uint8_t*>(base);
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kVecsPerRow, col = (e % kVecsPerRow) * kPerVec;
+      const std::int64_t row = r0 + r, k = k0 + col;
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (row < rows && k < k_end) v[i] = *reinterpret_cast<const uint4*>(b + (row * ld + k) * kElemBytes);
+    }
+  }
+
+  __device__ __forceinline__ void commit(std::uint16_t* tile, const std::uint16_t* table) const {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads, r = e / kVecsPerRow, col = (e % kVecsPerRow) * kPerVec;
+      std::uint16_t* dst = tile + r * kTileLd + col;
+      if constexpr (kElemBytes == 2) {
+        (void)table;
+        *reinterpret_cast<uint4*>(dst) = v[i];
+      } else {
+        decode_fp8x16(dst, v[i], table);
+      }
+    }
+  }
+};
+
+// One 32-wide k step of a 64x64 block tile: 4 warps of 32x32, acc[2][4] m16n8 fragments per warp.
+__device__ __forceinline__ void mma_tile_64x64(float (&acc)[2][4][4], const std::uint16_t* xs, const std::uint16_t* ws,
+                                               int wm, int wn) {
+#pragma unroll
+  for (int kk = 0; kk < kTileK; kk += 16) {
+    std::uint32_t af[2][4], bf[4][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) load_a_rowmajor(af[i], xs, kTileLd, wm + 16 * i, kk);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) load_b_nmajor(bf[j], ws, kTileLd, wn + 8 * j, kk);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mma_bf16_16816(acc[i][j], af[i], bf[j]);
+  }
+}
+
+}  // namespace mlakit::cuda
