@@ -18,7 +18,7 @@
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
-#include "harness/common/engine_allocator.hpp"
+#include "goldens/common/engine_allocator.hpp"
 #include "mlakit/dtype.hpp"
 
 namespace mlakit::bench {
@@ -416,7 +416,7 @@ void register_block_score(Isa level) {
     add(name, level, [k, f8, level](benchmark::State& st) {
       const auto q = random_operand<std::uint16_t>(kRows * kDim, 1);
       // Placed as a serving engine places its cache (engine_allocator.hpp).
-      using harness::EngineAllocator;
+      using goldens::EngineAllocator;
       const auto kb = random_operand<std::uint16_t, EngineAllocator<std::uint16_t>>(f8 ? 0 : kPages * kN * kDim, 2);
       const auto k8 = random_operand<std::uint8_t, EngineAllocator<std::uint8_t>>(f8 ? kPages * kN * kDim : 0, 3);
       const std::vector<std::size_t> order = page_order(kPages, true);
@@ -513,7 +513,7 @@ void register_peak(Isa level) {
                      PageRead{"shuffled_prefetch_next", true, true}}) {
     add(std::string("peak/page_read_16k_") + r.name + "/" + lv, level, [p, r](benchmark::State& st) {
       constexpr std::size_t kPages = 16384, kPageFloats = kPagedReadPageFloats;
-      std::vector<float, harness::EngineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
+      std::vector<float, goldens::EngineAllocator<float>> buf(kPages * kPageFloats, 1.0f);
       const std::vector<std::size_t> order = page_order(kPages, r.shuffled);
       for (auto _ : st)
         benchmark::DoNotOptimize(page_walk_sum(p->read_sum, buf.data(), order.data(), 0, kPages, kPageFloats, r.prefetch));

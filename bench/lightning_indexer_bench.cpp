@@ -19,7 +19,7 @@
 #include "bench/peak_probe.hpp"
 #include "cpu/common/parallel.hpp"
 #include "cpu/lightning_indexer.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit::bench {
@@ -36,30 +36,30 @@ struct Call {
   LightningIndexerArgs args;
 };
 
-Call make_call(harness::Bundle& b) {
-  const harness::json& p = b.params;
+Call make_call(goldens::Bundle& b) {
+  const goldens::json& p = b.params;
   Call c;
   c.desc.num_heads = p.at("num_heads").get<std::int64_t>();
   c.desc.head_dim = p.at("head_dim").get<std::int64_t>();
   c.desc.top_k = p.at("top_k").get<std::int64_t>();
   c.desc.mask = p.at("mask").get<std::string>() == "causal" ? IndexerMask::causal : IndexerMask::none;
-  harness::Tensor& out = b.add("out.output_indices", DType::i32, {b.at("q").shape()[0], c.desc.top_k});
+  goldens::Tensor& out = b.add("out.output_indices", DType::i32, {b.at("q").shape()[0], c.desc.top_k});
   c.args.q = b.at("q").view();
   c.args.q_s = b.at("q_s").view();
   c.args.input_row_offsets = b.at("input_row_offsets").view();
-  c.args.k_cache = harness::cache_view(b, "k_cache", p.at("quant_granularity").get<std::int64_t>());
+  c.args.k_cache = goldens::cache_view(b, "k_cache", p.at("quant_granularity").get<std::int64_t>());
   c.args.layer_idx = p.at("layer_idx").get<std::uint32_t>();
   c.args.output_indices = out.view();
   return c;
 }
 
-void run_part(benchmark::State& state, const harness::OpDriver& driver, const harness::CaseSpec& spec, bool scores_only) {
+void run_part(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec, bool scores_only) {
   const std::string why = backend_skip_reason({Backend::cpu, active_isa(), "cpu"});
   if (!why.empty()) {
     state.SkipWithError(why.c_str());
     return;
   }
-  harness::Bundle bundle = driver.generate(spec.knobs, 1);
+  goldens::Bundle bundle = driver.generate(spec.knobs, 1);
   const Call call = make_call(bundle);
   const RunOptions options{Backend::cpu};
   auto once = [&] {
@@ -84,7 +84,7 @@ void run_part(benchmark::State& state, const harness::OpDriver& driver, const ha
     }
   }
   const double iters = static_cast<double>(state.iterations() ? state.iterations() : 1);
-  const harness::Work w = driver.work(bundle);
+  const goldens::Work w = driver.work(bundle);
   const PeakFigures& pk = peak();
   state.counters["gflops"] = w.flops * 1e-9 / (wall / iters);
   const double peak_all = relevant_gflops(pk, active_isa(), true);
@@ -102,12 +102,12 @@ const bool kRegistered = [] {
       const std::string bench = std::string("lightning_indexer_parts/") + name + (scores_only ? "/scores" : "/whole");
       const std::string case_name = name;
       benchmark::RegisterBenchmark(bench.c_str(), [case_name, scores_only](benchmark::State& st) {
-        const harness::OpDriver* driver = harness::find_driver("lightning_indexer");
+        const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
         if (driver == nullptr) {
           st.SkipWithError("the lightning_indexer driver is not linked in");
           return;
         }
-        for (const harness::CaseSpec& spec : driver->bench_cases())
+        for (const goldens::CaseSpec& spec : driver->bench_cases())
           if (spec.name == case_name) return run_part(st, *driver, spec, scores_only);
         st.SkipWithError(("no bench case " + case_name).c_str());
       })->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -9,7 +9,7 @@
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
-#include "harness/common/device_staging.hpp"
+#include "goldens/common/device_staging.hpp"
 
 namespace mlakit::bench {
 
@@ -48,10 +48,10 @@ struct TimedCalls {
   Status status;
 };
 
-TimedCalls time_calls(benchmark::State& state, const harness::OpDriver& driver, harness::Bundle& bundle,
+TimedCalls time_calls(benchmark::State& state, const goldens::OpDriver& driver, goldens::Bundle& bundle,
                       const RunOptions& options) {
   TimedCalls r;
-  std::optional<harness::DeviceStaging> staging;
+  std::optional<goldens::DeviceStaging> staging;
   driver.prepare_outputs(bundle);
   if (options.backend == Backend::cuda) {
     staging.emplace(bundle);
@@ -79,14 +79,14 @@ TimedCalls time_calls(benchmark::State& state, const harness::OpDriver& driver, 
 
 }  // namespace
 
-void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const harness::CaseSpec& spec,
+void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec,
                  const BackendChoice& be) {
   const std::string why = backend_skip_reason(be);
   if (!why.empty()) {
     state.SkipWithError(why.c_str());
     return;
   }
-  harness::Bundle bundle = driver.generate(spec.knobs, 1);
+  goldens::Bundle bundle = driver.generate(spec.knobs, 1);
   RunOptions options;
   options.backend = be.backend;
   const Isa saved = max_isa();
@@ -99,7 +99,7 @@ void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const
     state.SkipWithError((std::string(status_code_name(t.status.code)) + ": " + t.status.message).c_str());
     return;
   }
-  const harness::Work w = driver.work(bundle);
+  const goldens::Work w = driver.work(bundle);
   state.counters["gflops"] = w.flops * 1e-9 / t.seconds_per_call;
   state.counters["gbps"] = w.bytes * 1e-9 / t.seconds_per_call;
   if (be.backend == Backend::cuda) {
@@ -120,8 +120,8 @@ void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const
 }
 
 void register_op_benchmarks() {
-  for (const harness::OpDriver* driver : harness::all_drivers()) {
-    for (const harness::CaseSpec& spec : driver->bench_cases()) {
+  for (const goldens::OpDriver* driver : goldens::all_drivers()) {
+    for (const goldens::CaseSpec& spec : driver->bench_cases()) {
       for (const BackendChoice& be : bench_backends()) {
         const std::string name = std::string(driver->name()) + "/" + spec.name + "/" + be.label;
         benchmark::RegisterBenchmark(name.c_str(),

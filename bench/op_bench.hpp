@@ -1,4 +1,4 @@
-// Operator benchmarks through the harness: one OpDriver bench case on one back-end, named
+// Operator benchmarks through the golden drivers: one OpDriver bench case on one back-end, named
 // <op>/<case>/<backend>[/<isa>], with counters gflops and gbps (from the driver's work()) and
 // pct_peak (share of the all-threads peak of the arithmetic the level runs on: AMX tiles on amx,
 // bf16 dot on avx512bf16 with vdpbf16ps, f32 FMA below; on cuda, share of the GPU's bf16 matmul
@@ -10,7 +10,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/backend.hpp"
 
 namespace mlakit::bench {
@@ -29,7 +29,7 @@ std::string backend_skip_reason(const BackendChoice& be);
 
 // Generates the case (seed 1) and prepares its outputs once, then times driver.call() on it (on
 // cuda with every tensor staged in device memory once, before the timed calls).
-void run_op_case(benchmark::State& state, const harness::OpDriver& driver, const harness::CaseSpec& spec,
+void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec,
                  const BackendChoice& be);
 
 // Registers every bench case of every registered driver on every back-end.

@@ -1,4 +1,4 @@
-// Operator benchmarks: every bench case of every operator driver linked in (harness::all_drivers),
+// Operator benchmarks: every bench case of every operator driver linked in (goldens::all_drivers),
 // on every back-end, named <op>/<case>/<backend>[/<isa>]. The peak probe runs first in the same
 // process; cpu rows' pct_peak is against its all-threads figure for their level's arithmetic, cuda
 // rows' against the GPU's bf16 matmul rate measured beside it (where a GPU is present).

@@ -12,7 +12,7 @@
 
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/parallel.hpp"
-#include "harness/common/engine_allocator.hpp"
+#include "goldens/common/engine_allocator.hpp"
 
 namespace mlakit::bench {
 namespace {
@@ -63,19 +63,19 @@ double loop_gflops(float (*loop)(std::size_t, float), double flops_per_iter, int
   return best;
 }
 
-// The 512 MiB the memory probes read, on the pages the harness gives a KV cache (huge pages
+// The 512 MiB the memory probes read, on the pages the golden drivers give a KV cache (huge pages
 // unless MLAKIT_HUGE_PAGES=0), first touched by the `threads` reading threads (their memory
 // nodes), not by the allocating one.
 class ProbeBuffer {
  public:
-  ProbeBuffer(std::size_t n, int threads) : n_(n), p_(harness::EngineAllocator<float>().allocate(n)) {
+  ProbeBuffer(std::size_t n, int threads) : n_(n), p_(goldens::EngineAllocator<float>().allocate(n)) {
     const std::size_t per = (n / threads + 15) / 16 * 16;
     rate_on_threads(threads, 1.0, [&](int t) {
       const std::size_t b = std::min(n, per * t), e = std::min(n, b + per);
       for (std::size_t i = b; i < e; ++i) p_[i] = static_cast<float>(i & 0xFF);
     });
   }
-  ~ProbeBuffer() { harness::EngineAllocator<float>().deallocate(p_, n_); }
+  ~ProbeBuffer() { goldens::EngineAllocator<float>().deallocate(p_, n_); }
   ProbeBuffer(const ProbeBuffer&) = delete;
   ProbeBuffer& operator=(const ProbeBuffer&) = delete;
   const float* data() const { return p_; }

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "ops/common/plan_run.hpp"
 
 namespace mlakit::bench {
 namespace {
 
-using harness::json;
+using goldens::json;
 
 struct DecodeCase {
   const char* op;
@@ -53,10 +53,10 @@ std::vector<DecodeCase> decode_cases() {
 // what remains is each call's overhead.
 enum class Way { one_shot, run, plan, one_shot_checks, run_checks };
 
-void time_case(benchmark::State& state, const harness::OpDriver& driver, const DecodeCase& c, Way way) {
-  harness::Bundle b = driver.generate(c.knobs, 1);
+void time_case(benchmark::State& state, const goldens::OpDriver& driver, const DecodeCase& c, Way way) {
+  goldens::Bundle b = driver.generate(c.knobs, 1);
   driver.prepare_outputs(b);
-  const harness::Work w = driver.work(b);
+  const goldens::Work w = driver.work(b);
   Status s;
   const bool checks_only = way == Way::one_shot_checks || way == Way::run_checks;
   std::unique_ptr<core::ChecksOnly> scope;
@@ -64,12 +64,12 @@ void time_case(benchmark::State& state, const harness::OpDriver& driver, const D
   if (way == Way::one_shot || way == Way::one_shot_checks) {
     for (auto _ : state) s = driver.call(b, RunOptions{Backend::cpu});
   } else if (way == Way::run || way == Way::run_checks) {
-    harness::PlannedRun pr;
+    goldens::PlannedRun pr;
     pr.options.backends = {Backend::cpu};
     pr.keep_going = [&] { return state.KeepRunning(); };
     s = driver.call_planned(b, &pr);
   } else {
-    harness::PlannedRun pr;
+    goldens::PlannedRun pr;
     pr.options.backends = {Backend::cpu};
     pr.replan = [&] { return state.KeepRunning(); };
     s = driver.call_planned(b, &pr);
@@ -90,7 +90,7 @@ void time_case(benchmark::State& state, const harness::OpDriver& driver, const D
 void register_plan_run_benchmarks() {
   static const std::vector<DecodeCase> cases = decode_cases();
   for (const DecodeCase& c : cases) {
-    const harness::OpDriver* d = harness::find_driver(c.op);
+    const goldens::OpDriver* d = goldens::find_driver(c.op);
     if (d == nullptr) continue;
     for (Way way : {Way::one_shot, Way::run, Way::plan, Way::one_shot_checks, Way::run_checks}) {
       const char* label = way == Way::one_shot          ? "one_shot"

@@ -21,7 +21,7 @@ PyTorch user would write for the same math:
 Matmul operands are bf16 on a GPU and f32 on a CPU (op 2 on a CPU reports both, as its bf16 path
 is sometimes the faster); --compute picks one. Prefill rows are processed in chunks so that the
 largest intermediate stays near 2^27 (CPU) or 2^28 (GPU) elements. Work (flops) is counted as the
-C++ harness's work() counts it, and cases carry the harness's bench case names so rows join.
+C++ golden drivers' work() counts it, and cases carry the golden drivers' bench case names so rows join.
 
 Timing: inputs are built on the host and moved to the device first; each case is warmed up, then
 timed `--reps` times (CUDA: events around each call, mean reported as ms; CPU: wall clock, best
@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="host threads (torch.set_num_threads)")
     ap.add_argument("--reps", type=int, default=None, help="timed calls per case (default 3 on cpu, 10 on cuda)")
     ap.add_argument("--quick", action="store_true", help="only the headline cases of each operator")
-    ap.add_argument("--small", action="store_true", help="small shapes (not the harness's) for a quick CPU run")
+    ap.add_argument("--small", action="store_true", help="small shapes (not the golden drivers') for a quick CPU run")
     ap.add_argument("--case", action="append", metavar="TEXT", help="only cases whose name contains TEXT (repeatable)")
     ap.add_argument("--breakdown", action="store_true", help="op 1 prefill: time each stage on its own")
     ap.add_argument("--compute", choices=sorted(DTYPES), help="matmul operand dtype (default bf16 on cuda, f32 on cpu)")

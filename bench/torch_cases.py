@@ -1,6 +1,6 @@
-"""Benchmark cases of the PyTorch baseline: the C++ harness's bench cases (bench_cases() in
-src/harness/<op>.cpp, same names, so rows join), a few smaller ones for a CPU smoke run, and the
-work (flops) each case is credited with, counted as the harness's work() counts it.
+"""Benchmark cases of the PyTorch baseline: the C++ golden drivers' bench cases (bench_cases() in
+src/goldens/<op>.cpp, same names, so rows join), a few smaller ones for a CPU smoke run, and the
+work (flops) each case is credited with, counted as the golden drivers' work() counts it.
 
 Inputs are synthetic, in the golden layout (rank-6 paged caches with shuffled pages), built on the
 CPU from a seeded generator; the runner moves them to the device before timing.
@@ -20,7 +20,7 @@ OPS = {1: "lightning_indexer", 2: "msa_block_indexer", 3: "mla_prefill_fp8", 4: 
 class Case(NamedTuple):
     op: int
     name: str
-    harness: bool      # a bench case of the C++ harness (the name joins with its rows)
+    harness: bool      # a bench case of the C++ golden drivers (the name joins with its rows)
     knobs: dict
 
 
@@ -263,7 +263,7 @@ DSV3_MLA = dict(K=7168, q_dim=1536, mla=True, Hkv=1, hd=576, ps=64, fmt="fp8_blo
 
 
 def op5_rows(t):
-    """(seq_lens, cache_lens) of the harness: decode batches below 64 rows, else prefill."""
+    """(seq_lens, cache_lens) of the golden drivers: decode batches below 64 rows, else prefill."""
     if t <= 32:
         return [1] * t, [512 + 37 * i for i in range(t)]
     return ([512], [0]) if t == 512 else ([1024, 1024], [0, 256])
@@ -283,7 +283,7 @@ def op5_cases(small):
         for T in (1, 8, 32, 512, 2048):
             seq, cache = op5_rows(T)
             v.append(Case(5, f"{name}_t{T}", True, dict(m, seq=seq, cache=cache)))
-    # Not in the harness's bench set: GPTQ with zero points and an act-order g_idx.
+    # Not in the golden drivers' bench set: GPTQ with zero points and an act-order g_idx.
     for T in (1, 2048):
         seq, cache = op5_rows(T)
         v.append(Case(5, f"llama3_8b_gptq_zp_gidx_t{T}", False, dict(LLAMA3_8B, fmt="gptq", zp=True, gidx=True,

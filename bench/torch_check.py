@@ -205,7 +205,7 @@ def check_mla_prefill_fp8(t, h, p, tol):
     near = agree(ba, be, ulps * bf16_step(torch.maximum(ba.abs(), be.abs())))
     ok = torch.where(untouched, bitwise_equal(ba, be), near)
     res.append(report("out.kv_cache.blocks", ok.all(), f"{int((~ok).sum())} of {ok.numel()} off"))
-    # out.output: the file's bound is re-derived by the C++ harness on our q and cache; here the
+    # out.output: the file's bound is re-derived by the C++ golden drivers on our q and cache; here the
     # float64 formulation follows the reference's roundings step by step, so one bf16 step per
     # element (out_ulps) and the row cosine of the metadata are the test.
     to = tol.get("out.output", {})

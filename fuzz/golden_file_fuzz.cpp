@@ -13,14 +13,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/golden_check.hpp"
-#include "harness/common/safetensors.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/golden_check.hpp"
+#include "goldens/common/safetensors.hpp"
 
 namespace {
 
 using namespace mlakit;
-using namespace mlakit::harness;
+using namespace mlakit::goldens;
 
 constexpr double kMaxFlops = 2e7;
 

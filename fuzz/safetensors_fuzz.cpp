@@ -1,4 +1,4 @@
-// libFuzzer target for the golden-file reader (src/harness/common/safetensors.hpp).
+// libFuzzer target for the golden-file reader (src/goldens/common/safetensors.hpp).
 //
 // Every input must either be rejected with a well-formed Status (invalid_argument, op
 // "safetensors", a message naming the input) or load; a loaded bundle must serialize, parse back to
@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/safetensors.hpp"
+#include "goldens/common/safetensors.hpp"
 
 namespace {
 
 using namespace mlakit;
-using namespace mlakit::harness;
+using namespace mlakit::goldens;
 
 constexpr const char* kLabel = "fuzz-input";
 

@@ -8,7 +8,7 @@ The rooms, lowest first (a file may include its own room and any room below it):
   backends   src/reference src/cpu src/cuda
                                    the reference may not include simd or another back-end
   ops        src/ops               the front door: validate, route, run
-  goldens    src/harness           golden-file drivers, case generators, safetensors I/O
+  goldens    src/goldens           golden-file drivers, case generators, safetensors I/O
   tools      src/tools tests bench fuzz python examples
                                    anything below
 
@@ -29,7 +29,7 @@ ROOMS = [
     ("cpu", 3, ["src/cpu/"]),
     ("cuda", 3, ["src/cuda/"]),
     ("ops", 4, ["src/ops/"]),
-    ("goldens", 5, ["src/harness/"]),
+    ("goldens", 5, ["src/goldens/"]),
     ("tools", 6, ["src/tools/", "tests/", "bench/", "fuzz/", "python/", "examples/"]),
 ]
 # Back-ends are siblings: none includes another, and the reference (the oracle) shares nothing

@@ -27,7 +27,7 @@
 // against the exact score: <= (D + H/lanes + log2(lanes) + 2) * 2^-24 * |ks[j]| * sum_h |w[h]| *
 // sum_d |q[h,d]*k[j,d]| (inside the spec's c*H*D*2^-24 bound).
 //
-// The amx level (simd/common/index_score_amx_impl.hpp) computes the dots as AMX tile products,
+// The amx level (simd/templates/index_score_amx_impl.hpp) computes the dots as AMX tile products,
 // TDPBF16PS on C tiles of 16 keys x 16 heads (f32), A tiles of 16 keys x 32 dims (bf16, the key
 // rows converted per block of 32 keys) and B tiles of 16 dim pairs x 16 heads (the query, packed
 // once in the pair layout), 32 dims per step in dim order. Each instruction sums, per output

@@ -1,4 +1,4 @@
-// Peak probes for the benchmark harness: ISA-neutral declarations (no intrinsics).
+// Peak probes for the benchmarks: ISA-neutral declarations (no intrinsics).
 // Register-resident arithmetic loops and a streaming read, per ISA level, so that kernel
 // figures can be reported as a share of what the machine can do.
 #pragma once

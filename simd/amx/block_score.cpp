@@ -1,4 +1,4 @@
-#include "simd/common/block_score_amx_impl.hpp"
+#include "simd/templates/block_score_amx_impl.hpp"
 
 namespace mlakit::simd {
 extern const BlockScoreKernels block_score_amx;

@@ -1,5 +1,5 @@
-#include "simd/common/peak_impl.hpp"
-#include "simd/common/peak_amx_impl.hpp"
+#include "simd/templates/peak_impl.hpp"
+#include "simd/templates/peak_amx_impl.hpp"
 
 namespace mlakit::simd {
 extern const PeakKernels peak_amx;

@@ -1,4 +1,4 @@
-#include "simd/common/fp8_decode_gather_impl.hpp"
+#include "simd/templates/fp8_decode_gather_impl.hpp"
 
 namespace mlakit::simd {
 extern const Fp8DecodeKernels fp8_decode_avx2;

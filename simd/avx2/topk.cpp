@@ -1,4 +1,4 @@
-#include "simd/common/topk_impl.hpp"
+#include "simd/templates/topk_impl.hpp"
 
 namespace mlakit::simd {
 extern const TopkKernels topk_avx2;

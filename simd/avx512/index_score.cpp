@@ -1,4 +1,4 @@
-#include "simd/common/index_score_impl.hpp"
+#include "simd/templates/index_score_impl.hpp"
 
 namespace mlakit::simd {
 extern const IndexScoreKernels index_score_avx512;

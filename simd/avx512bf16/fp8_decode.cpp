@@ -1,5 +1,5 @@
-#include "simd/common/fp8_bf16_vbmi.hpp"
-#include "simd/common/fp8_decode_impl.hpp"
+#include "simd/vec/fp8_bf16_vbmi.hpp"
+#include "simd/templates/fp8_decode_impl.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {

@@ -1,4 +1,4 @@
-#include "simd/common/gemm_impl.hpp"
+#include "simd/templates/gemm_impl.hpp"
 
 namespace mlakit::simd {
 extern const GemmKernels gemm_avx512bf16;

@@ -1,4 +1,4 @@
-#include "simd/common/fp8_decode_impl.hpp"
+#include "simd/templates/fp8_decode_impl.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {

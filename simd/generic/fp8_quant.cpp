@@ -1,4 +1,4 @@
-#include "simd/common/fp8_quant_impl.hpp"
+#include "simd/templates/fp8_quant_impl.hpp"
 
 namespace mlakit::simd {
 extern const Fp8QuantKernels fp8_quant_generic;

@@ -1,4 +1,4 @@
-#include "simd/common/peak_impl.hpp"
+#include "simd/templates/peak_impl.hpp"
 
 namespace mlakit::simd {
 extern const PeakKernels peak_generic;

@@ -1,4 +1,4 @@
-#include "simd/common/rope_norm_impl.hpp"
+#include "simd/templates/rope_norm_impl.hpp"
 
 namespace mlakit::simd {
 extern const RopeNormKernels rope_norm_generic;

@@ -5,15 +5,15 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/device_staging.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/device_staging.hpp"
+#include "goldens/common/driver.hpp"
 #include "tools/commands.hpp"
 
 namespace mlakit::tools {
 namespace {
 
-using harness::Bundle;
-using harness::OpDriver;
+using goldens::Bundle;
+using goldens::OpDriver;
 
 struct Timing {
   Status status;
@@ -29,7 +29,7 @@ Timing time_runs(const OpDriver& d, const Bundle& inputs, Backend be, int repeat
     d.prepare_outputs(b);
     // cuda: inputs and outputs are uploaded before the clock starts and the device is waited for
     // before it stops.
-    harness::DeviceStaging staging(b, be == Backend::cuda ? core::device_memory_ops() : nullptr);
+    goldens::DeviceStaging staging(b, be == Backend::cuda ? core::device_memory_ops() : nullptr);
     t.status = staging.upload_all();
     if (!t.status.ok()) return t;
     const auto start = std::chrono::steady_clock::now();
@@ -47,7 +47,7 @@ Timing time_runs(const OpDriver& d, const Bundle& inputs, Backend be, int repeat
   return t;
 }
 
-std::string shape_label(const harness::CaseSpec& c) { return c.name; }
+std::string shape_label(const goldens::CaseSpec& c) { return c.name; }
 
 }  // namespace
 
@@ -60,10 +60,10 @@ int run_default_table(int repeats) {
   std::printf("%-20s %-34s %-10s %11s %10s %9s %12s %s\n", "operator", "case", "back-end", "time (ms)", "GFLOP/s",
               "GB/s", "max |err|", "vs reference");
   int failures = 0;
-  for (const OpDriver* d : harness::all_drivers()) {
-    const harness::CaseSpec spec = d->default_case();
+  for (const OpDriver* d : goldens::all_drivers()) {
+    const goldens::CaseSpec spec = d->default_case();
     const Bundle inputs = d->generate(spec.knobs, 1);
-    const harness::Work work = d->work(inputs);
+    const goldens::Work work = d->work(inputs);
     const Timing ref = time_runs(*d, inputs, Backend::reference, 1);
     for (Backend be : {Backend::reference, Backend::cpu, Backend::cuda}) {
       const char* name = backend_name(be);
@@ -94,7 +94,7 @@ int run_default_table(int repeats) {
                   be == Backend::reference ? "(is the reference)" : pass ? "PASS" : "FAIL");
     }
   }
-  if (harness::all_drivers().empty()) {
+  if (goldens::all_drivers().empty()) {
     std::printf("(no operators registered)\n");
     return 1;
   }

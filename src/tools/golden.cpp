@@ -9,24 +9,24 @@
 #include <vector>
 
 #include "core/common/cpu_features.hpp"
-#include "harness/common/device_staging.hpp"
-#include "harness/common/driver.hpp"
-#include "harness/common/golden_check.hpp"
-#include "harness/common/safetensors.hpp"
+#include "goldens/common/device_staging.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/golden_check.hpp"
+#include "goldens/common/safetensors.hpp"
 #include "mlakit/version.hpp"
 #include "tools/commands.hpp"
 
 namespace mlakit::tools {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::OpDriver;
+using goldens::Bundle;
+using goldens::json;
+using goldens::OpDriver;
 
 const OpDriver& driver_or_throw(const std::string& op) {
-  if (const OpDriver* d = harness::find_driver(op)) return *d;
+  if (const OpDriver* d = goldens::find_driver(op)) return *d;
   std::string known;
-  for (const OpDriver* d : harness::all_drivers()) known += std::string(known.empty() ? "" : ", ") + d->name();
+  for (const OpDriver* d : goldens::all_drivers()) known += std::string(known.empty() ? "" : ", ") + d->name();
   throw UsageError{"unknown operator '" + op + "' (known: " + known + ")"};
 }
 
@@ -70,17 +70,17 @@ class Progress {
 
 void run_or_throw(const OpDriver& d, Bundle& b, Backend be) {
   Progress progress(std::string("running ") + d.name() + " on " + backend_name(be));
-  harness::run_golden(d, b, RunOptions{be});  // cuda: staged in device memory
+  goldens::run_golden(d, b, RunOptions{be});  // cuda: staged in device memory
 }
 
 void write_or_throw(const std::string& path, const Bundle& b) {
-  const Status s = harness::write_safetensors(path, b);
+  const Status s = goldens::write_safetensors(path, b);
   if (!s.ok()) throw UsageError{s.message};
 }
 
 Bundle read_or_throw(const std::string& path) {
   Bundle b;
-  const Status s = harness::read_safetensors(path, &b);
+  const Status s = goldens::read_safetensors(path, &b);
   if (!s.ok()) throw UsageError{s.message};
   if (b.op.empty()) throw UsageError{path + ": no 'op' in __metadata__ (which operator made it?)"};
   return b;
@@ -99,7 +99,7 @@ json parse_sets(const std::vector<std::string>& sets) {
   return out;
 }
 
-int print_comparisons(const std::vector<harness::Comparison>& cmp) {
+int print_comparisons(const std::vector<goldens::Comparison>& cmp) {
   bool pass = true;
   std::printf("%-26s %-10s %12s %12s %10s %10s %s\n", "output", "kind", "max |err|", "max rel", "where", "min cos",
               "verdict");
@@ -141,7 +141,7 @@ void add_golden_commands(CLI::App& app) {
   golden->add_flag("--list", g.list, "list operators, their cases and knobs");
   golden->callback([] {
     if (g.list) {
-      for (const OpDriver* d : harness::all_drivers()) {
+      for (const OpDriver* d : goldens::all_drivers()) {
         std::printf("%s\n  knobs: %s\n", d->name(), d->default_knobs().dump().c_str());
         for (const auto& c : d->cases()) std::printf("  %-32s %s\n", c.name.c_str(), c.what.c_str());
         const auto dc = d->default_case();
@@ -172,7 +172,7 @@ void add_golden_commands(CLI::App& app) {
     for (const auto& [k, v] : sets.items()) knobs[k] = v;
     json merged;
     std::string why;
-    if (!harness::merge_knobs(d.default_knobs(), knobs, &merged, &why)) throw UsageError{"golden: " + why};
+    if (!goldens::merge_knobs(d.default_knobs(), knobs, &merged, &why)) throw UsageError{"golden: " + why};
     Bundle b = d.generate(merged, g.seed);
     run_or_throw(d, b, Backend::reference);
     b.tolerance = d.tolerance(b);
@@ -213,14 +213,14 @@ void add_golden_commands(CLI::App& app) {
     const Backend be = backend_or_throw(c.backend);
     Bundle theirs;
     if (!c.candidate.empty()) {
-      const Status s = harness::read_safetensors(c.candidate, &theirs);
+      const Status s = goldens::read_safetensors(c.candidate, &theirs);
       if (!s.ok()) throw UsageError{s.message};
     }
-    std::vector<harness::Comparison> cmp;
+    std::vector<goldens::Comparison> cmp;
     {
       Progress progress(std::string("checking ") + d.name() + (c.candidate.empty() ? " on " : " against ") +
                         (c.candidate.empty() ? backend_name(be) : c.candidate.c_str()));
-      cmp = harness::check_golden(d, expected, c.candidate.empty() ? nullptr : &theirs, RunOptions{be});
+      cmp = goldens::check_golden(d, expected, c.candidate.empty() ? nullptr : &theirs, RunOptions{be});
     }
     exit_status() = print_comparisons(cmp);
   });

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/common/input_error.hpp"
+#include "goldens/common/input_error.hpp"
 #include "mlakit/version.hpp"
 #include "tools/commands.hpp"
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   } catch (const mlakit::tools::UsageError& e) {
     std::fprintf(stderr, "mlakit: error: %s\n", e.message.c_str());
     return 2;
-  } catch (const mlakit::harness::InputError& e) {
+  } catch (const mlakit::goldens::InputError& e) {
     // Names the operator, the key or tensor, the value and what was expected.
     std::fprintf(stderr, "mlakit: %s\n", e.what());
     return 2;

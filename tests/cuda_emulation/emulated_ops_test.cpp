@@ -1,5 +1,5 @@
 // The public entry points on device memory, with the cuda back-end's kernels run on the CPU
-// emulation: every golden-matrix case through the drivers (harness staging into "device" memory,
+// emulation: every golden-matrix case through the drivers (the drivers' staging into "device" memory,
 // the entry point's DeviceMirror and host validator, routing, the cuda kernels, the copy back)
 // against the reference, with the checks of the golden matrix (the driver's comparison, guards,
 // untouched inputs, a bit-identical second run, no leaked device memory, at most one stream
@@ -12,16 +12,16 @@
 #include <vector>
 
 #include "cuda_runtime.h"
-#include "harness/common/device_staging.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/device_staging.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/mlakit.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
 const char* const kOps[] = {"lightning_indexer", "msa_block_indexer", "mla_prefill_fp8", "sparse_mla_prefill",
                             "fused_qkv_paged"};
@@ -39,9 +39,9 @@ struct Counters {
 
 // One driver call with the bundle staged in (emulated) device memory; the outputs come back into
 // `b`. `during` gets what the call itself did (the staging's uploads happen before it).
-Status run_staged(const harness::OpDriver& driver, Bundle& b, const RunOptions& options, Counters* during = nullptr) {
+Status run_staged(const goldens::OpDriver& driver, Bundle& b, const RunOptions& options, Counters* during = nullptr) {
   b.remove_outputs();
-  harness::DeviceStaging staging(b);
+  goldens::DeviceStaging staging(b);
   EXPECT_TRUE(staging.active()) << "no device memory functions registered";
   // The driver adds its outputs inside run(); inputs are uploaded here so the counters see the call.
   Status s = staging.upload_all();
@@ -75,14 +75,14 @@ void expect_nothing_written(const Bundle& b, const std::string& who) {
 // ---- every golden case --------------------------------------------------------------------------
 struct Param {
   std::string op;
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
   std::uint64_t seed;
 };
 
 std::vector<Param> params() {
   std::vector<Param> v;
   for (const char* op : kOps) {
-    const harness::OpDriver* d = harness::find_driver(op);
+    const goldens::OpDriver* d = goldens::find_driver(op);
     if (d == nullptr) continue;
     for (const auto& spec : d->cases())
       for (std::uint64_t seed : {1, 2}) v.push_back({op, spec, seed});
@@ -97,7 +97,7 @@ class EmulatedCuda : public ::testing::TestWithParam<Param> {};
 
 TEST_P(EmulatedCuda, MatchesReference) {
   const Param& p = GetParam();
-  const harness::OpDriver* driver = harness::find_driver(p.op);
+  const goldens::OpDriver* driver = goldens::find_driver(p.op);
   ASSERT_NE(driver, nullptr);
   const Bundle inputs = driver->generate(p.spec.knobs, p.seed);
   Bundle expected = inputs;
@@ -117,7 +117,7 @@ TEST_P(EmulatedCuda, MatchesReference) {
     EXPECT_TRUE(actual.at(name).same_bytes(t)) << "input '" << name << "' modified";
   }
   for (const auto& name : actual.output_names()) EXPECT_TRUE(actual.at(name).guard_intact()) << name << " overrun";
-  for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
 
   // automatic routes device memory to cuda: the same bits.
   Bundle again = inputs;
@@ -145,7 +145,7 @@ struct RemapCall {
   }
 };
 
-RemapCall remap_call(const harness::OpDriver& driver, const harness::CaseSpec& spec) {
+RemapCall remap_call(const goldens::OpDriver& driver, const goldens::CaseSpec& spec) {
   RemapCall c;
   c.b = driver.generate(spec.knobs, 1);
   EXPECT_TRUE(driver.run(c.b, RunOptions{Backend::reference}).ok());
@@ -158,7 +158,7 @@ RemapCall remap_call(const harness::OpDriver& driver, const harness::CaseSpec& s
 }
 
 TEST(EmulatedCudaRemap, MatchesReferenceOnIndexerOutputs) {
-  const harness::OpDriver* driver = harness::find_driver("lightning_indexer");
+  const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   ASSERT_NE(driver, nullptr);
   for (const auto& spec : driver->cases()) {
     RemapCall c = remap_call(*driver, spec);
@@ -167,7 +167,7 @@ TEST(EmulatedCudaRemap, MatchesReferenceOnIndexerOutputs) {
     ra.rows = c.b.at("out.rows_reference").view();
     ASSERT_TRUE(remap_indices_to_rows(ra, RunOptions{Backend::reference}).ok()) << spec.name;
     {
-      harness::DeviceStaging staging(c.b);
+      goldens::DeviceStaging staging(c.b);
       ASSERT_TRUE(staging.upload_all().ok());
       const Counters before;
       const Status s = remap_indices_to_rows(c.views(), RunOptions{Backend::cuda});
@@ -182,13 +182,13 @@ TEST(EmulatedCudaRemap, MatchesReferenceOnIndexerOutputs) {
 }
 
 TEST(EmulatedCudaRemap, DeviceIndicesAreValidatedBeforeAnyWrite) {
-  const harness::OpDriver* driver = harness::find_driver("lightning_indexer");
+  const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   ASSERT_NE(driver, nullptr);
   RemapCall c = remap_call(*driver, driver->cases().front());
   Tensor& idx = c.b.at("out.output_indices");
   ASSERT_GT(idx.numel(), 0);
   idx.data<std::int32_t>()[0] = -2;
-  harness::DeviceStaging staging(c.b);
+  goldens::DeviceStaging staging(c.b);
   const Counters before;
   const Status s = remap_indices_to_rows(c.views(), RunOptions{Backend::cuda});
   EXPECT_EQ(s.code, StatusCode::invalid_argument);
@@ -204,7 +204,7 @@ TEST(EmulatedCudaRemap, DeviceIndicesAreValidatedBeforeAnyWrite) {
 // A content error in an index tensor that only the host mirror lets the validator see: each
 // operator's first golden case, one value broken.
 // The first golden case whose inputs include `tensor`.
-Bundle first_case_with(const harness::OpDriver& driver, const std::string& tensor) {
+Bundle first_case_with(const goldens::OpDriver& driver, const std::string& tensor) {
   for (const auto& spec : driver.cases()) {
     Bundle b = driver.generate(spec.knobs, 1);
     if (b.has(tensor)) return b;
@@ -230,7 +230,7 @@ void break_index_tensor(const std::string& op, Bundle& b, std::string* field) {
 TEST(EmulatedCudaValidation, DeviceIndexTensorsAreValidatedBeforeAnyWrite) {
   for (const char* op : kOps) {
     SCOPED_TRACE(op);
-    const harness::OpDriver* driver = harness::find_driver(op);
+    const goldens::OpDriver* driver = goldens::find_driver(op);
     ASSERT_NE(driver, nullptr);
     Bundle b = first_case_with(*driver, op == std::string("sparse_mla_prefill") ? "topk_lengths" : "input_row_offsets");
     std::string expected;
@@ -252,7 +252,7 @@ TEST(EmulatedCudaValidation, DeviceIndexTensorsAreValidatedBeforeAnyWrite) {
 TEST(EmulatedCudaValidation, NoDeviceIsUnavailableWithTheReason) {
   for (const char* op : kOps) {
     SCOPED_TRACE(op);
-    const harness::OpDriver* driver = harness::find_driver(op);
+    const goldens::OpDriver* driver = goldens::find_driver(op);
     ASSERT_NE(driver, nullptr);
     for (Backend be : {Backend::cuda, Backend::automatic}) {
       Bundle b = driver->generate(driver->cases().front().knobs, 1);
@@ -280,7 +280,7 @@ TEST(EmulatedCudaValidation, NoDeviceIsUnavailableWithTheReason) {
 TEST(EmulatedCudaValidation, BackEndAndMemorySpaceMustAgree) {
   for (const char* op : kOps) {
     SCOPED_TRACE(op);
-    const harness::OpDriver* driver = harness::find_driver(op);
+    const goldens::OpDriver* driver = goldens::find_driver(op);
     ASSERT_NE(driver, nullptr);
     for (Backend be : {Backend::cpu, Backend::reference}) {
       Bundle b = driver->generate(driver->cases().front().knobs, 1);
@@ -309,7 +309,7 @@ TEST(EmulatedCudaValidation, BackEndAndMemorySpaceMustAgree) {
 TEST(EmulatedCudaValidation, HostCallsTouchNoDevice) {
   for (const char* op : kOps) {
     SCOPED_TRACE(op);
-    const harness::OpDriver* driver = harness::find_driver(op);
+    const goldens::OpDriver* driver = goldens::find_driver(op);
     ASSERT_NE(driver, nullptr);
     Bundle b = driver->generate(driver->cases().front().knobs, 1);
     const Counters before;
@@ -331,7 +331,7 @@ TensorView host_view(const Tensor& t) {
 
 TEST(EmulatedCudaValidation, MixedMemoryIsRefusedBeforeAnyWrite) {
   {
-    const harness::OpDriver* driver = harness::find_driver("lightning_indexer");
+    const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
     ASSERT_NE(driver, nullptr);
     Bundle b = driver->generate(driver->cases().front().knobs, 1);
     const json& p = b.params;
@@ -341,12 +341,12 @@ TEST(EmulatedCudaValidation, MixedMemoryIsRefusedBeforeAnyWrite) {
     d.top_k = p.at("top_k").get<std::int64_t>();
     d.mask = p.at("mask").get<std::string>() == "causal" ? IndexerMask::causal : IndexerMask::none;
     b.add("out.output_indices", DType::i32, {b.at("q").shape()[0], d.top_k}).poison();
-    harness::DeviceStaging staging(b);
+    goldens::DeviceStaging staging(b);
     LightningIndexerArgs a;
     a.q = host_view(b.at("q"));  // host q beside device everything else
     a.q_s = b.at("q_s").view();
     a.input_row_offsets = b.at("input_row_offsets").view();
-    a.k_cache = harness::cache_view(b, "k_cache", p.at("quant_granularity").get<std::int64_t>());
+    a.k_cache = goldens::cache_view(b, "k_cache", p.at("quant_granularity").get<std::int64_t>());
     a.layer_idx = p.at("layer_idx").get<std::uint32_t>();
     a.output_indices = b.at("out.output_indices").view();
     const Counters before;
@@ -359,7 +359,7 @@ TEST(EmulatedCudaValidation, MixedMemoryIsRefusedBeforeAnyWrite) {
     expect_nothing_written(b, "lightning_indexer");
   }
   {
-    const harness::OpDriver* driver = harness::find_driver("msa_block_indexer");
+    const goldens::OpDriver* driver = goldens::find_driver("msa_block_indexer");
     ASSERT_NE(driver, nullptr);
     Bundle b = driver->generate(driver->cases().front().knobs, 1);
     const json& p = b.params;
@@ -372,12 +372,12 @@ TEST(EmulatedCudaValidation, MixedMemoryIsRefusedBeforeAnyWrite) {
     d.local_blocks = p.at("local_blocks").get<std::int64_t>();
     d.scale = p.at("scale").get<float>();
     b.add("out.out_idxs", DType::i32, {d.num_index_heads, b.at("q").shape()[0], d.topk}).poison();
-    harness::DeviceStaging staging(b);
+    goldens::DeviceStaging staging(b);
     MsaBlockIndexerArgs a;
     a.q = b.at("q").view();
     a.input_row_offsets = host_view(b.at("input_row_offsets"));  // host index tensors beside device data
     a.prefix_lens = host_view(b.at("prefix_lens"));
-    a.k_cache = harness::cache_view(b, "k_cache");
+    a.k_cache = goldens::cache_view(b, "k_cache");
     a.k_cache.lookup_table = host_view(b.at("k_cache.lookup_table"));
     a.k_cache.cache_lengths = host_view(b.at("k_cache.cache_lengths"));
     a.layer_idx = p.at("layer_idx").get<std::uint32_t>();

@@ -9,16 +9,16 @@
 #include <vector>
 
 #include "cuda_runtime.h"
-#include "harness/common/cache_layout.hpp"
-#include "harness/common/device_staging.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/cache_layout.hpp"
+#include "goldens/common/device_staging.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/mlakit.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 
 constexpr int kLayers = 61;  // DeepSeek-V3's layer count: one plan, 61 runs
 
@@ -29,8 +29,8 @@ struct Counters {
 };
 
 // The op's smallest golden case (emulating 61 runs of it stays quick).
-harness::CaseSpec small_case(const harness::OpDriver& d) {
-  harness::CaseSpec best = d.cases().front();
+goldens::CaseSpec small_case(const goldens::OpDriver& d) {
+  goldens::CaseSpec best = d.cases().front();
   double least = 1e300;
   for (const auto& c : d.cases()) {
     const double w = d.work(d.generate(c.knobs, 1)).flops;
@@ -45,15 +45,15 @@ harness::CaseSpec small_case(const harness::OpDriver& d) {
 class EmulatedPlan : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyNorWait) {
-  const harness::OpDriver* driver = harness::find_driver(GetParam());
+  const goldens::OpDriver* driver = goldens::find_driver(GetParam());
   ASSERT_NE(driver, nullptr);
-  const harness::CaseSpec spec = small_case(*driver);
+  const goldens::CaseSpec spec = small_case(*driver);
   const Bundle inputs = driver->generate(spec.knobs, 1);
 
   // The one-shot call on device memory.
   Bundle one_shot = inputs;
   {
-    harness::DeviceStaging staging(one_shot);
+    goldens::DeviceStaging staging(one_shot);
     ASSERT_TRUE(staging.upload_all().ok());
     const Status s = driver->run(one_shot, RunOptions{Backend::cuda});
     ASSERT_TRUE(s.ok()) << s.message;
@@ -64,9 +64,9 @@ TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyNorWait) {
   driver->prepare_outputs(planned);
   Counters after_plan, after_runs;
   {
-    harness::DeviceStaging staging(planned);
+    goldens::DeviceStaging staging(planned);
     ASSERT_TRUE(staging.upload_all().ok());
-    harness::PlannedRun pr;
+    goldens::PlannedRun pr;
     pr.runs = kLayers;
     pr.after_plan = [&] { after_plan = Counters{}; };
     const Status s = driver->call_planned(planned, &pr);
@@ -92,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, EmulatedPlan,
 // An engine plans a device step from the host copies of its metadata it has before uploading, and
 // names the step by id; the plan then reads nothing from the device.
 TEST(EmulatedPlanFromHostCopies, TheStepIdStandsForTheDeviceMetadata) {
-  const harness::OpDriver* driver = harness::find_driver("lightning_indexer");
+  const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   Bundle b = driver->generate(driver->cases().front().knobs, 1);
   Bundle expected = b;
   ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
@@ -108,13 +108,13 @@ TEST(EmulatedPlanFromHostCopies, TheStepIdStandsForTheDeviceMetadata) {
     a.q = b.at("q").view();
     a.q_s = b.at("q_s").view();
     a.input_row_offsets = b.at("input_row_offsets").view();
-    a.k_cache = harness::cache_view(b, "k_cache", qg);
+    a.k_cache = goldens::cache_view(b, "k_cache", qg);
     a.layer_idx = b.params.at("layer_idx");
     a.output_indices = b.at("out.output_indices").view();
     return a;
   };
   const LightningIndexerArgs host = args();
-  harness::DeviceStaging staging(b);
+  goldens::DeviceStaging staging(b);
   ASSERT_TRUE(staging.upload_all().ok());
   const LightningIndexerArgs dev = args();
   LightningIndexerArgs step = dev;  // device data, host metadata
@@ -138,13 +138,13 @@ TEST(EmulatedPlanFromHostCopies, TheStepIdStandsForTheDeviceMetadata) {
   ctx.step_id = 42;
   EXPECT_EQ(run(p, dev, ctx).field, "context.step_id");
   ASSERT_TRUE(staging.finish().ok());
-  for (const auto& c : driver->compare(expected, b)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (const auto& c : driver->compare(expected, b)) EXPECT_TRUE(c.pass) << goldens::describe(c);
 }
 
 // topk_lengths past indices_stride on the device: the run reads indices_stride slots, raises the
 // flag; check_device_errors reports it once, naming the operator and field, and clears it.
 TEST(EmulatedDeviceErrors, TopkLengthsAreCheckedByTheKernel) {
-  const harness::OpDriver* driver = harness::find_driver("sparse_mla_prefill");
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   Bundle b;
   for (const auto& c : driver->cases()) {
     b = driver->generate(c.knobs, 1);
@@ -153,9 +153,9 @@ TEST(EmulatedDeviceErrors, TopkLengthsAreCheckedByTheKernel) {
   ASSERT_TRUE(b.has("topk_lengths"));
   b.at("topk_lengths").data<std::uint32_t>()[0] = 1u << 20;
   driver->prepare_outputs(b);
-  harness::DeviceStaging staging(b);
+  goldens::DeviceStaging staging(b);
   ASSERT_TRUE(staging.upload_all().ok());
-  harness::PlannedRun pr;
+  goldens::PlannedRun pr;
   const Status s = driver->call_planned(b, &pr);
   ASSERT_TRUE(s.ok()) << "a run does not read device data back: " << s.message;
   const Status e = check_device_errors();
@@ -168,7 +168,7 @@ TEST(EmulatedDeviceErrors, TopkLengthsAreCheckedByTheKernel) {
 }
 
 TEST(EmulatedDeviceErrors, RemapIndicesAreCheckedByTheKernel) {
-  const harness::OpDriver* driver = harness::find_driver("lightning_indexer");
+  const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   Bundle b = driver->generate(driver->cases().front().knobs, 1);
   ASSERT_TRUE(driver->run(b, RunOptions{Backend::reference}).ok());
   Tensor& idx = b.at("out.output_indices");
@@ -178,7 +178,7 @@ TEST(EmulatedDeviceErrors, RemapIndicesAreCheckedByTheKernel) {
   RemapIndicesArgs a;
   a.page_size = b.params.at("page_size").get<std::int64_t>();
   a.num_blocks = b.at("k_cache.blocks").shape()[0];
-  harness::DeviceStaging staging(b);
+  goldens::DeviceStaging staging(b);
   ASSERT_TRUE(staging.upload_all().ok());
   a.indices = b.at("out.output_indices").view();
   a.input_row_offsets = b.at("input_row_offsets").view();
@@ -195,7 +195,7 @@ TEST(EmulatedDeviceErrors, RemapIndicesAreCheckedByTheKernel) {
 }
 
 TEST(EmulatedDeviceErrors, GptqGroupIndicesAreCheckedByTheKernel) {
-  const harness::OpDriver* driver = harness::find_driver("fused_qkv_paged");
+  const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
   Bundle b;
   for (const auto& c : driver->cases()) {
     b = driver->generate(c.knobs, 1);
@@ -205,9 +205,9 @@ TEST(EmulatedDeviceErrors, GptqGroupIndicesAreCheckedByTheKernel) {
   ASSERT_TRUE(b.has("g_idx"));
   b.at("g_idx").data<std::int32_t>()[0] = 1 << 20;
   driver->prepare_outputs(b);
-  harness::DeviceStaging staging(b);
+  goldens::DeviceStaging staging(b);
   ASSERT_TRUE(staging.upload_all().ok());
-  harness::PlannedRun pr;
+  goldens::PlannedRun pr;
   ASSERT_TRUE(driver->call_planned(b, &pr).ok());
   const Status e = check_device_errors();
   EXPECT_EQ(e.op, "fused_qkv_paged");
@@ -221,20 +221,20 @@ TEST(EmulatedCacheLayouts, GiveTheBitsOfTheContiguousCache) {
   const char* const ops[] = {"lightning_indexer", "msa_block_indexer", "mla_prefill_fp8", "sparse_mla_prefill",
                              "fused_qkv_paged"};
   for (const char* op : ops) {
-    const harness::OpDriver* driver = harness::find_driver(op);
+    const goldens::OpDriver* driver = goldens::find_driver(op);
     ASSERT_NE(driver, nullptr);
     const auto cases = driver->cases();
     for (std::size_t i = 0; i < cases.size() && i < 3; ++i) {
-      for (harness::CacheLayout layout : {harness::CacheLayout::padded_blocks, harness::CacheLayout::kv_interleaved,
-                                          harness::CacheLayout::layers_outer}) {
-        SCOPED_TRACE(std::string(op) + "/" + cases[i].name + "/" + harness::cache_layout_name(layout));
+      for (goldens::CacheLayout layout : {goldens::CacheLayout::padded_blocks, goldens::CacheLayout::kv_interleaved,
+                                          goldens::CacheLayout::layers_outer}) {
+        SCOPED_TRACE(std::string(op) + "/" + cases[i].name + "/" + goldens::cache_layout_name(layout));
         Bundle contiguous = driver->generate(cases[i].knobs, 1);
         Bundle relaid = contiguous;
         for (Bundle* b : {&contiguous, &relaid}) {
           driver->prepare_outputs(*b);
-          harness::DeviceStaging staging(*b);
+          goldens::DeviceStaging staging(*b);
           ASSERT_TRUE(staging.upload_all().ok());
-          harness::CacheRelayout scope(b == &relaid ? layout : harness::CacheLayout::contiguous);
+          goldens::CacheRelayout scope(b == &relaid ? layout : goldens::CacheLayout::contiguous);
           const Status s = driver->call(*b, RunOptions{Backend::cuda});
           ASSERT_TRUE(s.ok()) << s.message;
           scope.finish();

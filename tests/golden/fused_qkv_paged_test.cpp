@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/random.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/random.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "oracle/fused_qkv_paged.hpp"
 #include "support/matrix.hpp"
@@ -20,12 +20,12 @@ MLAKIT_GOLDEN_MATRIX(fused_qkv_paged);
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() {
-  const auto* d = harness::find_driver("fused_qkv_paged");
+const goldens::OpDriver& driver() {
+  const auto* d = goldens::find_driver("fused_qkv_paged");
   if (d == nullptr) throw std::runtime_error("fused_qkv_paged driver is not registered");
   return *d;
 }
@@ -33,7 +33,7 @@ const harness::OpDriver& driver() {
 // ---- the reference against the oracle, every case and seed -------------------------------------
 
 struct OracleParam {
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
   std::uint64_t seed;
 };
 
@@ -273,7 +273,7 @@ TEST(FusedQkvPagedExact, Fp8BlockScalesAndNaNColumn) {
 
 TEST(FusedQkvPagedExact, ZeroRowsWriteNothing) {
   for (const char* name : {"empty_batch", "empty_batch_gptq"}) {
-    harness::CaseSpec spec;
+    goldens::CaseSpec spec;
     for (const auto& c : driver().cases())
       if (c.name == name) spec = c;
     ASSERT_EQ(spec.name, name);
@@ -314,8 +314,8 @@ TEST(FusedQkvPagedDriver, CasesAreWellFormed) {
   std::string why;
   json merged;
   for (const auto& spec : driver().bench_cases())
-    EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), spec.knobs, &merged, &why)) << spec.name << ": " << why;
-  EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), driver().default_case().knobs, &merged, &why)) << why;
+    EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), spec.knobs, &merged, &why)) << spec.name << ": " << why;
+  EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), driver().default_case().knobs, &merged, &why)) << why;
 }
 
 TEST(FusedQkvPagedDriver, EveryFormatAndCacheKindIsCovered) {
@@ -323,7 +323,7 @@ TEST(FusedQkvPagedDriver, EveryFormatAndCacheKindIsCovered) {
   for (const auto& spec : driver().cases()) {
     json k;
     std::string why;
-    ASSERT_TRUE(harness::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why));
+    ASSERT_TRUE(goldens::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why));
     seen.insert(k["weight_format"].get<std::string>() + "/" + k["dtype"].get<std::string>() + "/" +
                 k["cache"].get<std::string>());
     if (k["weight_format"] == "gptq") {
@@ -347,10 +347,10 @@ TEST(FusedQkvPagedDriver, EveryFormatAndCacheKindIsCovered) {
 // The comparison is able to fail: an error past the bound in the output, in a written cache
 // element, and a one-bit change in an element the call must not write.
 TEST(FusedQkvPagedDriver, ComparisonDetectsErrors) {
-  const harness::CaseSpec spec = driver().cases().front();
+  const goldens::CaseSpec spec = driver().cases().front();
   Bundle ref = driver().generate(spec.knobs, 1);
   ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
-  auto all_pass = [](const std::vector<harness::Comparison>& v) {
+  auto all_pass = [](const std::vector<goldens::Comparison>& v) {
     bool ok = !v.empty();
     for (const auto& c : v) ok &= c.pass;
     return ok;
@@ -400,7 +400,7 @@ TEST(FusedQkvPagedDriver, ComparisonDetectsErrors) {
 }
 
 TEST(FusedQkvPagedOracle, RoundToFormatMatchesTheLibraryConversions) {
-  harness::Rng rng(5);
+  goldens::Rng rng(5);
   for (int i = 0; i < 100000; ++i) {
     const double v = std::ldexp(rng.uniform(-1, 1), int(rng.integer(-140, 130)));
     const float f = float(v);

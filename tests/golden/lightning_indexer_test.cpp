@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 #include "oracle/lightning_indexer.hpp"
 #include "support/matrix.hpp"
@@ -19,13 +19,13 @@ MLAKIT_GOLDEN_MATRIX(lightning_indexer);
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::CaseSpec;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::CaseSpec;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() {
-  const harness::OpDriver* d = harness::find_driver("lightning_indexer");
+const goldens::OpDriver& driver() {
+  const goldens::OpDriver* d = goldens::find_driver("lightning_indexer");
   if (d == nullptr) throw std::runtime_error("lightning_indexer driver is not registered");
   return *d;
 }
@@ -426,7 +426,7 @@ TEST(LightningIndexerTest, WorkCountsPairsAndKeyBytes) {
   const Bundle b = driver().generate({{"seq_lens", {2, 0, 3}}, {"cache_lens", {4, 8, 1}}, {"num_heads", 2},
                                       {"head_dim", 8}, {"top_k", 3}, {"page_size", 4}},
                                      1);
-  const harness::Work w = driver().work(b);
+  const goldens::Work w = driver().work(b);
   // Causal pairs: sequence 0: 5 + 6; sequence 2: 2 + 3 + 4.
   EXPECT_EQ(w.flops, 2.0 * 2 * 8 * 20);
   EXPECT_EQ(w.bytes, 5.0 * 2 * 12 + (6 + 4) * 12.0 + 5 * 3 * 4);

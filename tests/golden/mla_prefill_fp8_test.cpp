@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/random.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/random.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 #include "oracle/mla_prefill_fp8.hpp"
 #include "support/matrix.hpp"
@@ -17,16 +17,16 @@
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::CaseSpec;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::CaseSpec;
+using goldens::json;
+using goldens::Tensor;
 using std::int64_t;
 
 MLAKIT_GOLDEN_MATRIX(mla_prefill_fp8);
 
-const harness::OpDriver& driver() {
-  const auto* d = harness::find_driver("mla_prefill_fp8");
+const goldens::OpDriver& driver() {
+  const auto* d = goldens::find_driver("mla_prefill_fp8");
   if (d == nullptr) throw std::runtime_error("mla_prefill_fp8 driver not registered");
   return *d;
 }
@@ -104,7 +104,7 @@ TEST(MlaPrefillFp8Oracle, OwnPiecesAgreeWithTheLibraryConversions) {
   }
   // f64 -> bf16: the oracle's neighbour comparison against a double rounding through f32 that is
   // safe for values with at most 24 significant bits.
-  harness::Rng rng(5);
+  goldens::Rng rng(5);
   for (int i = 0; i < 100000; ++i) {
     const float f = static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(rng.integer(-140, 130))));
     EXPECT_EQ(oracle::round_to_bf16_bits(f), f32_to_bf16(f)) << f;
@@ -314,7 +314,7 @@ TEST(MlaPrefillFp8Reference, WritesOnlyTheNewRowsAndTheRopePartOfQ) {
 
 TEST(MlaPrefillFp8Compare, AcceptsTheReferenceAndRejectsSmallCorruptions) {
   const Bundle expected = run_reference(case_named("chunked").knobs, 1);
-  auto all_pass = [](const std::vector<harness::Comparison>& cmp) {
+  auto all_pass = [](const std::vector<goldens::Comparison>& cmp) {
     bool pass = !cmp.empty();
     for (const auto& c : cmp) pass &= c.pass;
     return pass;

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/random.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/random.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 #include "oracle/msa_block_indexer.hpp"
 #include "support/matrix.hpp"
@@ -21,19 +21,19 @@ MLAKIT_GOLDEN_MATRIX(msa_block_indexer);
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() {
-  const auto* d = harness::find_driver("msa_block_indexer");
+const goldens::OpDriver& driver() {
+  const auto* d = goldens::find_driver("msa_block_indexer");
   if (!d) throw std::runtime_error("msa_block_indexer driver not registered");
   return *d;
 }
 
 // ---- the reference against the oracle, every case x seed ------------------------------------
 struct OracleParam {
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
   std::uint64_t seed;
 };
 
@@ -219,7 +219,7 @@ TEST(MsaBlockIndexer, DecodeEqualsPrefillRowByRow) {
   ASSERT_TRUE(driver().run(p, RunOptions{Backend::reference}).ok());
   // The same rows as 10 decode sequences sharing the prefill's pages: prefix 5 .. 14.
   Bundle d = pre;
-  harness::make_row_offsets(d, "input_row_offsets", std::vector<std::int64_t>(10, 1));
+  goldens::make_row_offsets(d, "input_row_offsets", std::vector<std::int64_t>(10, 1));
   Tensor& pl = d.add("prefix_lens", DType::u32, {10});
   const Tensor& lut0 = pre.at("k_cache.lookup_table");
   const std::int64_t cols = lut0.shape()[1];

@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include "harness/common/random.hpp"
-#include "harness/common/safetensors.hpp"
+#include "goldens/common/random.hpp"
+#include "goldens/common/safetensors.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 #include "oracle/sparse_mla_prefill.hpp"
 #include "reference/sparse_mla_prefill.hpp"
@@ -21,17 +21,17 @@ MLAKIT_GOLDEN_MATRIX(sparse_mla_prefill);
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::CaseSpec;
-using harness::Tensor;
-using harness::json;
+using goldens::Bundle;
+using goldens::CaseSpec;
+using goldens::Tensor;
+using goldens::json;
 
-const harness::OpDriver& driver() { return *harness::find_driver("sparse_mla_prefill"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("sparse_mla_prefill"); }
 
 bool wants_lse(const CaseSpec& spec) {
   json k;
   std::string why;
-  harness::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why);
+  goldens::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why);
   return k.at("lse").get<bool>();
 }
 
@@ -70,13 +70,13 @@ TEST_P(SparseMlaPrefillOracle, ReferenceAgreesWithOracleToTheLastUlp) {
   alt.remove_outputs();
   oracle::sparse_mla_prefill(alt, lse);
   const std::int64_t vd = ref.params.at("v_depth").get<std::int64_t>();
-  const auto c = harness::compare_close("out.output", alt.at("out.output"), ref.at("out.output"), 0.0, 0x1.0p-7, vd,
+  const auto c = goldens::compare_close("out.output", alt.at("out.output"), ref.at("out.output"), 0.0, 0x1.0p-7, vd,
                                         1.0 - 0x1.0p-24);
-  EXPECT_TRUE(c.pass) << harness::describe(c);
+  EXPECT_TRUE(c.pass) << goldens::describe(c);
   ASSERT_EQ(ref.has("out.lse"), lse);
   if (lse) {
-    const auto l = harness::compare_close("out.lse", alt.at("out.lse"), ref.at("out.lse"), 0.0, 0x1.0p-23);
-    EXPECT_TRUE(l.pass) << harness::describe(l);
+    const auto l = goldens::compare_close("out.lse", alt.at("out.lse"), ref.at("out.lse"), 0.0, 0x1.0p-23);
+    EXPECT_TRUE(l.pass) << goldens::describe(l);
   }
   // Sanity of the data itself: a row of zeros must be exactly a query row without a valid slot
   // (counted here from the inputs), and outputs that are mostly NaN would make the check hollow.
@@ -110,7 +110,7 @@ TEST_P(SparseMlaPrefillOracle, ReferenceAgreesWithOracleToTheLastUlp) {
   EXPECT_LE(nan_rows * 2, T * Hq) << "most rows are NaN";
   json k;
   std::string why;
-  harness::merge_knobs(driver().default_knobs(), p.spec.knobs, &k, &why);
+  goldens::merge_knobs(driver().default_knobs(), p.spec.knobs, &k, &why);
   const bool all_empty = k.at("empty_row_fraction").get<double>() >= 1.0 || k.at("topk_lengths") == "all_zero";
   if (all_empty) {
     EXPECT_EQ(empty_tokens, T);
@@ -136,7 +136,7 @@ TEST(SparseMlaPrefillDriver, DefaultAndBenchCasesAreWellFormed) {
   for (const auto& c : driver().bench_cases()) {
     json k;
     std::string why;
-    EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), c.knobs, &k, &why)) << c.name << ": " << why;
+    EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), c.knobs, &k, &why)) << c.name << ": " << why;
   }
 }
 
@@ -161,12 +161,12 @@ TEST(SparseMlaPrefillDriver, GoldenFilesRoundTripAndRerunToTheSameBytes) {
     b.metadata["case"] = spec.name;
     b.metadata["seed"] = "2";
     std::vector<std::uint8_t> bytes;
-    ASSERT_TRUE(harness::serialize_safetensors(b, &bytes).ok()) << spec.name;
+    ASSERT_TRUE(goldens::serialize_safetensors(b, &bytes).ok()) << spec.name;
     Bundle file;
-    const Status s = harness::parse_safetensors(bytes.data(), bytes.size(), spec.name, &file);
+    const Status s = goldens::parse_safetensors(bytes.data(), bytes.size(), spec.name, &file);
     ASSERT_TRUE(s.ok()) << s.message;
     std::string why;
-    EXPECT_TRUE(harness::same_bundle(b, file, &why)) << spec.name << ": " << why;
+    EXPECT_TRUE(goldens::same_bundle(b, file, &why)) << spec.name << ": " << why;
     EXPECT_EQ(file.has("out.lse"), wants_lse(spec)) << spec.name;
     EXPECT_EQ(file.tolerance.contains("out.lse"), wants_lse(spec)) << spec.name;
     Bundle again = file;
@@ -175,7 +175,7 @@ TEST(SparseMlaPrefillDriver, GoldenFilesRoundTripAndRerunToTheSameBytes) {
     for (const auto& name : file.output_names())
       EXPECT_TRUE(again.has(name) && again.at(name).same_bytes(file.at(name))) << spec.name << " " << name;
     EXPECT_EQ(again.output_names(), file.output_names()) << spec.name;
-    for (const auto& c : driver().compare(file, again)) EXPECT_TRUE(c.pass) << spec.name << ": " << harness::describe(c);
+    for (const auto& c : driver().compare(file, again)) EXPECT_TRUE(c.pass) << spec.name << ": " << goldens::describe(c);
   }
 }
 
@@ -202,7 +202,7 @@ TEST(SparseMlaPrefillDriver, Fp8CachesHoldAll256CodesAndNanRowsStayRare) {
   for (const auto& spec : driver().cases()) {
     json k;
     std::string why;
-    ASSERT_TRUE(harness::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why)) << why;
+    ASSERT_TRUE(goldens::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why)) << why;
     if (k.at("cache_dtype") != "f8e4m3") continue;
     for (std::uint64_t seed : testing::kSeeds) {
       Bundle b = driver().generate(spec.knobs, seed);
@@ -516,7 +516,7 @@ TEST(SparseMlaPrefillExact, OutputIsRoundedOnceFromF64) {
   EXPECT_EQ(reference::bf16_from_f64(0x1.0p-134), 0x0000);             // tie to even (zero)
   EXPECT_TRUE(std::isnan(bf16_to_f32(reference::bf16_from_f64(std::nan("")))));
   // Agrees with plain rounding wherever the value is an f32 already.
-  harness::Rng rng(7);
+  goldens::Rng rng(7);
   for (int i = 0; i < 100000; ++i) {
     const float f = static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(rng.integer(-140, 120))));
     EXPECT_EQ(reference::bf16_from_f64(f), f32_to_bf16(f)) << f;

@@ -12,14 +12,14 @@
 #include <cstring>
 #include <string>
 
-#include "harness/common/device_staging.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/device_staging.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/mlakit.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
+using goldens::Bundle;
 
 constexpr int kLayers = 61;
 
@@ -46,14 +46,14 @@ class CudaGraph : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaGraph, SixtyOneReplaysOfACapturedRunGiveTheOneShotBits) {
   MLAKIT_NEED_GPU();
-  const harness::OpDriver* driver = harness::find_driver(GetParam());
+  const goldens::OpDriver* driver = goldens::find_driver(GetParam());
   ASSERT_NE(driver, nullptr);
   for (const std::uint64_t seed : {1u, 2u}) {
     const Bundle inputs = driver->generate(driver->cases().front().knobs, seed);
 
     Bundle one_shot = inputs;
     {
-      harness::DeviceStaging staging(one_shot);
+      goldens::DeviceStaging staging(one_shot);
       ASSERT_TRUE(staging.active());
       const Status s = driver->run(one_shot, RunOptions{Backend::cuda});
       ASSERT_TRUE(s.ok()) << s.message;
@@ -66,11 +66,11 @@ TEST_P(CudaGraph, SixtyOneReplaysOfACapturedRunGiveTheOneShotBits) {
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     {
-      harness::DeviceStaging staging(planned);
+      goldens::DeviceStaging staging(planned);
       ASSERT_TRUE(staging.upload_all().ok());
       // The uploads went to the legacy default stream, which a non-blocking stream does not wait for.
       ASSERT_TRUE(staging.synchronize().ok());
-      harness::PlannedRun pr;
+      goldens::PlannedRun pr;
       pr.options.cuda_stream = stream;
       pr.context.cuda_stream = stream;
       pr.runner = [&](const std::function<Status()>& run_once) -> Status {
@@ -123,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaGraph,
 
 TEST(CudaDeviceErrors, TopkLengthsPastTheStrideRaiseTheFlag) {
   MLAKIT_NEED_GPU();
-  const harness::OpDriver* driver = harness::find_driver("sparse_mla_prefill");
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   Bundle b;
   for (const auto& c : driver->cases()) {
     b = driver->generate(c.knobs, 1);
@@ -132,9 +132,9 @@ TEST(CudaDeviceErrors, TopkLengthsPastTheStrideRaiseTheFlag) {
   ASSERT_TRUE(b.has("topk_lengths"));
   b.at("topk_lengths").data<std::uint32_t>()[0] = 1u << 20;
   driver->prepare_outputs(b);
-  harness::DeviceStaging staging(b);
+  goldens::DeviceStaging staging(b);
   ASSERT_TRUE(staging.upload_all().ok());
-  harness::PlannedRun pr;
+  goldens::PlannedRun pr;
   const Status s = driver->call_planned(b, &pr);
   ASSERT_TRUE(s.ok()) << s.message;
   const Status e = check_device_errors();

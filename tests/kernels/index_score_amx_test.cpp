@@ -158,7 +158,7 @@ TEST(IndexScoreAmx, QueriesSharingKeysGetTheirOwnBits) {
   }
 }
 
-// pack_query writes the B-tile layout simd/common/index_score_amx_impl.hpp describes, every float
+// pack_query writes the B-tile layout simd/templates/index_score_amx_impl.hpp describes, every float
 // of it: head tile t, dim chunk s, pair row k, head n holds the bf16 patterns of q[h, 2p] (low half)
 // and q[h, 2p+1] (high half), p = 16s + k, h = 16t + n; 0 for heads past H and dims past D; then
 // the weights, 0 past H. Every code, head and dim count around the tile edges, the real table too

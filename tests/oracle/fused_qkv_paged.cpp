@@ -12,8 +12,8 @@
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 
 // Values decoded from the bit fields with ldexp (independent of the library's conversion functions).
 double decode_bf16_bits(std::uint16_t h) {

@@ -24,23 +24,23 @@ double decode_e4m3(std::uint8_t code) {
 
 }  // namespace
 
-void lightning_indexer(harness::Bundle& b) {
+void lightning_indexer(goldens::Bundle& b) {
   const auto& p = b.params;
   const std::int64_t H = p.at("num_heads"), D = p.at("head_dim"), top_k = p.at("top_k");
   const std::int64_t layer = p.at("layer_idx");
   const bool causal = p.at("mask").get<std::string>() == "causal";
-  const harness::Tensor& q = b.at("q");
-  const harness::Tensor& q_s = b.at("q_s");
-  const harness::Tensor& offsets = b.at("input_row_offsets");
-  const harness::Tensor& blocks = b.at("k_cache.blocks");
-  const harness::Tensor& scales = b.at("k_cache.scales");
-  const harness::Tensor& lut = b.at("k_cache.lookup_table");
-  const harness::Tensor& lens = b.at("k_cache.cache_lengths");
+  const goldens::Tensor& q = b.at("q");
+  const goldens::Tensor& q_s = b.at("q_s");
+  const goldens::Tensor& offsets = b.at("input_row_offsets");
+  const goldens::Tensor& blocks = b.at("k_cache.blocks");
+  const goldens::Tensor& scales = b.at("k_cache.scales");
+  const goldens::Tensor& lut = b.at("k_cache.lookup_table");
+  const goldens::Tensor& lens = b.at("k_cache.cache_lengths");
   const std::int64_t T = q.shape()[0];
   const std::int64_t num_layers = blocks.shape()[2], page_size = blocks.shape()[3];
   const std::int64_t scales_per_row = scales.shape()[5];
   const std::int64_t cols = lut.shape()[1];
-  harness::Tensor& out = b.add("out.output_indices", DType::i32, {T, top_k});
+  goldens::Tensor& out = b.add("out.output_indices", DType::i32, {T, top_k});
 
   for (std::int64_t s = 0; s + 1 < offsets.numel(); ++s) {
     const std::int64_t row0 = offsets.data<std::uint32_t>()[s];

@@ -11,8 +11,8 @@
 namespace mlakit::oracle {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 using std::int64_t;
 
 double bits_to_double(std::uint16_t bits) {

@@ -4,13 +4,13 @@
 // plain matmul, attention as dense masked score matrices per head and a row softmax.
 #pragma once
 
-#include "harness/common/tensor.hpp"
+#include "goldens/common/tensor.hpp"
 #include "support/bf16_rounding.hpp"
 
 namespace mlakit::oracle {
 
 // Reads the inputs and params of b and adds out.q, out.kv_cache.blocks and out.output.
-void mla_prefill_fp8(harness::Bundle& b);
+void mla_prefill_fp8(goldens::Bundle& b);
 
 // Pieces the tests also check on their own.
 using testing::round_to_bf16_bits;  // nearest, ties to even, by neighbour comparison

@@ -32,7 +32,7 @@ Matrix matmul_nt(const Matrix& a, const Matrix& b) {
 
 }  // namespace
 
-void msa_block_indexer_oracle(harness::Bundle& b) {
+void msa_block_indexer_oracle(goldens::Bundle& b) {
   const auto& P = b.params;
   const std::int64_t heads = P.at("num_index_heads").get<std::int64_t>();
   const std::int64_t dim = P.at("idx_head_dim").get<std::int64_t>();
@@ -43,17 +43,17 @@ void msa_block_indexer_oracle(harness::Bundle& b) {
   const double scale = P.at("scale").get<float>();
   const std::int64_t layer = P.at("layer_idx").get<std::int64_t>();
 
-  const harness::Tensor& q = b.at("q");
-  const harness::Tensor& offsets = b.at("input_row_offsets");
-  const harness::Tensor& prefix = b.at("prefix_lens");
-  const harness::Tensor& blocks = b.at("k_cache.blocks");
-  const harness::Tensor& lut = b.at("k_cache.lookup_table");
+  const goldens::Tensor& q = b.at("q");
+  const goldens::Tensor& offsets = b.at("input_row_offsets");
+  const goldens::Tensor& prefix = b.at("prefix_lens");
+  const goldens::Tensor& blocks = b.at("k_cache.blocks");
+  const goldens::Tensor& lut = b.at("k_cache.lookup_table");
   const std::int64_t rows = q.shape()[0];
   const std::int64_t batch = offsets.numel() - 1;
   const auto& bshape = blocks.shape();  // [num_blocks, kv_dim, layers, page, heads, Di]
   const std::int64_t layers = bshape[2], page = bshape[3];
 
-  harness::Tensor& out = b.add("out.out_idxs", DType::i32, {heads, rows, topk});
+  goldens::Tensor& out = b.add("out.out_idxs", DType::i32, {heads, rows, topk});
   std::fill_n(out.data<std::int32_t>(), out.numel(), -1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
 

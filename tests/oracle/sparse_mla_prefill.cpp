@@ -10,8 +10,8 @@
 namespace mlakit::oracle {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 
 // Row-major dense f64 matrix.
 struct Matrix {

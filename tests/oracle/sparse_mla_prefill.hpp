@@ -1,7 +1,7 @@
 // Second formulation of op 4 for the golden matrix's oracle check.
 #pragma once
 
-#include "harness/common/tensor.hpp"
+#include "goldens/common/tensor.hpp"
 
 namespace mlakit::oracle {
 
@@ -9,6 +9,6 @@ namespace mlakit::oracle {
 // K [n, qk_depth]; S = scale · Q·Kᵀ for all heads as one matrix product; the sink (if any) is an
 // extra logit column of S whose softmax weight is dropped; O = P·V with V = K[:, :v_depth]; lse is
 // the log-sum-exp of S's valid columns. Fills out.output (and out.lse when with_lse) of b.
-void sparse_mla_prefill(harness::Bundle& b, bool with_lse);
+void sparse_mla_prefill(goldens::Bundle& b, bool with_lse);
 
 }  // namespace mlakit::oracle

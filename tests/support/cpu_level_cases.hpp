@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpu/common/parallel.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/matrix.hpp"
 
 namespace mlakit::testing {
@@ -24,7 +24,7 @@ struct ThreadsGuard {
 // Generator knobs of one case, named for the test.
 struct BigCase {
   std::string name;
-  harness::json knobs;
+  goldens::json knobs;
 };
 
 struct LevelCase {
@@ -54,8 +54,8 @@ class CpuLevelTest : public ::testing::TestWithParam<LevelCase> {
   }
 };
 
-inline harness::Bundle run_cpu(const harness::OpDriver& driver, const harness::Bundle& in) {
-  harness::Bundle b = in;
+inline goldens::Bundle run_cpu(const goldens::OpDriver& driver, const goldens::Bundle& in) {
+  goldens::Bundle b = in;
   const Status s = driver.run(b, RunOptions{Backend::cpu});
   EXPECT_TRUE(s.ok()) << s.message;
   return b;
@@ -65,16 +65,16 @@ inline harness::Bundle run_cpu(const harness::OpDriver& driver, const harness::B
 // comparison), then expects 2 and 4 threads to give the same bits: same(a, b, what) checks the
 // operator's outputs.
 template <class Same>
-void expect_reference_match_and_thread_invariance(const harness::OpDriver& driver, const harness::Bundle& in,
+void expect_reference_match_and_thread_invariance(const goldens::OpDriver& driver, const goldens::Bundle& in,
                                                   Same same) {
-  harness::Bundle ref = in;
+  goldens::Bundle ref = in;
   ASSERT_TRUE(driver.run(ref, RunOptions{Backend::reference}).ok());
-  harness::Bundle one;
+  goldens::Bundle one;
   {
     ThreadsGuard t(1);
     one = run_cpu(driver, in);
   }
-  for (const auto& c : driver.compare(ref, one)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (const auto& c : driver.compare(ref, one)) EXPECT_TRUE(c.pass) << goldens::describe(c);
   for (int n : {2, 4}) {
     ThreadsGuard t(n);
     same(run_cpu(driver, in), one, std::to_string(n) + " threads against 1");
@@ -84,10 +84,10 @@ void expect_reference_match_and_thread_invariance(const harness::OpDriver& drive
 // Several user threads calling the cpu back-end at once (it on 2 threads), each on its own inputs
 // generated from `knobs`, each equal to its serial result: same(a, b, what) checks the outputs.
 template <class Same>
-void expect_concurrent_callers_match_serial(const harness::OpDriver& driver, const harness::json& knobs, Same same) {
+void expect_concurrent_callers_match_serial(const goldens::OpDriver& driver, const goldens::json& knobs, Same same) {
   ThreadsGuard t(2);
   constexpr int kCallers = 3;
-  std::vector<harness::Bundle> inputs, serial, results;
+  std::vector<goldens::Bundle> inputs, serial, results;
   for (int c = 0; c < kCallers; ++c) {
     inputs.push_back(driver.generate(knobs, 20 + static_cast<std::uint64_t>(c)));
     serial.push_back(run_cpu(driver, inputs.back()));

@@ -8,14 +8,14 @@
 #include <cstdint>
 #include <cstring>
 
-#include "harness/common/tensor.hpp"
+#include "goldens/common/tensor.hpp"
 
 namespace mlakit::test_support {
 
 // Copies `input`'s bytes to the front of `storage` (sized for `room_bytes` more than the input),
 // repoints `input` there and returns the buffer's start. `storage` must outlive the call.
-inline std::uint8_t* move_alone(TensorView& input, harness::Tensor& storage, std::int64_t room_bytes) {
-  storage = harness::Tensor(DType::u8, {input.size_bytes() + std::max<std::int64_t>(room_bytes, 0)});
+inline std::uint8_t* move_alone(TensorView& input, goldens::Tensor& storage, std::int64_t room_bytes) {
+  storage = goldens::Tensor(DType::u8, {input.size_bytes() + std::max<std::int64_t>(room_bytes, 0)});
   std::memcpy(storage.bytes(), input.data, static_cast<std::size_t>(input.size_bytes()));
   input.data = storage.bytes();
   return storage.bytes();

@@ -2,12 +2,12 @@
 
 #include <map>
 
-#include "harness/common/device_staging.hpp"
+#include "goldens/common/device_staging.hpp"
 
 namespace mlakit::testing {
 
-using harness::Bundle;
-using harness::Comparison;
+using goldens::Bundle;
+using goldens::Comparison;
 
 IsaCap::IsaCap(Isa cap) : saved_(max_isa()) { set_max_isa(cap); }
 IsaCap::~IsaCap() { set_max_isa(saved_); }
@@ -31,7 +31,7 @@ std::string skip_reason(const BackendUnderTest& be) {
 
 std::vector<MatrixParam> matrix_params(const std::string& op) {
   std::vector<MatrixParam> params;
-  const auto* driver = harness::find_driver(op);
+  const auto* driver = goldens::find_driver(op);
   if (!driver) return params;
   for (const auto& spec : driver->cases())
     for (std::uint64_t seed : kSeeds)
@@ -45,14 +45,14 @@ std::string matrix_param_name(const ::testing::TestParamInfo<MatrixParam>& info)
 
 namespace {
 
-std::map<std::string, harness::Tensor> inputs_of(const Bundle& b) {
-  std::map<std::string, harness::Tensor> in;
+std::map<std::string, goldens::Tensor> inputs_of(const Bundle& b) {
+  std::map<std::string, goldens::Tensor> in;
   for (const auto& [name, t] : b.tensors)
     if (name.rfind("out.", 0) != 0) in[name] = t;
   return in;
 }
 
-void expect_inputs_untouched(const Bundle& b, const std::map<std::string, harness::Tensor>& before,
+void expect_inputs_untouched(const Bundle& b, const std::map<std::string, goldens::Tensor>& before,
                              const std::string& who) {
   for (const auto& [name, t] : before)
     EXPECT_TRUE(b.at(name).same_bytes(t)) << who << " modified input '" << name << "'";
@@ -65,20 +65,20 @@ void expect_guards(const Bundle& b, const std::string& who) {
 
 void expect_pass(const std::vector<Comparison>& cmp, const std::string& who) {
   EXPECT_FALSE(cmp.empty()) << who << ": nothing was compared";
-  for (const auto& c : cmp) EXPECT_TRUE(c.pass) << who << ": " << harness::describe(c);
+  for (const auto& c : cmp) EXPECT_TRUE(c.pass) << who << ": " << goldens::describe(c);
 }
 
-Bundle run_checked(const harness::OpDriver& driver, const Bundle& inputs, const RunOptions& opt,
+Bundle run_checked(const goldens::OpDriver& driver, const Bundle& inputs, const RunOptions& opt,
                    const std::string& who) {
   Bundle b = inputs;
   const auto before = inputs_of(b);
-  const Status s = harness::run_driver(driver, b, opt);  // cuda: tensors staged in device memory
+  const Status s = goldens::run_driver(driver, b, opt);  // cuda: tensors staged in device memory
   EXPECT_TRUE(s.ok()) << who << ": " << s.message;
   expect_inputs_untouched(b, before, who);
   expect_guards(b, who);
   // Determinism: a second run with the same inputs gives the same bits.
   Bundle again = inputs;
-  const Status s2 = harness::run_driver(driver, again, opt);
+  const Status s2 = goldens::run_driver(driver, again, opt);
   EXPECT_TRUE(s2.ok()) << who << " (second run): " << s2.message;
   for (const auto& name : b.output_names())
     EXPECT_TRUE(again.at(name).same_bytes(b.at(name))) << who << ": second run differs in '" << name << "'";
@@ -87,7 +87,7 @@ Bundle run_checked(const harness::OpDriver& driver, const Bundle& inputs, const 
 
 }  // namespace
 
-void run_against_reference(const harness::OpDriver& driver, const harness::CaseSpec& spec, std::uint64_t seed,
+void run_against_reference(const goldens::OpDriver& driver, const goldens::CaseSpec& spec, std::uint64_t seed,
                            const BackendUnderTest& be) {
   const Bundle inputs = driver.generate(spec.knobs, seed);
   const Bundle expected = run_checked(driver, inputs, RunOptions{Backend::reference}, "reference");
@@ -95,13 +95,13 @@ void run_against_reference(const harness::OpDriver& driver, const harness::CaseS
   RunOptions opt;
   opt.backend = be.backend;
   Bundle probe = inputs;
-  const Status s = harness::run_driver(driver, probe, opt);
+  const Status s = goldens::run_driver(driver, probe, opt);
   if (s.code == StatusCode::unsupported) GTEST_SKIP() << be.label << " declines this case: " << s.message;
   const Bundle actual = run_checked(driver, inputs, opt, be.label);
   expect_pass(driver.compare(expected, actual), be.label + " vs reference");
 }
 
-void run_reference_against_oracle(const harness::OpDriver& driver, const harness::CaseSpec& spec, std::uint64_t seed,
+void run_reference_against_oracle(const goldens::OpDriver& driver, const goldens::CaseSpec& spec, std::uint64_t seed,
                                   const Oracle& oracle) {
   const Bundle inputs = driver.generate(spec.knobs, seed);
   const Bundle expected = run_checked(driver, inputs, RunOptions{Backend::reference}, "reference");

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 
 namespace mlakit::testing {
 
@@ -30,7 +30,7 @@ std::string skip_reason(const BackendUnderTest& be);
 
 struct MatrixParam {
   std::string op;
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
   std::uint64_t seed = 1;
   BackendUnderTest be;
 };
@@ -43,13 +43,13 @@ std::string matrix_param_name(const ::testing::TestParamInfo<MatrixParam>& info)
 
 // Generates the case, runs the reference twice (must be bit-identical, inputs untouched, guards
 // intact, no poison left where the driver says every element is written), runs `be`, compares.
-void run_against_reference(const harness::OpDriver& driver, const harness::CaseSpec& spec, std::uint64_t seed,
+void run_against_reference(const goldens::OpDriver& driver, const goldens::CaseSpec& spec, std::uint64_t seed,
                            const BackendUnderTest& be);
 
 // The oracle check: the reference against a second, independently written formulation that
 // fills out.* of the bundle it is given. Compared with the driver's comparison.
-using Oracle = std::function<void(harness::Bundle&)>;
-void run_reference_against_oracle(const harness::OpDriver& driver, const harness::CaseSpec& spec, std::uint64_t seed,
+using Oracle = std::function<void(goldens::Bundle&)>;
+void run_reference_against_oracle(const goldens::OpDriver& driver, const goldens::CaseSpec& spec, std::uint64_t seed,
                                   const Oracle& oracle);
 
 // Sets the ISA cap for the lifetime of the object.
@@ -70,7 +70,7 @@ class IsaCap {
     const auto& p = GetParam();                                                                           \
     const auto reason = ::mlakit::testing::skip_reason(p.be);                                             \
     if (!reason.empty()) GTEST_SKIP() << p.be.label << ": " << reason;                                    \
-    const auto* driver = ::mlakit::harness::find_driver(#OP);                                            \
+    const auto* driver = ::mlakit::goldens::find_driver(#OP);                                            \
     ASSERT_NE(driver, nullptr);                                                                           \
     ::mlakit::testing::run_against_reference(*driver, p.spec, p.seed, p.be);                              \
   }                                                                                                       \

@@ -9,18 +9,18 @@
 #include <thread>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() { return *harness::find_driver("fused_qkv_paged"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("fused_qkv_paged"); }
 
 
 std::vector<BigCase> big_cases() {

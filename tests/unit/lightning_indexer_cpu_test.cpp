@@ -13,19 +13,19 @@
 
 #include "cpu/common/parallel.hpp"
 #include "cpu/lightning_indexer.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 namespace detail = cpu::lightning_indexer_detail;
 
-const harness::OpDriver& driver() {
-  const harness::OpDriver* d = harness::find_driver("lightning_indexer");
+const goldens::OpDriver& driver() {
+  const goldens::OpDriver* d = goldens::find_driver("lightning_indexer");
   if (d == nullptr) throw std::runtime_error("lightning_indexer driver is not registered");
   return *d;
 }
@@ -184,7 +184,7 @@ TEST(LightningIndexerCpu, ScoresOnlyModeLeavesTheOutputAlone) {
   a.q = b.at("q").view();
   a.q_s = b.at("q_s").view();
   a.input_row_offsets = b.at("input_row_offsets").view();
-  a.k_cache = harness::cache_view(b, "k_cache", 72);
+  a.k_cache = goldens::cache_view(b, "k_cache", 72);
   a.output_indices = out.view();
   ASSERT_TRUE(detail::run(d, a, true).ok());
   EXPECT_TRUE(out.same_bytes(before));

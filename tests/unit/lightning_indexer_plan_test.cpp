@@ -14,15 +14,15 @@
 #include <tbb/task_arena.h>
 
 #include "cpu/common/parallel.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
 // A step of two layers: sequences of 3, 0 and 2 rows over caches of 5, 2 and 4 tokens, H=2, D=16,
 // top_k 4, pages of 4. Layer l reads layer l of the cache with q of layer l (q differs per layer).
@@ -34,8 +34,8 @@ struct Step {
   explicit Step(std::uint64_t seed = 3) {
     json knobs = {{"seq_lens", {3, 0, 2}}, {"cache_lens", {5, 2, 4}}, {"num_heads", 2}, {"head_dim", 16},
                   {"top_k", 4}, {"page_size", 4}, {"num_layers", 2}, {"layer_idx", 0}};
-    b = harness::find_driver("lightning_indexer")->generate(knobs, seed);
-    q1 = harness::find_driver("lightning_indexer")->generate(knobs, seed + 100).at("q");
+    b = goldens::find_driver("lightning_indexer")->generate(knobs, seed);
+    q1 = goldens::find_driver("lightning_indexer")->generate(knobs, seed + 100).at("q");
     d.top_k = b.params.at("top_k");
     d.num_heads = b.params.at("num_heads");
     d.head_dim = b.params.at("head_dim");
@@ -55,7 +55,7 @@ struct Step {
     a.q = layer == 0 ? b.at("q").view() : q1.view();
     a.q_s = b.at("q_s").view();
     a.input_row_offsets = b.at("input_row_offsets").view();
-    a.k_cache = harness::cache_view(b, "k_cache", b.params.at("quant_granularity"));
+    a.k_cache = goldens::cache_view(b, "k_cache", b.params.at("quant_granularity"));
     a.layer_idx = static_cast<std::uint32_t>(layer);
     a.output_indices = out(layer).view();
     return a;

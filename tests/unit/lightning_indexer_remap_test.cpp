@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Tensor;
+using goldens::Tensor;
 
 // Two sequences (rows 0-1 and row 2), pages of 4, 7 blocks (7 = the sentinel), 3 table columns.
 struct Remap {
@@ -62,8 +62,8 @@ TEST(LightningIndexerRemap, ZeroRowsAreValid) {
 
 // The indexer's output remapped: each row names the physical K row of the same logical key.
 TEST(LightningIndexerRemap, ComposesWithTheIndexer) {
-  const harness::OpDriver& drv = *harness::find_driver("lightning_indexer");
-  harness::Bundle b = drv.generate({{"seq_lens", {4, 0, 3}}, {"cache_lens", {9, 1, 5}}, {"num_heads", 2},
+  const goldens::OpDriver& drv = *goldens::find_driver("lightning_indexer");
+  goldens::Bundle b = drv.generate({{"seq_lens", {4, 0, 3}}, {"cache_lens", {9, 1, 5}}, {"num_heads", 2},
                                     {"head_dim", 16}, {"top_k", 12}, {"page_size", 3}, {"num_layers", 2},
                                     {"layer_idx", 1}},
                                    8);

@@ -10,17 +10,17 @@
 #include <vector>
 
 #include "cpu/common/parallel.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 #include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::json;
+using goldens::Bundle;
+using goldens::json;
 
-const harness::OpDriver& driver() { return *harness::find_driver("mla_prefill_fp8"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("mla_prefill_fp8"); }
 
 std::vector<BigCase> big_cases() {
   return {
@@ -87,7 +87,7 @@ TEST_P(MlaPrefillCpu, KeptCallBuffersCarryNothingOver) {
 // garbage padding, quantizer edges) and the large shapes above.
 TEST_P(MlaPrefillCpu, StepsOneAndTwoGiveTheReferencesBits) {
   IsaCap cap(GetParam().level);
-  std::vector<harness::json> knobs{GetParam().c.knobs};
+  std::vector<goldens::json> knobs{GetParam().c.knobs};
   if (GetParam().c.name == big_cases().front().name)  // the golden cases once per level
     for (const auto& c : driver().cases()) knobs.push_back(c.knobs);
   for (const auto& k : knobs)

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 using std::int64_t;
 
 enum class Flaw {
@@ -176,7 +176,7 @@ void f32_model(Bundle& b, Flaw flaw, bool bump_amax = false) {
   }
 }
 
-bool passes(const std::vector<harness::Comparison>& cmp, std::string* why) {
+bool passes(const std::vector<goldens::Comparison>& cmp, std::string* why) {
   bool pass = !cmp.empty();
   for (const auto& c : cmp)
     if (!c.pass) {
@@ -186,7 +186,7 @@ bool passes(const std::vector<harness::Comparison>& cmp, std::string* why) {
   return pass;
 }
 
-const harness::OpDriver& driver() { return *harness::find_driver("mla_prefill_fp8"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("mla_prefill_fp8"); }
 
 TEST(MlaPrefillFp8F32Model, FaithfulModelPassesEveryCase) {
   int rebased = 0, total = 0;
@@ -225,7 +225,7 @@ TEST(MlaPrefillFp8F32Model, FaithfulModelPassesTheDefaultCase) {
 TEST(MlaPrefillFp8F32Model, OneStepInTheCacheIsJudgedOnTheCandidatesOwnCache) {
   int far_off = 0;
   for (const char* name : {"single_chunk", "chunked", "deepseek_dims", "ragged_empty"}) {
-    harness::CaseSpec spec;
+    goldens::CaseSpec spec;
     for (const auto& c : driver().cases())
       if (c.name == name) spec = c;
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {

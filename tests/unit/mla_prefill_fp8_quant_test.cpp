@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "harness/common/random.hpp"
+#include "goldens/common/random.hpp"
 #include "oracle/mla_prefill_fp8.hpp"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
 
@@ -72,7 +72,7 @@ TEST(MlaPrefillFp8Quant, RoundsTiesToEven) {
 }
 
 TEST(MlaPrefillFp8Quant, TheGroupMaximumMapsTo448) {
-  harness::Rng rng(3);
+  goldens::Rng rng(3);
   for (int i = 0; i < 20000; ++i) {
     const float amax = static_cast<float>(std::ldexp(rng.uniform(1.0, 2.0), static_cast<int>(rng.integer(-30, 10))));
     const float x[2] = {amax, -amax * 0.5f};
@@ -85,7 +85,7 @@ TEST(MlaPrefillFp8Quant, TheGroupMaximumMapsTo448) {
 // The definition written out independently: f32 operations as f64 operations rounded to f32
 // (exact for one operation on f32 operands), the code by nearest search, ties to the even code.
 TEST(MlaPrefillFp8Quant, AgreesWithAnIndependentDerivation) {
-  harness::Rng rng(9);
+  goldens::Rng rng(9);
   int checked = 0;
   for (int g = 0; g < 3000; ++g) {
     const int n = static_cast<int>(rng.integer(1, 64));

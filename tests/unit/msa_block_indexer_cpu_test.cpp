@@ -9,18 +9,18 @@
 #include <thread>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 #include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() { return *harness::find_driver("msa_block_indexer"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("msa_block_indexer"); }
 
 struct BudgetGuard {
   explicit BudgetGuard(std::size_t bytes) { cpu::set_workspace_budget_bytes(bytes); }

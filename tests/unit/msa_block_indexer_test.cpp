@@ -5,26 +5,26 @@
 #include <set>
 #include <string>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/input_error.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/input_error.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
+using goldens::Bundle;
+using goldens::json;
 
-const harness::OpDriver& driver() { return *harness::find_driver("msa_block_indexer"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("msa_block_indexer"); }
 
 TEST(MsaBlockIndexerRouting, CpuRunsAndAutomaticPicksIt) {
-  ASSERT_NE(harness::find_driver("msa_block_indexer"), nullptr);
+  ASSERT_NE(goldens::find_driver("msa_block_indexer"), nullptr);
   const Bundle in = driver().generate({}, 4);
   Bundle cpu = in, ref = in, automatic = in;
   ASSERT_TRUE(driver().run(cpu, RunOptions{Backend::cpu}).ok());
   ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
   ASSERT_TRUE(driver().run(automatic, RunOptions{Backend::automatic}).ok());
-  for (const auto& c : driver().compare(ref, cpu)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (const auto& c : driver().compare(ref, cpu)) EXPECT_TRUE(c.pass) << goldens::describe(c);
   EXPECT_TRUE(automatic.at("out.out_idxs").same_bytes(cpu.at("out.out_idxs")));
 }
 
@@ -36,7 +36,7 @@ TEST(MsaBlockIndexerDriver, CaseTableIsWellFormed) {
     EXPECT_FALSE(c.what.empty()) << c.name;
     json merged;
     std::string why;
-    EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), c.knobs, &merged, &why)) << c.name << ": " << why;
+    EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), c.knobs, &merged, &why)) << c.name << ": " << why;
   }
   EXPECT_GE(names.size(), 20u);
   EXPECT_EQ(driver().bench_cases().size(), 14u);
@@ -45,9 +45,9 @@ TEST(MsaBlockIndexerDriver, CaseTableIsWellFormed) {
   json merged;
   std::string why;
   for (const auto& c : driver().bench_cases())
-    EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), c.knobs, &merged, &why)) << c.name << ": " << why;
-  EXPECT_TRUE(harness::merge_knobs(driver().default_knobs(), driver().default_case().knobs, &merged, &why)) << why;
-  EXPECT_FALSE(harness::merge_knobs(driver().default_knobs(), json{{"no_such_knob", 1}}, &merged, &why));
+    EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), c.knobs, &merged, &why)) << c.name << ": " << why;
+  EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), driver().default_case().knobs, &merged, &why)) << why;
+  EXPECT_FALSE(goldens::merge_knobs(driver().default_knobs(), json{{"no_such_knob", 1}}, &merged, &why));
 }
 
 TEST(MsaBlockIndexerDriver, GoldenNamesAndParams) {
@@ -96,7 +96,7 @@ TEST(MsaBlockIndexerDriver, ExactCasesAreExactAndRandomOnesAreNot) {
   for (const auto& c : driver().cases()) {
     json k;
     std::string why;
-    ASSERT_TRUE(harness::merge_knobs(driver().default_knobs(), c.knobs, &k, &why));
+    ASSERT_TRUE(goldens::merge_knobs(driver().default_knobs(), c.knobs, &k, &why));
     const Bundle b = driver().generate(c.knobs, 1);
     const bool exact = b.tolerance.at("out.out_idxs").contains("exact");
     if (k["data"] == "exact") {
@@ -109,9 +109,9 @@ TEST(MsaBlockIndexerDriver, ExactCasesAreExactAndRandomOnesAreNot) {
 
 TEST(MsaBlockIndexerDriver, ExactDataNeedsASmallHeadDimWithFp8) {
   EXPECT_THROW(driver().generate({{"data", "exact"}, {"cache_dtype", "f8e4m3"}, {"idx_head_dim", 128}}, 1),
-               harness::InputError);
-  EXPECT_THROW(driver().generate({{"cache_dtype", "f16"}}, 1), harness::InputError);
-  EXPECT_THROW(driver().generate({{"seq_lens", {1, 2}}, {"prefix_lens", {0}}}, 1), harness::InputError);
+               goldens::InputError);
+  EXPECT_THROW(driver().generate({{"cache_dtype", "f16"}}, 1), goldens::InputError);
+  EXPECT_THROW(driver().generate({{"seq_lens", {1, 2}}, {"prefix_lens", {0}}}, 1), goldens::InputError);
 }
 
 TEST(MsaBlockIndexerDriver, WorkCountsEveryVisibleKey) {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/dtype.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 #include "support/cpu_level_cases.hpp"
@@ -19,11 +19,11 @@
 namespace mlakit::testing {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() { return *harness::find_driver("sparse_mla_prefill"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("sparse_mla_prefill"); }
 
 std::vector<BigCase> big_cases() {
   return {
@@ -93,7 +93,7 @@ TEST_P(SparseMlaCpu, InfiniteScoresAsTheReference) {
       ASSERT_TRUE(std::isnan(x) && std::isnan(y)) << "element " << i << ": " << x << " vs " << y;
     }
   }
-  for (const auto& c : driver().compare(ref, got)) EXPECT_TRUE(c.pass) << harness::describe(c);
+  for (const auto& c : driver().compare(ref, got)) EXPECT_TRUE(c.pass) << goldens::describe(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(sparse_mla_prefill, SparseMlaCpu, ::testing::ValuesIn(at_every_level(big_cases())),

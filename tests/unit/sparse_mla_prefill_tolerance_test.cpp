@@ -10,15 +10,15 @@
 #include <cstring>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "mlakit/dtype.hpp"
 #include "support/matrix.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 
 enum class PRounding { f32, bf16, f8e4m3 };
 
@@ -97,10 +97,10 @@ void emulate(Bundle& b, const Emulation& e) {
   }
 }
 
-const harness::OpDriver& driver() { return *harness::find_driver("sparse_mla_prefill"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("sparse_mla_prefill"); }
 
 // Runs the reference and the emulation on one case; true when the driver's comparison passes.
-bool emulation_passes(const harness::CaseSpec& spec, std::uint64_t seed, const Emulation& e, std::string* why) {
+bool emulation_passes(const goldens::CaseSpec& spec, std::uint64_t seed, const Emulation& e, std::string* why) {
   Bundle ref = driver().generate(spec.knobs, seed);
   EXPECT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
   Bundle cand = ref;
@@ -110,10 +110,10 @@ bool emulation_passes(const harness::CaseSpec& spec, std::uint64_t seed, const E
   for (const auto& c : driver().compare(ref, cand)) {
     if (std::getenv("MLAKIT_SHOW_MARGINS"))  // how close each comparison came to its bound
       std::printf("%s seed %llu: %s\n", spec.name.c_str(), static_cast<unsigned long long>(seed),
-                  harness::describe(c).c_str());
+                  goldens::describe(c).c_str());
     if (!c.pass) {
       pass = false;
-      if (why) *why += harness::describe(c) + "\n";
+      if (why) *why += goldens::describe(c) + "\n";
     }
   }
   return pass;
@@ -138,7 +138,7 @@ TEST(SparseMlaPrefillTolerance, AdmitsTheDeepSeekDefaultCase) {
 
 TEST(SparseMlaPrefillTolerance, RejectsWeightsRoundedCoarserThanBf16) {
   for (const char* name : {"deepseek_bf16", "general_bf16"}) {
-    harness::CaseSpec spec;
+    goldens::CaseSpec spec;
     for (const auto& c : driver().cases())
       if (c.name == name) spec = c;
     for (std::uint64_t seed : testing::kSeeds)

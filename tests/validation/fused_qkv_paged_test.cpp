@@ -10,16 +10,16 @@
 #include <memory>
 #include <string>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/lone_buffer.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
 // "=<v>", built by appending (GCC 12 misreports `"=" + std::string` under -Wrestrict).
 std::string eq(std::int64_t v) {
@@ -38,7 +38,7 @@ struct Call {
   FusedQkvPagedArgs a;
 
   explicit Call(const json& knobs) {
-    const auto* drv = harness::find_driver("fused_qkv_paged");
+    const auto* drv = goldens::find_driver("fused_qkv_paged");
     b = drv->generate(knobs, 11);
     d.q_dim = b.params["q_dim"].get<std::int64_t>();
     const std::string f = b.params["weight_format"].get<std::string>();
@@ -49,13 +49,13 @@ struct Call {
     b.copy_to_output("kv_cache.blocks");
     a.hidden_state = b.at("hidden_state").view();
     a.input_row_offsets = b.at("input_row_offsets").view();
-    a.weight = harness::optional_view(b, "weight");
-    a.weight_scale = harness::optional_view(b, "weight_scale");
-    a.qweight = harness::optional_view(b, "qweight");
-    a.scales = harness::optional_view(b, "scales");
-    a.qzeros = harness::optional_view(b, "qzeros");
-    a.g_idx = harness::optional_view(b, "g_idx");
-    a.kv_cache = harness::cache_view(b, "kv_cache", 0, "out.kv_cache.blocks");
+    a.weight = goldens::optional_view(b, "weight");
+    a.weight_scale = goldens::optional_view(b, "weight_scale");
+    a.qweight = goldens::optional_view(b, "qweight");
+    a.scales = goldens::optional_view(b, "scales");
+    a.qzeros = goldens::optional_view(b, "qzeros");
+    a.g_idx = goldens::optional_view(b, "g_idx");
+    a.kv_cache = goldens::cache_view(b, "kv_cache", 0, "out.kv_cache.blocks");
     a.layer_idx = b.params["layer_idx"].get<std::uint32_t>();
     a.output = b.at("out.output").view();
   }

@@ -9,18 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/lone_buffer.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 
-const harness::OpDriver& driver() { return *harness::find_driver("lightning_indexer"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("lightning_indexer"); }
 
 // A valid call: sequences of 3, 0 and 2 rows over caches of 5, 2 and 4 tokens, H=2, D=16,
 // top_k 4, pages of 4. The output is filled with a pattern before each call.
@@ -43,7 +43,7 @@ struct Call {
     a.q = b.at("q").view();
     a.q_s = b.at("q_s").view();
     a.input_row_offsets = b.at("input_row_offsets").view();
-    a.k_cache = harness::cache_view(b, "k_cache", b.params.at("quant_granularity"));
+    a.k_cache = goldens::cache_view(b, "k_cache", b.params.at("quant_granularity"));
     a.layer_idx = b.params.at("layer_idx");
     a.output_indices = out.view();
   }

@@ -6,19 +6,19 @@
 #include <limits>
 #include <string>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/lone_buffer.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::json;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::json;
+using goldens::Tensor;
 using std::int64_t;
 
-const harness::OpDriver& driver() { return *harness::find_driver("mla_prefill_fp8"); }
+const goldens::OpDriver& driver() { return *goldens::find_driver("mla_prefill_fp8"); }
 
 // A valid call on generated data: two sequences with a prefix, a chunked window, 2 layers.
 class MlaPrefillFp8Validation : public ::testing::Test {
@@ -48,7 +48,7 @@ class MlaPrefillFp8Validation : public ::testing::Test {
     a.input_row_offsets = b.at("input_row_offsets").view();
     a.freqs_cis = b.at("freqs_cis").view();
     a.kv_norm_gamma = b.at("kv_norm_gamma").view();
-    a.kv_cache = harness::cache_view(b, "kv_cache", 0, "out.kv_cache.blocks");
+    a.kv_cache = goldens::cache_view(b, "kv_cache", 0, "out.kv_cache.blocks");
     a.layer_idx = static_cast<std::uint32_t>(b.params["layer_idx"].get<int64_t>());
     a.buffer_row_offsets = b.at("buffer_row_offsets").view();
     a.cache_offsets = b.at("cache_offsets").view();

@@ -10,15 +10,15 @@
 #include <map>
 #include <string>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/lone_buffer.hpp"
 #include "mlakit/ops/msa_block_indexer.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
+using goldens::Bundle;
+using goldens::Tensor;
 
 // Sequence 0: 3 rows after 5 cached keys (pages 0, 1); sequence 1: empty (prefix 2);
 // sequence 2: 2 rows, prefix 0 (page 0). Hi 2, Di 8, block 4, topk 3, two layers (layer 1 used).
@@ -32,7 +32,7 @@ std::string equals(std::int64_t v) {
 class MsaValidation : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* d = harness::find_driver("msa_block_indexer");
+    const auto* d = goldens::find_driver("msa_block_indexer");
     ASSERT_NE(d, nullptr);
     b = d->generate({{"seq_lens", {3, 0, 2}}, {"prefix_lens", {5, 2, 0}}, {"num_index_heads", 2},
                      {"idx_head_dim", 8}, {"block_size", 4}, {"topk", 3}, {"num_layers", 2}, {"layer_idx", 1}},
@@ -49,7 +49,7 @@ class MsaValidation : public ::testing::Test {
     args.q = b.at("q").view();
     args.input_row_offsets = b.at("input_row_offsets").view();
     args.prefix_lens = b.at("prefix_lens").view();
-    args.k_cache = harness::cache_view(b, "k_cache");
+    args.k_cache = goldens::cache_view(b, "k_cache");
     args.layer_idx = 1;
     args.out_idxs = out.view();
   }

@@ -8,16 +8,16 @@
 #include <map>
 #include <string>
 
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/lone_buffer.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::Tensor;
-using harness::json;
+using goldens::Bundle;
+using goldens::Tensor;
+using goldens::json;
 
 // Row-major strides for a view whose shape a test changed (so that only the shape is wrong).
 void restride(TensorView& v) {
@@ -34,7 +34,7 @@ class SparseMlaPrefillValidation : public ::testing::Test {
 
   // T 3, Hq 2, qk 40, v 24, stride 8, page 5, two layers (layer_idx 1), sink and lengths present.
   void make(bool fp8) {
-    const auto* drv = harness::find_driver("sparse_mla_prefill");
+    const auto* drv = goldens::find_driver("sparse_mla_prefill");
     ASSERT_NE(drv, nullptr);
     const json knobs = {{"T", 3}, {"num_q_heads", 2}, {"qk_depth", 40}, {"v_depth", 24}, {"indices_stride", 8},
                         {"page_size", 5}, {"seq_lens", json::array({12, 9})}, {"sink", true},
@@ -50,7 +50,7 @@ class SparseMlaPrefillValidation : public ::testing::Test {
     b.add("out.lse", DType::f32, {3, 2}).poison();
     a = SparseMlaPrefillArgs{};
     a.q = b.at("q").view();
-    a.kv_cache = harness::cache_view(b, "kv_cache", fp8 ? 40 : 0);
+    a.kv_cache = goldens::cache_view(b, "kv_cache", fp8 ? 40 : 0);
     a.layer_idx = 1;
     a.indices = b.at("indices").view();
     a.topk_lengths = b.at("topk_lengths").view();

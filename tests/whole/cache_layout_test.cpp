@@ -8,34 +8,34 @@
 #include <string>
 #include <vector>
 
-#include "harness/common/cache_layout.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/cache_layout.hpp"
+#include "goldens/common/driver.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::CacheLayout;
-using harness::OpDriver;
+using goldens::Bundle;
+using goldens::CacheLayout;
+using goldens::OpDriver;
 
 struct Param {
   const OpDriver* driver;
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
   Backend backend;
   CacheLayout layout;
 };
 
 void PrintTo(const Param& p, std::ostream* os) {
   *os << p.driver->name() << "/" << p.spec.name << "/" << backend_name(p.backend) << "/"
-      << harness::cache_layout_name(p.layout);
+      << goldens::cache_layout_name(p.layout);
 }
 
 std::vector<Param> params() {
   std::vector<Param> out;
   const CacheLayout layouts[] = {CacheLayout::padded_blocks, CacheLayout::kv_interleaved, CacheLayout::layers_outer};
-  for (const OpDriver* d : harness::all_drivers()) {
+  for (const OpDriver* d : goldens::all_drivers()) {
     int i = 0;
-    for (const harness::CaseSpec& c : d->cases()) {
+    for (const goldens::CaseSpec& c : d->cases()) {
       for (CacheLayout l : layouts) out.push_back({d, c, Backend::cpu, l});
       // The reference (the slow oracle) on every other case, one layout in turn.
       if (i % 2 == 0) out.push_back({d, c, Backend::reference, layouts[(i / 2) % 3]});
@@ -58,7 +58,7 @@ TEST_P(CacheLayouts, GiveTheBitsOfTheContiguousCache) {
   ASSERT_TRUE(s1.ok()) << s1.message;
   p.driver->prepare_outputs(relaid);
   {
-    harness::CacheRelayout scope(p.layout);
+    goldens::CacheRelayout scope(p.layout);
     const Status s2 = p.driver->call(relaid, o);
     ASSERT_TRUE(s2.ok()) << s2.message;
     scope.finish();
@@ -73,7 +73,7 @@ TEST_P(CacheLayouts, GiveTheBitsOfTheContiguousCache) {
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   const Param& p = info.param;
   return std::string(p.driver->name()) + "_" + p.spec.name + "_" + backend_name(p.backend) + "_" +
-         harness::cache_layout_name(p.layout);
+         goldens::cache_layout_name(p.layout);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, CacheLayouts, ::testing::ValuesIn(params()), name_of);

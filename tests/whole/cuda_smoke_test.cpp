@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/common/device_mirror.hpp"
-#include "harness/common/device_staging.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/device_staging.hpp"
+#include "goldens/common/driver.hpp"
 #include "support/fake_device_memory.hpp"
 #include "support/matrix.hpp"
 
@@ -44,12 +44,12 @@ TEST(CudaSmoke, WithoutAGpuDeviceCallsAreUnavailableBeforeAnyCopy) {
   std::string why;
   if (backend_available(Backend::cuda, &why)) GTEST_SKIP() << "a GPU is usable here";
   const core::DeviceMemoryOps fake = FakeDevice::ops();
-  for (const auto* driver : harness::all_drivers()) {
+  for (const auto* driver : goldens::all_drivers()) {
     SCOPED_TRACE(driver->name());
     for (Backend be : {Backend::cuda, Backend::automatic}) {
       FakeDevice::reset();
-      harness::Bundle b = driver->generate(driver->cases().front().knobs, 1);
-      harness::DeviceStaging staging(b, &fake);
+      goldens::Bundle b = driver->generate(driver->cases().front().knobs, 1);
+      goldens::DeviceStaging staging(b, &fake);
       ASSERT_TRUE(staging.upload_all().ok());
       FakeDevice::downloads = 0;
       const Status s = driver->run(b, RunOptions{be});
@@ -60,12 +60,12 @@ TEST(CudaSmoke, WithoutAGpuDeviceCallsAreUnavailableBeforeAnyCopy) {
       EXPECT_NE(s.message.find(std::string(driver->name()) + ": backend=cuda is unavailable: " + why), std::string::npos)
           << s.message;
       for (const auto& name : b.output_names()) {
-        const harness::Tensor& out = b.at(name);
+        const goldens::Tensor& out = b.at(name);
         const std::string source = name.substr(4);
         if (b.has(source) && b.at(source).shape() == out.shape()) {
           EXPECT_TRUE(out.same_bytes(b.at(source))) << name << " (in place) was modified";
         } else {
-          harness::Tensor poisoned = out;
+          goldens::Tensor poisoned = out;
           poisoned.poison();
           EXPECT_TRUE(out.same_bytes(poisoned)) << name << " was written";
         }
@@ -76,12 +76,12 @@ TEST(CudaSmoke, WithoutAGpuDeviceCallsAreUnavailableBeforeAnyCopy) {
 
 struct SmokeCase {
   std::string op;
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
 };
 
 std::vector<SmokeCase> smoke_cases() {
   std::vector<SmokeCase> v;
-  for (const auto* d : harness::all_drivers()) {
+  for (const auto* d : goldens::all_drivers()) {
     v.push_back({d->name(), d->default_case()});
     if (!d->cases().empty()) v.push_back({d->name(), d->cases().front()});
   }
@@ -95,10 +95,10 @@ class CudaSmokeOps : public ::testing::TestWithParam<SmokeCase> {};
 TEST_P(CudaSmokeOps, MatchesReference) {
   const std::string why = no_gpu_reason();
   if (!why.empty()) GTEST_SKIP() << "cuda: " << why;
-  const auto* driver = harness::find_driver(GetParam().op);
+  const auto* driver = goldens::find_driver(GetParam().op);
   ASSERT_NE(driver, nullptr);
-  harness::Bundle probe = driver->generate(GetParam().spec.knobs, 1);
-  const Status s = harness::run_driver(*driver, probe, RunOptions{Backend::cuda});
+  goldens::Bundle probe = driver->generate(GetParam().spec.knobs, 1);
+  const Status s = goldens::run_driver(*driver, probe, RunOptions{Backend::cuda});
   if (s.code == StatusCode::unavailable || s.code == StatusCode::unsupported)
     GTEST_SKIP() << "cuda: " << s.message;
   ASSERT_TRUE(s.ok()) << s.message;

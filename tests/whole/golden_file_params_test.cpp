@@ -12,11 +12,11 @@
 #include <tuple>
 #include <vector>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/golden_check.hpp"
-#include "harness/common/safetensors.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/golden_check.hpp"
+#include "goldens/common/safetensors.hpp"
 
-namespace mlakit::harness {
+namespace mlakit::goldens {
 namespace {
 
 std::filesystem::path golden_dir() {
@@ -232,4 +232,4 @@ TEST(GoldenFileParamsFusedQkv, DenseAndFp8FilesNeedNoGptqKeys) {
 }
 
 }  // namespace
-}  // namespace mlakit::harness
+}  // namespace mlakit::goldens

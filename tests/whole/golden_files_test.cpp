@@ -10,11 +10,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "harness/common/driver.hpp"
-#include "harness/common/safetensors.hpp"
+#include "goldens/common/driver.hpp"
+#include "goldens/common/safetensors.hpp"
 #include "support/matrix.hpp"
 
-namespace mlakit::harness {
+namespace mlakit::goldens {
 namespace {
 
 std::vector<std::string> golden_files() {
@@ -106,4 +106,4 @@ INSTANTIATE_TEST_SUITE_P(Data, GoldenFile, ::testing::ValuesIn(golden_files()),
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenFile);
 
 }  // namespace
-}  // namespace mlakit::harness
+}  // namespace mlakit::goldens

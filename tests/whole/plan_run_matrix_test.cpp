@@ -11,26 +11,26 @@
 #include <tbb/task_arena.h>
 
 #include "cpu/common/parallel.hpp"
-#include "harness/common/driver.hpp"
+#include "goldens/common/driver.hpp"
 
 namespace mlakit {
 namespace {
 
-using harness::Bundle;
-using harness::OpDriver;
+using goldens::Bundle;
+using goldens::OpDriver;
 
 struct Param {
   const OpDriver* driver;
-  harness::CaseSpec spec;
+  goldens::CaseSpec spec;
   Backend backend;
   int threads;  // > 0: the plan's own arena of this many threads; 0: a caller's arena of 2
 };
 
 std::vector<Param> params() {
   std::vector<Param> out;
-  for (const OpDriver* d : harness::all_drivers()) {
+  for (const OpDriver* d : goldens::all_drivers()) {
     int i = 0;
-    for (const harness::CaseSpec& c : d->cases()) {
+    for (const goldens::CaseSpec& c : d->cases()) {
       out.push_back({d, c, Backend::cpu, i % 2 == 0 ? 0 : 1 + (i / 2) % 2});
       // The reference on every other case: it is the slow oracle, and its plan path is the same code.
       if (i % 2 == 0) out.push_back({d, c, Backend::reference, 0});
@@ -57,7 +57,7 @@ TEST_P(PlanRunMatrix, RunsBitIdenticalToTheOneShotCall) {
   ASSERT_TRUE(s1.ok()) << s1.message;
 
   p.driver->prepare_outputs(planned);
-  harness::PlannedRun pr;
+  goldens::PlannedRun pr;
   pr.options.backends = {p.backend};
   tbb::task_arena arena(2);
   if (p.threads > 0) pr.options.num_threads = p.threads;

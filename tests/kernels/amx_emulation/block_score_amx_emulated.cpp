@@ -3,7 +3,7 @@
 #include "kernels/amx_emulation/emulated_tables.hpp"
 
 #include "kernels/amx_emulation/emulated_tiles.hpp"
-#include "simd/common/block_score_amx_impl.hpp"
+#include "simd/templates/block_score_amx_impl.hpp"
 
 namespace mlakit::simd {
 

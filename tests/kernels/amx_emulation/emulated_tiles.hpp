@@ -1,5 +1,5 @@
 // A scalar emulation of the AMX tile operations the amx kernels use (the policy interface of
-// simd/common/amx_tiles.hpp), so that their bodies run and are tested on CPUs without AMX.
+// simd/vec/amx_tiles.hpp), so that their bodies run and are tested on CPUs without AMX.
 //
 // Faithful where a kernel could be wrong: the configuration is read from the 64-byte ldtilecfg
 // format (palette 1 only, rows and colsb per tile); loads read rows x colsb bytes and zero the rest

@@ -2,7 +2,7 @@
 // the amx kernels use, on one product.
 #include "kernels/amx_hardware/tile_product.hpp"
 
-#include "simd/common/amx_tiles.hpp"
+#include "simd/vec/amx_tiles.hpp"
 
 namespace mlakit::kernel_tests {
 

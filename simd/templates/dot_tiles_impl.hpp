@@ -1,0 +1,362 @@
+// Dot-product tiles (C = A·Bᵀ over rows along k) and their driver, written once; every level
+// compiles it through simd/<level>/gemm.cpp (simd/templates/gemm_impl.hpp assembles the table).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include <unistd.h>
+
+#include "simd/vec/bf16_round.hpp"
+#include "simd/templates/fp8_decode_impl.hpp"
+#include "simd/gemm.hpp"
+#if defined(__AVX512VBMI__)
+#include "simd/vec/fp8_bf16_vbmi.hpp"
+#endif
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+
+// Register tile. Accumulators kMr*kNr plus kNr B vectors plus one A vector must fit the register
+// file: 16 registers (generic: 8+4+1, avx2: 12+4+1 with the A load folded into the FMAs), 32 on
+// AVX-512 (24+4+1). kNr = 4 matches reduce_add4, which turns a row of four accumulators into four
+// adjacent outputs.
+#if defined(MLAKIT_SIMD_LEVEL_generic)
+constexpr std::size_t kMr = 2;
+#elif defined(MLAKIT_SIMD_LEVEL_avx2)
+constexpr std::size_t kMr = 3;
+#else
+constexpr std::size_t kMr = 6;
+#endif
+constexpr std::size_t kNr = 4;
+
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+constexpr bool kHasBf16Dot = true;
+#else
+constexpr bool kHasBf16Dot = false;
+#endif
+
+// Heap scratch with plain new/delete: no standard container is instantiated with this level's flags.
+template <class T>
+class Scratch {
+ public:
+  explicit Scratch(std::size_t n) : p_(n ? static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))) : nullptr) {}
+  ~Scratch() {
+    if (p_) ::operator delete(p_, std::align_val_t(64));
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  T* p_;
+};
+
+inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+// ---- conversion of operand rows into the compute type ----------------------------------------
+inline void convert_row(const float* s, float* d, std::size_t k) { std::memcpy(d, s, k * sizeof(float)); }
+inline void convert_row(const std::uint16_t* s, float* d, std::size_t k) {
+  std::size_t p = 0;
+  for (; p + kLanes <= k; p += kLanes) fstore(d + p, fload_bf16(s + p));
+  if (p < k) fstore_n(d + p, fload_bf16_n(s + p, k - p), k - p);
+}
+// fp8 rows through the VBMI byte tables where the level has them (the fastest exact decode
+// measured, bench/RESULTS.md), else through the shared lane decode.
+inline void convert_row(const std::uint8_t* s, float* d, std::size_t k) {
+#if defined(__AVX512VBMI__)
+  fp8_to_f32_vbmi(s, d, k);
+#else
+  fp8_to_f32(s, d, k);
+#endif
+}
+inline void convert_row(const std::uint16_t* s, std::uint16_t* d, std::size_t k) { std::memcpy(d, s, k * 2); }
+inline void convert_row(const std::uint8_t* s, std::uint16_t* d, std::size_t k) {
+#if defined(__AVX512VBMI__)
+  fp8_to_bf16_vbmi(s, d, k);
+#else
+  fp8_to_bf16(s, d, k);
+#endif
+}
+
+// ---- micro-kernels ----------------------------------------------------------------------------
+template <std::size_t R, std::size_t C>
+inline void write_tile(const F (&s)[R][C], float* c, std::size_t ldc, bool accumulate) {
+  for (std::size_t r = 0; r < R; ++r) {
+    float out[4];
+    const F z = fzero();
+    reduce_add4(s[r][0], C > 1 ? s[r][C > 1 ? 1 : 0] : z, C > 2 ? s[r][C > 2 ? 2 : 0] : z,
+                C > 3 ? s[r][C > 3 ? 3 : 0] : z, out);
+    float* row = c + r * ldc;
+    for (std::size_t j = 0; j < C; ++j) row[j] = accumulate ? row[j] + out[j] : out[j];
+  }
+}
+
+template <std::size_t R, std::size_t C>
+void tile_f32(std::size_t k, const float* a, std::size_t lda, const float* b, std::size_t ldb, float* c,
+              std::size_t ldc, bool accumulate) {
+  F s[R][C];
+  for (auto& row : s)
+    for (auto& x : row) x = fzero();
+  std::size_t p = 0;
+  for (; p + kLanes <= k; p += kLanes) {
+    F bv[C];
+    for (std::size_t j = 0; j < C; ++j) bv[j] = fload(b + j * ldb + p);
+    for (std::size_t r = 0; r < R; ++r) {
+      const F av = fload(a + r * lda + p);
+      for (std::size_t j = 0; j < C; ++j) s[r][j] = fmadd(av, bv[j], s[r][j]);
+    }
+  }
+  if (p < k) {
+    const std::size_t rest = k - p;
+    F bv[C];
+    for (std::size_t j = 0; j < C; ++j) bv[j] = fload_n(b + j * ldb + p, rest);
+    for (std::size_t r = 0; r < R; ++r) {
+      const F av = fload_n(a + r * lda + p, rest);
+      for (std::size_t j = 0; j < C; ++j) s[r][j] = fmadd(av, bv[j], s[r][j]);
+    }
+  }
+  write_tile<R, C>(s, c, ldc, accumulate);
+}
+
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+// s[r][j] += the pair dots of rows r of A and j of B over [p, end), the last step masked.
+template <std::size_t R, std::size_t C>
+inline void bf16_dots(F (&s)[R][C], const std::uint16_t* a, std::size_t lda, const std::uint16_t* b, std::size_t ldb,
+                      std::size_t p, std::size_t end) {
+  for (; p + kBf16Lanes <= end; p += kBf16Lanes) {
+    B bv[C];
+    for (std::size_t j = 0; j < C; ++j) bv[j] = bload(b + j * ldb + p);
+    for (std::size_t r = 0; r < R; ++r) {
+      const B av = bload(a + r * lda + p);
+      for (std::size_t j = 0; j < C; ++j) s[r][j] = bf16_dot(s[r][j], av, bv[j]);
+    }
+  }
+  if (p < end) {
+    const std::size_t rest = end - p;
+    B bv[C];
+    for (std::size_t j = 0; j < C; ++j) bv[j] = bload_n(b + j * ldb + p, rest);
+    for (std::size_t r = 0; r < R; ++r) {
+      const B av = bload_n(a + r * lda + p, rest);
+      for (std::size_t j = 0; j < C; ++j) s[r][j] = bf16_dot(s[r][j], av, bv[j]);
+    }
+  }
+}
+
+template <std::size_t R, std::size_t C>
+void tile_bf16(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b, std::size_t ldb,
+               float* c, std::size_t ldc, bool accumulate) {
+  F s[R][C];
+  for (auto& row : s)
+    for (auto& x : row) x = fzero();
+  bf16_dots(s, a, lda, b, ldb, 0, k);
+  write_tile<R, C>(s, c, ldc, accumulate);
+}
+
+// Block-scaled weights (simd/gemm.hpp bf16_f8_block_scaled): per output, each k block's pair dots
+// are summed in their own lanes, which one FMA then adds times the block's scale to the running
+// lanes; a single reduction at the end. The block's sums take tile_bf16's register tile and
+// the running lanes live in L1, read and written once per block (a 3 x 4 tile holding both in
+// registers measured no faster, and this one shares the driver's tile shape).
+template <std::size_t R, std::size_t C>
+void tile_bf16_block_scaled(std::size_t k, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b,
+                            std::size_t ldb, const float* scales, std::size_t block, float* c, std::size_t ldc,
+                            bool accumulate) {
+  alignas(64) float run[R][C][kLanes];
+  for (std::size_t b0 = 0, blk = 0; b0 < k; b0 += block, ++blk) {
+    const std::size_t b1 = k - b0 < block ? k : b0 + block;
+    F t[R][C];
+    for (auto& row : t)
+      for (auto& x : row) x = fzero();
+    bf16_dots(t, a, lda, b, ldb, b0, b1);
+    const F sv = fsplat(scales[blk]);
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t j = 0; j < C; ++j) fstore(run[r][j], fmadd(t[r][j], sv, b0 == 0 ? fzero() : fload(run[r][j])));
+  }
+  F s[R][C];
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t j = 0; j < C; ++j) s[r][j] = fload(run[r][j]);
+  write_tile<R, C>(s, c, ldc, accumulate);
+}
+#endif
+
+template <class CT>
+using TileFn = void (*)(std::size_t, const CT*, std::size_t, const CT*, std::size_t, float*, std::size_t, bool);
+
+template <class CT, std::size_t R, std::size_t C>
+constexpr TileFn<CT> tile_fn() {
+  if constexpr (std::is_same_v<CT, float>) {
+    return &tile_f32<R, C>;
+  } else {
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+    return &tile_bf16<R, C>;
+#else
+    return nullptr;
+#endif
+  }
+}
+
+// fn[r-1][c-1] handles an r x c tile (edge tiles use the smaller instances); `make` is a lambda
+// templated on <R, C> that names the instance.
+template <class Fn>
+struct TileTable {
+  Fn fn[kMr][kNr];
+};
+template <class Fn, class Make, std::size_t... Is>
+constexpr TileTable<Fn> make_tiles(Make make, std::index_sequence<Is...>) {
+  TileTable<Fn> t{};
+  ((t.fn[Is / kNr][Is % kNr] = make.template operator()<Is / kNr + 1, Is % kNr + 1>()), ...);
+  return t;
+}
+template <class CT>
+constexpr TileTable<TileFn<CT>> kTiles = make_tiles<TileFn<CT>>(
+    []<std::size_t R, std::size_t C>() { return tile_fn<CT, R, C>(); }, std::make_index_sequence<kMr * kNr>{});
+
+// The plain dot tiles of the compute type, as the driver calls them.
+template <class CT>
+struct DotTiles {
+  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const CT* a, std::size_t lda, const CT* b, std::size_t ldb,
+                  float* c, std::size_t ldc, bool accumulate) const {
+    kTiles<CT>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
+  }
+};
+
+// ---- B in the compute type, a register tile of rows at a time ---------------------------------
+// Element rows: used in place when they already are in the compute type, else converted.
+template <class CT, class TB>
+struct ElementRows {
+  const TB* b;
+  std::size_t ldb;
+  static constexpr bool kNeedsBuffer = !std::is_same_v<TB, CT>;
+  static constexpr std::size_t kPanel = kNr;  // rows made ready at a time
+  // Rows j0 .. j0 + nb of B (k elements each): where they are and their stride.
+  std::pair<const CT*, std::size_t> rows(std::size_t j0, std::size_t nb, std::size_t k, CT* buf, std::size_t ldk) const {
+    if constexpr (kNeedsBuffer) {
+      for (std::size_t j = 0; j < nb; ++j) convert_row(b + (j0 + j) * ldb, buf + j * ldk, k);
+      return {buf, ldk};
+    } else {
+      return {b + j0 * ldb, ldb};
+    }
+  }
+  // Converted rows come from far (weights read once per block of A rows): the next panel is
+  // fetched while the current one is in use, since a panel's rows lie ldb apart and the hardware
+  // prefetchers see only short runs. Rows used in place are streamed by the tiles themselves.
+  void prefetch(std::size_t j0, std::size_t nb, std::size_t k) const {
+    if constexpr (kNeedsBuffer)
+      for (std::size_t j = 0; j < nb; ++j) {
+        const char* row = reinterpret_cast<const char*>(b + (j0 + j) * ldb);
+        for (std::size_t off = 0; off < k * sizeof(TB); off += 64) __builtin_prefetch(row + off, 0, 3);
+      }
+  }
+};
+
+// The budget of a block of A rows: half of this core's L2 as the C library reports it (the other
+// half for B's panels and C), within [64 KiB, 1 MiB]; 256 KiB where it reports nothing. With
+// 64 KiB, 64 rows of a 4096-wide bf16 activation were 8 blocks, each reading the whole weight
+// panel again: the Llama-3-8B QKV projection at 512 tokens took 46 ms, against 38 ms with 512 KiB
+// (bench/RESULTS.md). Which rows share a block changes no result: each output is one tile's chain.
+inline std::size_t a_block_bytes() {
+  static const std::size_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    std::size_t b = l2 > 0 ? static_cast<std::size_t>(l2) / 2 : std::size_t{256} << 10;
+    if (b < (std::size_t{64} << 10)) b = std::size_t{64} << 10;
+    if (b > (std::size_t{1} << 20)) b = std::size_t{1} << 20;
+    return b;
+  }();
+  return bytes;
+}
+
+// ---- the driver: blocks of A rows x register tiles of B rows ------------------------------------
+// `tile(mb, nb, k, a, lda, b, ldb, c, ldc, accumulate)` computes an mb x nb tile (mb <= kMr,
+// nb <= kNr): the plain dot tiles unless told otherwise.
+template <class CT, class TA, class BRows, class Tile = DotTiles<CT>>
+void gemm_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const BRows& b, float* c,
+                 std::size_t ldc, bool accumulate, const Tile& tile = Tile{}) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = 0.0f;
+    return;
+  }
+  const std::size_t ldk = round_up(k, 64 / sizeof(CT));  // row stride of converted operands
+
+  // A in the compute type: used in place when it already is, else converted once.
+  constexpr bool kConvertA = !std::is_same_v<TA, CT>;
+  Scratch<CT> a_buf(kConvertA ? m * ldk : 0);
+  const CT* ac;
+  std::size_t ldac;
+  if constexpr (kConvertA) {
+    for (std::size_t i = 0; i < m; ++i) convert_row(a + i * lda, a_buf.get() + i * ldk, k);
+    ac = a_buf.get();
+    ldac = ldk;
+  } else {
+    ac = a;
+    ldac = lda;
+  }
+
+  Scratch<CT> b_buf(BRows::kNeedsBuffer ? BRows::kPanel * ldk : 0);
+  // Rows of A per block: a block of A (in the compute type) stays in L2 while every register tile
+  // of B passes over it. Every block reads B's panels again (from memory, and converted or
+  // expanded again), so the blocks are as few as the budget allows and of even size: 64 rows of
+  // 1 KiB are one block, not 60 and 4.
+  const std::size_t fit = a_block_bytes() / (ldk * sizeof(CT));
+  const std::size_t mc_max = fit < kMr ? kMr : fit;
+  const std::size_t blocks = (m + mc_max - 1) / mc_max;
+  const std::size_t mc = round_up((m + blocks - 1) / blocks, kMr);
+
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t i1 = i0 + mc < m ? i0 + mc : m;
+    for (std::size_t j0 = 0; j0 < n; j0 += BRows::kPanel) {
+      const std::size_t np = n - j0 < BRows::kPanel ? n - j0 : BRows::kPanel;
+      const auto [bc, ldbc] = b.rows(j0, np, k, b_buf.get(), ldk);
+      if (j0 + np < n) b.prefetch(j0 + np, n - j0 - np < BRows::kPanel ? n - j0 - np : BRows::kPanel, k);
+      for (std::size_t jj = 0; jj < np; jj += kNr) {
+        const std::size_t nb = np - jj < kNr ? np - jj : kNr;
+        for (std::size_t i = i0; i < i1; i += kMr) {
+          const std::size_t mb = i1 - i < kMr ? i1 - i : kMr;
+          tile(mb, nb, k, ac + i * ldac, ldac, bc + jj * ldbc, ldbc, c + i * ldc + j0 + jj, ldc, accumulate);
+        }
+      }
+    }
+  }
+}
+
+template <class TA, class TB>
+void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size_t ldb,
+          float* c, std::size_t ldc, bool accumulate) {
+  // bf16 and f8 operands are exact in bf16: on levels with a bf16 dot they run on it.
+  constexpr bool kBf16 = kHasBf16Dot && !std::is_same_v<TA, float> && !std::is_same_v<TB, float>;
+  using CT = std::conditional_t<kBf16, std::uint16_t, float>;
+  gemm_blocks<CT>(m, n, k, a, lda, ElementRows<CT, TB>{b, ldb}, c, ldc, accumulate);
+}
+
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+using ScaledTileFn = void (*)(std::size_t, const std::uint16_t*, std::size_t, const std::uint16_t*, std::size_t,
+                              const float*, std::size_t, float*, std::size_t, bool);
+constexpr TileTable<ScaledTileFn> kScaledTiles = make_tiles<ScaledTileFn>(
+    []<std::size_t R, std::size_t C>() { return &tile_bf16_block_scaled<R, C>; }, std::make_index_sequence<kMr * kNr>{});
+
+struct BlockScaledTiles {
+  const float* scales;
+  std::size_t block;
+  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                  const std::uint16_t* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) const {
+    kScaledTiles.fn[mb - 1][nb - 1](k, a, lda, b, ldb, scales, block, c, ldc, accumulate);
+  }
+};
+
+// The fp8 rows widened to bf16 once per panel (exact), the activations used in place.
+void gemm_bf16_f8_block_scaled(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                               const std::uint8_t* b, std::size_t ldb, const float* scales, std::size_t block,
+                               float* c, std::size_t ldc, bool accumulate) {
+  gemm_blocks<std::uint16_t>(m, n, k, a, lda, ElementRows<std::uint16_t, std::uint8_t>{b, ldb}, c, ldc, accumulate,
+                             BlockScaledTiles{scales, block});
+}
+#endif
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -1,0 +1,51 @@
+// The gemm kernel table of one level (simd/gemm.hpp GemmKernels), compiled per level by
+// simd/<level>/gemm.cpp: the dot tiles and their driver, the int4 columns and the attention rows.
+#pragma once
+
+#include "simd/gemm.hpp"
+#include "simd/templates/attention_rows_impl.hpp"
+#include "simd/templates/dot_tiles_impl.hpp"
+#include "simd/templates/int4_columns_impl.hpp"
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+
+constexpr GemmKernels make_gemm_kernels() {
+  return GemmKernels{kLevelName,
+                     static_cast<unsigned>(kMr),
+                     static_cast<unsigned>(kNr),
+                     kHasBf16Dot,
+                     &gemm<float, float>,
+                     &gemm<std::uint16_t, std::uint16_t>,
+                     &gemm<std::uint8_t, std::uint8_t>,
+                     &gemm<float, std::uint8_t>,
+                     &gemm<std::uint16_t, std::uint8_t>,
+                     &gemm_int4<std::uint16_t>,
+                     &gemm_int4<float>,
+                     &int4_tables,
+                     &gemm_nn<float, float>,
+                     &gemm_nn<float, std::uint16_t>,
+                     &round_bf16,
+                     &gemm_nn_scaled<float>,
+                     &transpose_bf16,
+                     &scale_max,
+                     &exp_sum,
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+                     &gemm_nn<std::uint16_t, std::uint16_t>,
+                     &zip_rows_bf16,
+                     &to_bf16_scaled,
+                     &gemm_nn_scaled<std::uint16_t>,
+                     &pack_pairs_bf16,
+                     &gemm_bf16_f8_block_scaled};
+#else
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr,
+                     nullptr};
+#endif
+}
+
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS

@@ -1,0 +1,282 @@
+// GPTQ int4 columns read in place (simd/gemm.hpp Int4Columns): panels of 16 columns expanded once per
+// block of A rows into the dot tiles of dot_tiles_impl.hpp, a single decode row straight into its
+// chains on AVX-512, and the per-group value tables.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simd/templates/dot_tiles_impl.hpp"
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+
+// Int4 columns (simd/gemm.hpp), 16 at a time: a panel is one 64-byte line of every word row, so
+// each line of the codes is read once. Read in place, the rows of a chunk lie a multiple of 4 KiB
+// apart (ldw words) and fall in one L1 set, which would evict a line before the next four columns
+// came back for it.
+constexpr std::size_t kInt4Panel = 16;
+
+#if defined(__AVX512BW__)
+// A step of a panel with AVX-512 BW: 4 word rows (32 codes per column). The rows are regrouped
+// into one vector per 4 columns (dword 4i + c: row i, column c); per column a permute spreads the
+// column's words over the lanes in code order and a variable shift brings each lane's code to its
+// low bits, and a second permute looks the codes up in the column's table: 32 bf16 values (word
+// permutes) or 2 x 16 f32 (dword permutes). The permutes read only the low bits of an index
+// (5 for words, 4 for dwords), so the codes need no mask: the bf16 tables hold their 16 values
+// twice, and the f32 tables are 16 wide.
+namespace int4_step {
+
+constexpr std::size_t kAhead = 16;  // word rows prefetched ahead: no hardware prefetcher follows ldw
+
+// The step's rows r .. r + here of columns j0 .. j0 + 16 (those in `cols`), regrouped: x[q] holds
+// columns 4q .. 4q + 3; missing rows and columns are zero.
+inline void load(const Int4Columns& b, std::size_t j0, __mmask16 cols, std::size_t r, std::size_t here,
+                 std::size_t nrows, __m512i (&x)[4]) {
+  __m512i row[4];
+  for (std::size_t i = 0; i < 4; ++i)
+    row[i] = i < here ? _mm512_maskz_loadu_epi32(cols, b.words + (r + i) * b.ldw + j0) : _mm512_setzero_si512();
+  if (r + kAhead + 4 <= nrows)
+    for (std::size_t i = 0; i < 4; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(b.words + (r + kAhead + i) * b.ldw + j0), _MM_HINT_T0);
+  const __m512i t0 = _mm512_shuffle_i64x2(row[0], row[1], 0x44), t1 = _mm512_shuffle_i64x2(row[0], row[1], 0xEE);
+  const __m512i t2 = _mm512_shuffle_i64x2(row[2], row[3], 0x44), t3 = _mm512_shuffle_i64x2(row[2], row[3], 0xEE);
+  x[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+  x[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+  x[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+  x[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+}
+
+// Column c's 32 codes in 16-bit lanes: lane t is code t % 8 of row t / 8, i.e. 16-bit half
+// (t % 8) / 4 of dword 4 (t / 8) + c, shifted by 4 (t % 4).
+inline __m512i word_codes(__m512i x, std::size_t c) {
+  alignas(64) static constexpr std::uint16_t kSpread[32] = {0, 0, 0, 0, 1,  1,  1,  1,  8,  8,  8,  8,  9,  9,  9,  9,
+                                                            16, 16, 16, 16, 17, 17, 17, 17, 24, 24, 24, 24, 25, 25, 25, 25};
+  alignas(64) static constexpr std::uint16_t kShift[32] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12,
+                                                           0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
+  const __m512i idx = _mm512_add_epi16(_mm512_load_si512(kSpread), _mm512_set1_epi16(static_cast<short>(2 * c)));
+  return _mm512_srlv_epi16(_mm512_permutexvar_epi16(idx, x), _mm512_load_si512(kShift));
+}
+
+// Column c's 16 codes of half step h in dword lanes: lane t is code t % 8 of row 2h + t / 8.
+inline __m512i dword_codes(__m512i x, std::size_t h, std::size_t c) {
+  alignas(64) static constexpr std::int32_t kSpread[16] = {0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4};
+  alignas(64) static constexpr std::int32_t kShift[16] = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+  const __m512i idx = _mm512_add_epi32(_mm512_load_si512(kSpread), _mm512_set1_epi32(static_cast<int>(8 * h + c)));
+  return _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, x), _mm512_load_si512(kShift));
+}
+
+// Group g's tables of np columns as bf16, each twice. Stored as whole vectors, so that the
+// lookups' vector loads are forwarded from these stores.
+inline void bf16_tables(const float* tab, std::size_t groups, std::size_t g, std::size_t np, std::uint16_t (*table)[32]) {
+  for (std::size_t j = 0; j < np; ++j) {
+    const __m512i t = _mm512_srli_epi32(_mm512_loadu_si512(tab + (j * groups + g) * 16), 16);
+    _mm512_store_si512(table[j], _mm512_broadcast_i64x4(_mm512_cvtepi32_epi16(t)));
+  }
+}
+
+}  // namespace int4_step
+#endif
+
+// Rows j0 .. j0 + np (np <= kInt4Panel) of B, expanded into buf (row stride ldk).
+template <class CT>
+void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::size_t np, std::size_t k, CT* buf,
+                 std::size_t ldk) {
+  const std::size_t nrows = k / 8;
+  std::size_t r = 0;
+#if defined(__AVX512BW__)
+  const __mmask16 cols = static_cast<__mmask16>((1u << np) - 1u);
+  const std::size_t quads = (np + 3) / 4;
+  const float* tab = b.tables + j0 * groups * 16;
+  if constexpr (std::is_same_v<CT, std::uint16_t>) {
+    alignas(64) std::uint16_t table[kInt4Panel][32];
+    std::size_t loaded = ~std::size_t{0};
+    for (; r < nrows; r += 4) {
+      const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+      const std::size_t g = 8 * r / b.group_size;
+      if (g != loaded) int4_step::bf16_tables(tab, groups, g, np, table);
+      loaded = g;
+      __m512i x[4];
+      int4_step::load(b, j0, cols, r, here, nrows, x);
+      for (std::size_t q = 0; q < quads; ++q)
+        for (std::size_t c = 0; c < 4 && 4 * q + c < np; ++c) {
+          const std::size_t j = 4 * q + c;
+          const __m512i v = _mm512_permutexvar_epi16(int4_step::word_codes(x[q], c), _mm512_load_si512(table[j]));
+          std::uint16_t* dst = buf + j * ldk + 8 * r;
+          if (here == 4) _mm512_storeu_si512(dst, v);
+          else _mm512_mask_storeu_epi16(dst, static_cast<__mmask32>((1u << (8 * here)) - 1u), v);
+        }
+    }
+  } else {
+    for (; r < nrows; r += 4) {
+      const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+      const std::size_t g = 8 * r / b.group_size;
+      __m512i x[4];
+      int4_step::load(b, j0, cols, r, here, nrows, x);
+      for (std::size_t q = 0; q < quads; ++q)
+        for (std::size_t c = 0; c < 4 && 4 * q + c < np; ++c) {
+          const std::size_t j = 4 * q + c;
+          const __m512 table = _mm512_loadu_ps(tab + (j * groups + g) * 16);
+          for (std::size_t h = 0; 2 * h < here; ++h) {
+            const __m512 v = _mm512_permutexvar_ps(int4_step::dword_codes(x[q], h, c), table);
+            float* dst = buf + j * ldk + 8 * (r + 2 * h);
+            if (here >= 2 * h + 2) _mm512_storeu_ps(dst, v);
+            else _mm512_mask_storeu_ps(dst, 0x00FF, v);
+          }
+        }
+    }
+  }
+#elif defined(__AVX2__)
+  // A word (8 codes) at a time: a variable shift and a mask put one code per lane, and two 8-entry
+  // permutes of the f32 table with a blend on the code's bit 3 look them up.
+  if constexpr (std::is_same_v<CT, float>) {
+    const __m256i shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), mask = _mm256_set1_epi32(0xF);
+    for (; r < nrows; ++r)
+      for (std::size_t j = 0; j < np; ++j) {
+        const float* t = b.tables + ((j0 + j) * groups + 8 * r / b.group_size) * 16;
+        const __m256i code = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(b.words[r * b.ldw + j0 + j])), shift), mask);
+        const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), code);
+        const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), code);
+        _mm256_storeu_ps(buf + j * ldk + 8 * r, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(code, 28))));
+      }
+  }
+#endif
+  // Row by row: a column's words lie ldw apart, in one L1 set (see kInt4Panel).
+  for (std::size_t rr = r; rr < nrows; ++rr) {
+    for (std::size_t j = 0; j < np; ++j) {
+      const std::uint32_t w = b.words[rr * b.ldw + j0 + j];
+      const float* t = b.tables + ((j0 + j) * groups + 8 * rr / b.group_size) * 16;
+      for (std::size_t i = 0; i < 8; ++i) {
+        const float v = t[(w >> (4 * i)) & 0xFu];
+        if constexpr (std::is_same_v<CT, float>) {
+          buf[j * ldk + 8 * rr + i] = v;
+        } else {
+          std::uint32_t u;
+          std::memcpy(&u, &v, sizeof u);
+          buf[j * ldk + 8 * rr + i] = static_cast<std::uint16_t>(u >> 16);
+        }
+      }
+    }
+  }
+}
+
+template <class CT>
+struct Int4Rows {
+  const Int4Columns& b;
+  std::size_t groups;
+  static constexpr bool kNeedsBuffer = true;
+  static constexpr std::size_t kPanel = kInt4Panel;
+  std::pair<const CT*, std::size_t> rows(std::size_t j0, std::size_t np, std::size_t k, CT* buf, std::size_t ldk) const {
+    expand_int4(b, groups, j0, np, k, buf, ldk);
+    return {buf, ldk};
+  }
+  void prefetch(std::size_t, std::size_t, std::size_t) const {}  // expand_int4 fetches ahead itself
+};
+
+#if defined(__AVX512BW__)
+// One row of A against a full panel of int4 columns, the codes expanded into registers and used
+// at once (a decode token: expanding into a buffer and reading it back would cost as much as the
+// dots). Per column the same chain as tile_bf16 / tile_f32 over the expanded rows: the same
+// steps in the same order, the last one on masked vectors (zero beyond k in A and in B), then
+// write_tile's reduction; so the outputs are bitwise those of the buffered path.
+template <class CT>
+void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, std::size_t groups, std::size_t j0, float* c,
+                    bool accumulate) {
+  constexpr std::size_t kP = kInt4Panel;
+  const std::size_t nrows = k / 8;
+  const float* tab = b.tables + j0 * groups * 16;
+  F acc[kP];
+#pragma GCC unroll 16
+  for (std::size_t j = 0; j < kP; ++j) acc[j] = fzero();
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+  alignas(64) std::uint16_t table[kP][32];
+  std::size_t loaded = ~std::size_t{0};
+#endif
+  for (std::size_t r = 0; r < nrows; r += 4) {
+    const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+    const std::size_t g = 8 * r / b.group_size;
+    __m512i x[4];
+    int4_step::load(b, j0, 0xFFFF, r, here, nrows, x);
+#if defined(MLAKIT_SIMD_HAS_BF16_DOT)
+    if constexpr (std::is_same_v<CT, std::uint16_t>) {
+      if (g != loaded) int4_step::bf16_tables(tab, groups, g, kP, table);
+      loaded = g;
+      const __mmask32 valid = here == 4 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (8 * here)) - 1u);
+      const B av = here == 4 ? bload(a + 8 * r) : bload_n(a + 8 * r, 8 * here);
+#pragma GCC unroll 16
+      for (std::size_t j = 0; j < kP; ++j) {
+        const __m512i code = int4_step::word_codes(x[j / 4], j % 4);
+        acc[j] = bf16_dot(acc[j], av, B{_mm512_maskz_permutexvar_epi16(valid, code, _mm512_load_si512(table[j]))});
+      }
+    } else
+#endif
+    {
+      for (std::size_t h = 0; 2 * h < here; ++h) {
+        const bool full = here >= 2 * h + 2;
+        const F av = full ? fload(a + 8 * (r + 2 * h)) : fload_n(a + 8 * (r + 2 * h), 8);
+#pragma GCC unroll 16
+        for (std::size_t j = 0; j < kP; ++j) {
+          const __m512i code = int4_step::dword_codes(x[j / 4], h, j % 4);
+          const __m512 table = _mm512_loadu_ps(tab + (j * groups + g) * 16);
+          acc[j] = fmadd(av, F{_mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, code, table)}, acc[j]);
+        }
+      }
+    }
+  }
+  for (std::size_t q = 0; q < kP / 4; ++q) {
+    float out[4];
+    reduce_add4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3], out);
+    for (std::size_t j = 0; j < 4; ++j) c[4 * q + j] = accumulate ? c[4 * q + j] + out[j] : out[j];
+  }
+}
+#endif
+
+// Int4 columns hold bf16 values: the compute type is bf16_bf16's (TA bf16) or f32_f32's (TA f32).
+template <class TA>
+void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const Int4Columns& b,
+               float* c, std::size_t ldc, bool accumulate) {
+  constexpr bool kBf16 = kHasBf16Dot && !std::is_same_v<TA, float>;
+  using CT = std::conditional_t<kBf16, std::uint16_t, float>;
+  const std::size_t groups = (k + b.group_size - 1) / b.group_size;
+#if defined(__AVX512BW__)
+  if (m == 1 && n >= kInt4Panel && k > 0) {
+    // A decode row: full panels straight from the codes into the dot chains, the rest buffered.
+    Scratch<CT> a_buf(std::is_same_v<TA, CT> ? 0 : k);
+    const CT* ac;
+    if constexpr (std::is_same_v<TA, CT>) {
+      ac = a;
+    } else {
+      convert_row(a, a_buf.get(), k);
+      ac = a_buf.get();
+    }
+    const std::size_t full = n / kInt4Panel * kInt4Panel;
+    for (std::size_t j0 = 0; j0 < full; j0 += kInt4Panel) int4_row_panel<CT>(k, ac, b, groups, j0, c + j0, accumulate);
+    if (full == n) return;
+    const Int4Columns rest{b.words + full, b.ldw, b.tables + full * groups * 16, b.group_size};
+    gemm_blocks<CT>(m, n - full, k, a, lda, Int4Rows<CT>{rest, groups}, c + full, ldc, accumulate);
+    return;
+  }
+#endif
+  gemm_blocks<CT>(m, n, k, a, lda, Int4Rows<CT>{b, groups}, c, ldc, accumulate);
+}
+
+// Value tables of int4 columns, one vector of codes at a time per column.
+void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, std::size_t n,
+                 float* tables, std::size_t stride) {
+  static_assert(16 % kLanes == 0, "a table is whole vectors");
+  alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (std::size_t c = 0; c < n; ++c) {
+    // The level's f16 converter is exact (subnormals included, whatever MXCSR says).
+    const F s = scales_f16 ? f16_to_f32(hsplat(static_cast<std::int16_t>(scales[c])))
+                           : floats(isplat(static_cast<std::int32_t>(std::uint32_t{scales[c]} << 16)));
+    const float z = zero_words ? static_cast<float>((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) : 8.0f;
+    for (std::size_t q = 0; q < 16; q += kLanes) {
+      const I u = bits((fload(kCodes + q) - fsplat(z)) * s);
+      fstore(tables + c * stride + q, floats(shl<16>(bf16_round_bits(u))));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS

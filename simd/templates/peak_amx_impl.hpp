@@ -1,0 +1,71 @@
+// The AMX tile peak probe, written once against a tile-operations policy (simd/vec/amx_tiles.hpp):
+// simd/amx/peak.cpp instantiates it over the real instructions, the tests over the emulation.
+//
+// Four accumulator tiles (tmm0..3, 16 x 16 f32) each take one TDPBF16PS per trip from a pair of
+// operand tiles (A in tmm4/5, B in tmm6/7, loaded once): four independent chains, so that the
+// probe measures the tile unit's throughput rather than one instruction's latency. One
+// instruction is 16 x 16 outputs x 32 products, a multiply and an add each: 16384 flops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simd/vec/amx_tiles.hpp"
+#include "simd/templates/peak_impl.hpp"
+
+namespace mlakit::simd::MLAKIT_SIMD_NS {
+namespace {
+namespace amx_peak {
+
+constexpr std::size_t kChains = 4;
+constexpr double kFlopsPerIter = 2.0 * kTileRows * kTileRows * kChunkDims * kChains;  // 16 x 16 C, 32 dims
+
+template <class Tiles>
+float run(std::size_t iters, float seed) {
+  // Operands small enough that no chain overflows over any trip count: 1.0 x 2^-24 per product.
+  alignas(64) std::uint16_t a[16 * 32], b[16 * 32];
+  for (std::size_t i = 0; i < 16 * 32; ++i) {
+    a[i] = 0x3F80;  // 1.0
+    b[i] = static_cast<std::uint16_t>(0x3380 + (i & 7));
+  }
+  alignas(64) float c[16 * 16];
+  for (std::size_t i = 0; i < 16 * 16; ++i) c[i] = seed;
+  Tiles tiles(&kTileConfig);
+  tiles.template load<0>(c, 64);
+  tiles.template zero<1>();
+  tiles.template zero<2>();
+  tiles.template zero<3>();
+  tiles.template load<4>(a, 64);
+  tiles.template load<5>(a, 64);
+  tiles.template load<6>(b, 64);
+  tiles.template load<7>(b, 64);
+  for (std::size_t it = 0; it < iters; ++it) {
+    tiles.template dp_bf16<0, 4, 6>();
+    tiles.template dp_bf16<1, 4, 7>();
+    tiles.template dp_bf16<2, 5, 6>();
+    tiles.template dp_bf16<3, 5, 7>();
+  }
+  // The result only keeps the chains from being optimised away.
+  alignas(64) float out[4][16 * 16];
+  tiles.template store<0>(out[0], 64);
+  tiles.template store<1>(out[1], 64);
+  tiles.template store<2>(out[2], 64);
+  tiles.template store<3>(out[3], 64);
+  return out[0][0] + out[1][17] + out[2][34] + out[3][255];
+}
+
+}  // namespace amx_peak
+
+// The level's peak table with the tile probe over `Tiles`; `level` names the table ("amx" for the
+// real tiles: the vector probes are the avx512bf16 level's code, but the table is the amx level's).
+template <class Tiles>
+constexpr PeakKernels make_peak_amx_kernels(const char* level) {
+  PeakKernels k = make_peak_kernels();
+  k.level = level;
+  k.amx_bf16 = &amx_peak::run<Tiles>;
+  k.amx_flops_per_iter = amx_peak::kFlopsPerIter;
+  return k;
+}
+
+}  // namespace
+}  // namespace mlakit::simd::MLAKIT_SIMD_NS
