@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite: the build of scripts/setup.sh (reused as it is), every C++ test (golden
 # matrix at every ISA level this CPU has, validation, kernels, golden files), the installed-package
-# consumer, the Python interop tests, a mutation campaign over golden files' metadata, and the CI
+# consumer, the Python package's tests (built into build/python), a mutation campaign over golden files' metadata, and the CI
 # sanitizer part (file-reading tests under ASan + UBSan, then both fuzzers for a bounded time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-bash scripts/setup.sh
+bash scripts/packages.sh
+# The Python environment first: the build compiles the Python module (mlakit._core) against it.
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q -r tests/python/requirements.txt
+bash scripts/setup.sh -DMLAKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$root/.venv/bin/python"
 
 echo "== includes point down the rooms"
 python3 scripts/check-layers.py
@@ -22,16 +26,12 @@ cmake -S tests/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$prefix"
 cmake --build build/consumer >/dev/null
 ./build/consumer/consumer
 
-if [ -d tests/python ]; then
-  echo "== Python interop (numpy, ml_dtypes, safetensors)"
-  [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/pip install -q -r tests/python/requirements.txt
-  MLAKIT_BIN="$root/build/mlakit" .venv/bin/python -m pytest -q tests/python
-fi
+echo "== Python: the mlakit package from the build tree, golden-file interop (numpy, ml_dtypes, safetensors)"
+PYTHONPATH="$root/build/python" MLAKIT_BIN="$root/build/mlakit" .venv/bin/python -m pytest -q tests/python
 
 echo "== golden files with broken metadata: every mutant refused cleanly or run"
 python3 fuzz/params_campaign.py --mlakit build/mlakit --per-op 2 --max-bytes 65536
 
 echo "== sanitizers (CI part) and fuzzing of whole golden files (bounded)"
-MLAKIT_FUZZ_SECONDS=${MLAKIT_FUZZ_SECONDS:-45} bash scripts/sanitize.sh --ci
+MLAKIT_FUZZ_SECONDS=${MLAKIT_FUZZ_SECONDS:-30} bash scripts/sanitize.sh --ci
 echo "== all tests passed"

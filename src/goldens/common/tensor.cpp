@@ -54,7 +54,18 @@ Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), sh
   std::memset(storage_.data() + nbytes(), kGuardByte, kGuardBytes);
 }
 
+Tensor Tensor::borrow(const TensorView& v) {
+  Tensor t;
+  t.borrowed_ = true;
+  t.view_ = v;
+  t.dtype_ = v.dtype;
+  t.shape_.assign(v.shape.begin(), v.shape.begin() + (v.rank < kMaxRank ? v.rank : kMaxRank));
+  t.numel_ = v.numel();
+  return t;
+}
+
 TensorView Tensor::view() const {
+  if (borrowed_) return view_;
   TensorView v;
   v.data = const_cast<std::uint8_t*>(storage_.data());
   v.dtype = dtype_;
@@ -70,6 +81,7 @@ TensorView Tensor::view() const {
 }
 
 void Tensor::poison() {
+  if (borrowed_) return;  // not ours to fill
   const std::int64_t n = numel();
   switch (dtype_) {
     case DType::f32: for (std::int64_t i = 0; i < n; ++i) data<std::uint32_t>()[i] = 0x7FC005A5u; break;
@@ -81,13 +93,14 @@ void Tensor::poison() {
 }
 
 bool Tensor::guard_intact() const {
+  if (borrowed_) return true;  // no guard bytes
   for (std::size_t i = nbytes(); i < storage_.size(); ++i)
     if (storage_[i] != kGuardByte) return false;
   return true;
 }
 
 bool Tensor::same_bytes(const Tensor& o) const {
-  return dtype_ == o.dtype_ && shape_ == o.shape_ && std::memcmp(storage_.data(), o.storage_.data(), nbytes()) == 0;
+  return dtype_ == o.dtype_ && shape_ == o.shape_ && std::memcmp(bytes(), o.bytes(), nbytes()) == 0;
 }
 
 double Tensor::value(std::int64_t i) const {

@@ -27,16 +27,21 @@ class Tensor {
   // Zero-filled, guard bytes after the data. Throws InputError for a negative dimension, a size
   // that overflows, or more bytes than max_tensor_bytes(): shapes may come from a file.
   Tensor(DType dtype, std::vector<std::int64_t> shape);
+  // A view of memory someone else owns (a Python array, an engine's cache): view() returns it as
+  // given, strides and memory space included; the tensor never copies, fills or frees it. bytes()
+  // and data() point at it (host memory only is meant to be read through them).
+  static Tensor borrow(const TensorView& v);
+  bool borrowed() const { return borrowed_; }
 
   DType dtype() const { return dtype_; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
   std::int64_t numel() const { return numel_; }  // kept: fill and compare loops ask per element
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
 
-  std::uint8_t* bytes() { return storage_.data(); }
-  const std::uint8_t* bytes() const { return storage_.data(); }
-  template <class T> T* data() { return reinterpret_cast<T*>(storage_.data()); }
-  template <class T> const T* data() const { return reinterpret_cast<const T*>(storage_.data()); }
+  std::uint8_t* bytes() { return borrowed_ ? static_cast<std::uint8_t*>(view_.data) : storage_.data(); }
+  const std::uint8_t* bytes() const { return borrowed_ ? static_cast<const std::uint8_t*>(view_.data) : storage_.data(); }
+  template <class T> T* data() { return reinterpret_cast<T*>(bytes()); }
+  template <class T> const T* data() const { return reinterpret_cast<const T*>(bytes()); }
 
   // Contiguous host view (writable: the storage is ours). Inside a DeviceStaging scope
   // (device_staging.hpp) it is a view of the tensor's device mirror instead.
@@ -56,6 +61,8 @@ class Tensor {
   std::vector<std::int64_t> shape_;
   std::int64_t numel_ = 1;
   std::vector<std::uint8_t, EngineAllocator<std::uint8_t>> storage_;
+  bool borrowed_ = false;
+  TensorView view_;  // the borrowed view
 };
 
 // "[2, 3]": a shape in messages.

@@ -1,0 +1,55 @@
+"""mlakit: DeepSeek / MiniMax attention operators over a paged KV cache, on the CPU (every x86-64
+ISA level, picked at run time) and on NVIDIA GPUs.
+
+    import mlakit
+    print(mlakit.info())
+    idx = mlakit.lightning_indexer(q, q_s, offsets, cache, top_k=2048)
+
+Operators take NumPy arrays (bf16 / fp8 as ml_dtypes arrays or their raw uint16 / uint8 bits) or
+torch tensors, read in place; outputs are allocated when `out` is None, else written into the
+caller's arrays; operators that update an argument in place say so. Names and defaults follow the
+operator descriptors and the golden-format params keys (docs/). A refusal raises InvalidArgument,
+Unsupported or BackendUnavailable, naming the operator and the field, and writes nothing.
+`mlakit.golden` reads, checks and writes golden files.
+"""
+from . import _core
+from ._errors import BackendUnavailable, InternalError, InvalidArgument, MlakitError, Unsupported
+from .ops import (PagedKVCache, fused_qkv_paged, lightning_indexer, mla_prefill_fp8, msa_block_indexer,
+                  remap_indices_to_rows, sparse_mla_prefill)
+
+__version__ = _core.info()["version"]
+
+
+def info():
+    """Version, back-ends (available, why not), CPU model and features, ISA levels, threads, kernels."""
+    return _core.info()
+
+
+def backends():
+    """The back-ends usable here, e.g. ['reference', 'cpu']."""
+    return [name for name, (ok, _) in _core.info()["backends"].items() if ok]
+
+
+def set_max_isa(level):
+    """Caps the cpu back-end's ISA level ('generic', 'avx2', 'avx512', 'avx512bf16', 'amx')."""
+    _core.set_max_isa(level)
+
+
+def set_num_threads(n):
+    """Threads of the cpu back-end; n <= 0: every hardware thread (MLAKIT_NUM_THREADS sets the start)."""
+    _core.set_threads(int(n))
+
+
+def get_num_threads():
+    return _core.threads()
+
+
+def release_cpu_call_buffers():
+    """Frees the buffers the cpu back-end keeps with the calling thread between calls."""
+    _core.release_cpu_call_buffers()
+
+
+__all__ = ["PagedKVCache", "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
+           "sparse_mla_prefill", "fused_qkv_paged", "info", "backends", "set_max_isa", "set_num_threads",
+           "get_num_threads", "release_cpu_call_buffers", "MlakitError", "InvalidArgument", "Unsupported",
+           "BackendUnavailable", "InternalError"]

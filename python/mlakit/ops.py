@@ -1,0 +1,224 @@
+"""The five operators and remap_indices_to_rows over NumPy arrays or torch tensors (docs/ has each
+operator's semantics; the argument names are the golden-format names)."""
+import json
+import math
+
+import numpy as np
+
+from . import _core
+from ._errors import raise_refusal
+from ._views import dtype_of, view, writable
+
+try:
+    import ml_dtypes
+
+    _NP = {"bf16": np.dtype(ml_dtypes.bfloat16), "f8e4m3": np.dtype(ml_dtypes.float8_e4m3fn)}
+except ImportError:  # pragma: no cover
+    _NP = {}
+_NP.update({"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
+            "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32), "u8": np.dtype(np.uint8)})
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _empty(like, shape, dtype):
+    """An output array of mlakit dtype `dtype` from the array library of `like` (and its device)."""
+    if _is_torch(like):
+        import torch
+
+        td = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32, "f16": torch.float16}[dtype]
+        return torch.empty(shape, dtype=td, device=like.device)
+    return np.empty(shape, dtype=_NP[dtype])
+
+
+def _stream(x):
+    if _is_torch(x) and x.device.type == "cuda":
+        import torch
+
+        return torch.cuda.current_stream(x.device).cuda_stream
+    return 0
+
+
+def _call(op, params, views, backend, like):
+    raise_refusal(_core.call(op, json.dumps(params), views, backend or "automatic", _stream(like)))
+
+
+def _out(name, given, like, shape, dtype):
+    if given is None:
+        return _empty(like, shape, dtype)
+    writable(name, given)
+    return given
+
+
+class PagedKVCache:
+    """A paged cache of every layer (the engine's own arrays, read and written in place).
+
+    blocks         [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, head_size]: fp8 (or its
+                   uint8 bits), bf16 (or uint16 bits) or f32; strided views are accepted
+    lookup_table   u32 (or int32) [batch, max_pages]: page p of sequence b is block lookup_table[b, p]
+    cache_lengths  u32 (or int32) [batch]: tokens already cached per sequence
+    scales         f32 [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, head_size / quant_granularity]
+                   for an fp8 cache with scales, else None
+    """
+
+    def __init__(self, blocks, lookup_table, cache_lengths, scales=None, quant_granularity=None):
+        self.blocks = blocks
+        self.lookup_table = lookup_table
+        self.cache_lengths = cache_lengths
+        self.scales = scales
+        if quant_granularity is None and scales is not None:
+            quant_granularity = blocks.shape[5] // max(1, scales.shape[5])
+        self.quant_granularity = quant_granularity or 0
+
+    @property
+    def page_size(self):
+        return int(self.blocks.shape[3])
+
+    @property
+    def num_blocks(self):
+        return int(self.blocks.shape[0])
+
+    def _blocks_dtype(self):
+        dt = dtype_of(self.blocks)
+        return {"u8": "f8e4m3", "u16": "bf16"}.get(dt, dt)
+
+    def views(self, prefix, blocks_as=None):
+        v = [view(blocks_as or prefix + ".blocks", self.blocks, self._blocks_dtype()),
+             view(prefix + ".lookup_table", self.lookup_table, "u32"),
+             view(prefix + ".cache_lengths", self.cache_lengths, "u32")]
+        if self.scales is not None:
+            v.append(view(prefix + ".scales", self.scales, "f32"))
+        return v
+
+
+def lightning_indexer(q, q_s, input_row_offsets, k_cache, *, top_k=2048, mask="causal", layer_idx=0, out=None,
+                      backend=None):
+    """Op 1 (DeepSeek-V3.2): the top_k cache positions of each query row by its FP8 multi-head
+    score. q fp8 [T, H, D], q_s f32 [T, H], input_row_offsets u32 [B+1], k_cache an fp8 cache with
+    scales. Returns out: int32 [T, top_k] (-1 where a row has fewer visible keys)."""
+    out = _out("out", out, q, (q.shape[0], top_k), "i32")
+    params = {"num_heads": int(q.shape[1]), "head_dim": int(q.shape[2]), "top_k": int(top_k), "mask": mask,
+              "quant_granularity": int(k_cache.quant_granularity), "layer_idx": int(layer_idx),
+              "page_size": k_cache.page_size}
+    views = [view("q", q, "f8e4m3"), view("q_s", q_s, "f32"), view("input_row_offsets", input_row_offsets, "u32"),
+             *k_cache.views("k_cache"), view("out.output_indices", out, "i32")]
+    _call("lightning_indexer", params, views, backend, q)
+    return out
+
+
+def remap_indices_to_rows(indices, input_row_offsets, lookup_table, *, page_size, num_blocks, out=None,
+                          backend=None):
+    """Op 1's positions [T, top_k] as cache rows (block · page_size + offset) for op 4; -1 stays -1."""
+    out = _out("out", out, indices, tuple(indices.shape), "i32")
+    views = [view("indices", indices, "i32"), view("input_row_offsets", input_row_offsets, "u32"),
+             view("lookup_table", lookup_table, "u32"), view("rows", out, "i32")]
+    raise_refusal(_core.remap(views, int(page_size), int(num_blocks), backend or "automatic", _stream(indices)))
+    return out
+
+
+def msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache, *, block_size=128, topk=16, init_blocks=1,
+                      local_blocks=2, scale=1.0, layer_idx=0, out=None, backend=None):
+    """Op 2 (MiniMax MSA): the topk key blocks of each index head and query row, init and local
+    blocks forced. q bf16 [T, Hi, D]. Returns out: int32 [Hi, T, topk]."""
+    out = _out("out", out, q, (q.shape[1], q.shape[0], topk), "i32")
+    params = {"num_index_heads": int(q.shape[1]), "idx_head_dim": int(q.shape[2]), "block_size": int(block_size),
+              "topk": int(topk), "init_blocks": int(init_blocks), "local_blocks": int(local_blocks),
+              "scale": float(scale), "layer_idx": int(layer_idx), "page_size": k_cache.page_size}
+    views = [view("q", q, "bf16"), view("input_row_offsets", input_row_offsets, "u32"),
+             view("prefix_lens", prefix_lens, "u32"), *k_cache.views("k_cache"), view("out.out_idxs", out, "i32")]
+    _call("msa_block_indexer", params, views, backend, q)
+    return out
+
+
+def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, buffer_row_offsets, cache_offsets,
+                    kv_b_proj, kv_b_proj_scale, *, buffer_length, nope=128, rope=64, v=128, bn=128, bk=128,
+                    scale=1.0, epsilon=1e-6, layer_idx=0, out=None, backend=None):
+    """Op 3 (MLA prefill, FP8): rotates q's rope part and normalizes the new cache rows IN PLACE
+    (q and kv_cache.blocks are written), then causal MLA over the gathered, FP8-quantized latent
+    window through the block-scaled kv_b_proj. q bf16 [T, H, nope + rope]. Returns out: bf16 [T, H, v]."""
+    H = int(q.shape[1])
+    writable("q", q)
+    writable("kv_cache.blocks", kv_cache.blocks)
+    out = _out("out", out, q, (q.shape[0], H, v), "bf16")
+    params = {"num_heads": H, "nope": int(nope), "rope": int(rope), "v": int(v), "latent": int(kv_norm_gamma.shape[0]),
+              "bn": int(bn), "bk": int(bk), "scale": float(scale), "epsilon": float(epsilon),
+              "buffer_length": int(buffer_length), "layer_idx": int(layer_idx), "page_size": kv_cache.page_size}
+    views = [view("q", q, "bf16"), view("out.q", q, "bf16"), view("input_row_offsets", input_row_offsets, "u32"),
+             view("freqs_cis", freqs_cis), view("kv_norm_gamma", kv_norm_gamma, "bf16"),
+             *kv_cache.views("kv_cache"), view("out.kv_cache.blocks", kv_cache.blocks, kv_cache._blocks_dtype()),
+             view("buffer_row_offsets", buffer_row_offsets, "u32"), view("cache_offsets", cache_offsets, "u32"),
+             view("kv_b_proj", kv_b_proj, "f8e4m3"), view("kv_b_proj_scale", kv_b_proj_scale, "f32"),
+             view("out.output", out, "bf16")]
+    _call("mla_prefill_fp8", params, views, backend, q)
+    return out
+
+
+def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=None, scale=None, v_depth=512,
+                       layer_idx=0, out=None, lse=None, return_lse=False, backend=None):
+    """Op 4 (DeepSeek-V3.2 sparse MLA): attention of each query row over the cache rows its indices
+    name (invalid ones skipped). q bf16 [T, Hq, qk_depth], indices int32 [T, indices_stride] (rows,
+    e.g. from remap_indices_to_rows). scale defaults to 1/sqrt(qk_depth). Returns out: bf16
+    [T, Hq, v_depth], and lse f32 [T, Hq] too when return_lse or lse is given."""
+    T, Hq, qk = (int(d) for d in q.shape)
+    out = _out("out", out, q, (T, Hq, v_depth), "bf16")
+    if lse is None and return_lse:
+        lse = _empty(q, (T, Hq), "f32")
+    params = {"num_q_heads": Hq, "qk_depth": qk, "v_depth": int(v_depth), "indices_stride": int(indices.shape[1]),
+              "scale": float(1.0 / math.sqrt(qk) if scale is None else scale), "layer_idx": int(layer_idx),
+              "page_size": kv_cache.page_size}
+    if kv_cache.scales is not None:
+        params["quant_granularity"] = int(kv_cache.quant_granularity)
+    views = [view("q", q, "bf16"), *kv_cache.views("kv_cache"), view("indices", indices),  # i32 or u32
+             view("out.output", out, "bf16")]
+    if topk_lengths is not None:
+        views.append(view("topk_lengths", topk_lengths, "u32"))
+    if attn_sink is not None:
+        views.append(view("attn_sink", attn_sink, "f32"))
+    if lse is not None:
+        writable("lse", lse)
+        views.append(view("out.lse", lse, "f32"))
+    _call("sparse_mla_prefill", params, views, backend, q)
+    return (out, lse) if (return_lse or lse is not None) else out
+
+
+def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=None, weight_scale=None,
+                    qweight=None, scales=None, qzeros=None, g_idx=None, group_size=128, layer_idx=0, out=None,
+                    backend=None):
+    """Op 5: Y = X·Wᵀ with Q columns returned and the K/V columns written INTO kv_cache (in place)
+    at each token's position. The weight format follows the arguments: weight bf16/f32 [N, K]
+    (dense), weight fp8 [N, K] with weight_scale f32 (128x128 block-scaled), or GPTQ int4
+    (qweight, scales, optional qzeros and g_idx). Returns out [T, q_dim] in hidden_state's dtype."""
+    if qweight is not None:
+        fmt = "gptq"
+    elif weight is not None and weight_scale is not None:
+        fmt = "fp8_block"
+    else:
+        fmt = "dense"
+    writable("kv_cache.blocks", kv_cache.blocks)
+    x_dtype = dtype_of(hidden_state)
+    x_dtype = {"u16": "bf16"}.get(x_dtype, x_dtype)
+    out = _out("out", out, hidden_state, (hidden_state.shape[0], q_dim), x_dtype)
+    params = {"q_dim": int(q_dim), "weight_format": fmt, "layer_idx": int(layer_idx), "page_size": kv_cache.page_size,
+              "num_kv_heads": int(kv_cache.blocks.shape[4]), "head_dim": int(kv_cache.blocks.shape[5])}
+    if fmt == "gptq":
+        params["group_size"] = int(group_size)
+        params["has_zp"] = qzeros is not None
+    views = [view("hidden_state", hidden_state, x_dtype), view("input_row_offsets", input_row_offsets, "u32"),
+             *kv_cache.views("kv_cache"), view("out.kv_cache.blocks", kv_cache.blocks, kv_cache._blocks_dtype()),
+             view("out.output", out, x_dtype)]
+    if fmt == "fp8_block":
+        views += [view("weight", weight, "f8e4m3"), view("weight_scale", weight_scale, "f32")]
+    elif fmt == "dense":
+        if weight is None:
+            raise TypeError("fused_qkv_paged: give weight (dense or fp8 with weight_scale) or qweight (GPTQ)")
+        views.append(view("weight", weight, x_dtype))
+    else:
+        views += [view("qweight", qweight, "i32"), view("scales", scales)]
+        if qzeros is not None:
+            views.append(view("qzeros", qzeros, "i32"))
+        if g_idx is not None:
+            views.append(view("g_idx", g_idx, "i32"))
+    _call("fused_qkv_paged", params, views, backend, hidden_state)
+    return out

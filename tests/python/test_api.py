@@ -1,0 +1,264 @@
+"""The Python API (mlakit, mlakit.golden) over the golden files: every file through the operator
+functions on every back-end present and every ISA level this CPU has (bit-identical to the file on
+reference, bit-identical to the C++ run of the same back-end and level on cpu, whose tolerance
+check `mlakit check` and test_golden_interop cover); refusals as typed exceptions that leave the
+outputs untouched; dtype adapters; two threads at once; golden files written from Python."""
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mlakit
+import mlakit.golden as golden
+from conftest import golden_files
+
+POISON = 0xA5
+LEVELS = ["generic", "avx2", "avx512", "avx512bf16", "amx"]
+
+
+def poisoned(shape, dtype):
+    a = np.empty(shape, dtype=dtype)
+    a.view(np.uint8)[...] = POISON
+    return a
+
+
+def same_bits(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def cache(t, prefix, blocks=None):
+    return mlakit.PagedKVCache(t[prefix + ".blocks"] if blocks is None else blocks, t[prefix + ".lookup_table"],
+                               t[prefix + ".cache_lengths"], t.get(prefix + ".scales"))
+
+
+def call_api(g, backend):
+    """Runs the file's operator through the Python API on copies of its inputs, outputs poisoned
+    first; returns {"out.<name>": array} as the file names them."""
+    t, p = g.inputs, g.params
+    if g.op == "lightning_indexer":
+        out = poisoned((t["q"].shape[0], p["top_k"]), np.int32)
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"), top_k=p["top_k"],
+                                 mask=p["mask"], layer_idx=p["layer_idx"], out=out, backend=backend)
+        return {"out.output_indices": out}
+    if g.op == "msa_block_indexer":
+        q = t["q"]
+        out = poisoned((q.shape[1], q.shape[0], p["topk"]), np.int32)
+        mlakit.msa_block_indexer(q, t["input_row_offsets"], t["prefix_lens"], cache(t, "k_cache"),
+                                 block_size=p["block_size"], topk=p["topk"], init_blocks=p["init_blocks"],
+                                 local_blocks=p["local_blocks"], scale=p["scale"], layer_idx=p["layer_idx"], out=out,
+                                 backend=backend)
+        return {"out.out_idxs": out}
+    if g.op == "mla_prefill_fp8":
+        q, blocks = t["q"].copy(), t["kv_cache.blocks"].copy()
+        out = poisoned((q.shape[0], q.shape[1], p["v"]), ml_dtypes.bfloat16)
+        mlakit.mla_prefill_fp8(q, t["input_row_offsets"], t["freqs_cis"], t["kv_norm_gamma"],
+                               cache(t, "kv_cache", blocks), t["buffer_row_offsets"], t["cache_offsets"], t["kv_b_proj"],
+                               t["kv_b_proj_scale"], buffer_length=p["buffer_length"], nope=p["nope"], rope=p["rope"],
+                               v=p["v"], bn=p["bn"], bk=p["bk"], scale=p["scale"], epsilon=p["epsilon"],
+                               layer_idx=p["layer_idx"], out=out, backend=backend)
+        return {"out.output": out, "out.q": q, "out.kv_cache.blocks": blocks}
+    if g.op == "sparse_mla_prefill":
+        q = t["q"]
+        out = poisoned((q.shape[0], q.shape[1], p["v_depth"]), ml_dtypes.bfloat16)
+        lse = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.lse" in g.outputs else None
+        mlakit.sparse_mla_prefill(q, cache(t, "kv_cache"), t["indices"], topk_lengths=t.get("topk_lengths"),
+                                  attn_sink=t.get("attn_sink"), scale=p["scale"], v_depth=p["v_depth"],
+                                  layer_idx=p["layer_idx"], out=out, lse=lse, backend=backend)
+        return {"out.output": out, **({"out.lse": lse} if lse is not None else {})}
+    if g.op == "fused_qkv_paged":
+        x, blocks = t["hidden_state"], t["kv_cache.blocks"].copy()
+        out = poisoned((x.shape[0], p["q_dim"]), x.dtype)
+        mlakit.fused_qkv_paged(x, t["input_row_offsets"], cache(t, "kv_cache", blocks), q_dim=p["q_dim"],
+                               weight=t.get("weight"), weight_scale=t.get("weight_scale"), qweight=t.get("qweight"),
+                               scales=t.get("scales"), qzeros=t.get("qzeros"), g_idx=t.get("g_idx"),
+                               group_size=p.get("group_size", 128), layer_idx=p["layer_idx"], out=out, backend=backend)
+        return {"out.output": out, "out.kv_cache.blocks": blocks}
+    raise AssertionError(g.op)
+
+
+def cpu_levels():
+    top = mlakit.info()["cpu_supported_isa"]
+    return LEVELS[: LEVELS.index(top) + 1]
+
+
+@pytest.fixture
+def isa_cap():
+    saved = mlakit.info()["max_isa"]
+    yield
+    mlakit.set_max_isa(saved)
+
+
+@pytest.mark.parametrize("path", golden_files(), ids=lambda p: p.name[: -len(".safetensors")])
+def test_golden_file_through_the_api(path, isa_cap):
+    g = golden.load(path)
+    got = call_api(g, "reference")
+    assert set(got) == set(g.outputs)
+    for name, a in got.items():
+        assert same_bits(a, g.outputs[name]), f"reference {name} differs from the file"
+    if "cpu" not in mlakit.backends():
+        return
+    for level in cpu_levels():
+        mlakit.set_max_isa(level)
+        expected = golden.run(path, backend="cpu")
+        for name, a in call_api(g, "cpu").items():
+            assert same_bits(a, expected[name]), f"cpu at {level}: {name} differs from the C++ run"
+
+
+def indexer_case():
+    g = golden.load(next(p for p in golden_files() if p.name.startswith("lightning_indexer.default")))
+    return g, g.inputs
+
+
+def test_a_refusal_names_operator_and_field_and_writes_nothing():
+    g, t = indexer_case()
+    offsets = t["input_row_offsets"].copy()
+    offsets[-1] += 1  # past the rows of q
+    out = poisoned((t["q"].shape[0], g.params["top_k"]), np.int32)
+    before = out.copy()
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        mlakit.lightning_indexer(t["q"], t["q_s"], offsets, cache(t, "k_cache"), top_k=g.params["top_k"], out=out,
+                                 backend="cpu")
+    assert e.value.op == "lightning_indexer"
+    assert e.value.field.startswith("input_row_offsets"), e.value.field
+    assert str(e.value).startswith("lightning_indexer: "), str(e.value)
+    assert isinstance(e.value, ValueError)
+    assert same_bits(out, before), "a refused call wrote its output"
+
+
+def test_params_and_backends_are_checked():
+    g, t = indexer_case()
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"), top_k=0)
+    assert "top_k" in str(e.value)
+    with pytest.raises(mlakit.InvalidArgument, match="mask"):
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"), mask="sideways")
+    with pytest.raises(ValueError, match="back-end"):
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"), backend="tpu")
+    with pytest.raises(mlakit.MlakitError) as e:  # host arrays: not for cuda, present or not
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"),
+                                 top_k=g.params["top_k"], backend="cuda")
+    assert e.value.field == "backend"
+
+
+def test_raw_bits_and_int32_metadata_are_accepted_and_wrong_dtypes_are_not():
+    g, t = indexer_case()
+    want = g.outputs["out.output_indices"]
+    c = mlakit.PagedKVCache(t["k_cache.blocks"].view(np.uint8), t["k_cache.lookup_table"].astype(np.int32),
+                            t["k_cache.cache_lengths"].astype(np.int32), t["k_cache.scales"])
+    got = mlakit.lightning_indexer(t["q"].view(np.uint8), t["q_s"], t["input_row_offsets"].astype(np.int32), c,
+                                   top_k=g.params["top_k"], backend="reference")
+    assert same_bits(got, want)
+    with pytest.raises(TypeError, match="q: expected f8e4m3"):
+        mlakit.lightning_indexer(t["q"].astype(np.float32), t["q_s"], t["input_row_offsets"], cache(t, "k_cache"))
+    with pytest.raises(mlakit.InvalidArgument) as e:  # a negative int32 offset is a huge u32
+        bad = t["input_row_offsets"].astype(np.int32)
+        bad[1] = -1
+        mlakit.lightning_indexer(t["q"], t["q_s"], bad, cache(t, "k_cache"), top_k=g.params["top_k"])
+    assert e.value.field.startswith("input_row_offsets")
+    with pytest.raises(ValueError, match="read-only"):
+        ro = poisoned(want.shape, np.int32)
+        ro.flags.writeable = False
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"),
+                                 top_k=g.params["top_k"], out=ro)
+
+
+def test_a_strided_cache_is_read_in_place_and_a_strided_output_refused():
+    g, t = indexer_case()
+    want = g.outputs["out.output_indices"]
+    blocks = t["k_cache.blocks"]
+    padded = np.zeros(blocks.shape[:-1] + (blocks.shape[-1] + 16,), dtype=blocks.dtype)  # an engine's padded rows
+    padded[..., : blocks.shape[-1]] = blocks
+    c = mlakit.PagedKVCache(padded[..., : blocks.shape[-1]], t["k_cache.lookup_table"], t["k_cache.cache_lengths"],
+                            t["k_cache.scales"])
+    got = mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], c, top_k=g.params["top_k"],
+                                   backend="cpu")
+    assert same_bits(got, want)
+    wide = poisoned((want.shape[0], 2 * want.shape[1]), np.int32)
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"),
+                                 top_k=g.params["top_k"], out=wide[:, ::2], backend="cpu")
+    assert e.value.field == "output_indices.strides"
+    assert np.all(wide.view(np.uint32) == 0xA5A5A5A5), "a refused call wrote its output"
+
+
+def test_two_threads_at_once_give_the_single_thread_results():
+    g, t = indexer_case()
+    want = mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"),
+                                    top_k=g.params["top_k"], backend="cpu")
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(20):
+                got = mlakit.lightning_indexer(t["q"], t["q_s"], t["input_row_offsets"], cache(t, "k_cache"),
+                                               top_k=g.params["top_k"], backend="cpu")
+                if not same_bits(got, want):
+                    errors.append("different result")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
+def test_remap_indices_to_rows_maps_positions_through_the_page_table():
+    g, t = indexer_case()
+    idx = g.outputs["out.output_indices"]
+    lut, page = t["k_cache.lookup_table"], g.params["page_size"]
+    rows = mlakit.remap_indices_to_rows(idx, t["input_row_offsets"], lut, page_size=page,
+                                        num_blocks=t["k_cache.blocks"].shape[0], backend="reference")
+    offsets = t["input_row_offsets"]
+    for b in range(len(offsets) - 1):
+        for r in range(offsets[b], offsets[b + 1]):
+            for j, pos in enumerate(idx[r]):
+                expect = -1 if pos < 0 else int(lut[b, pos // page]) * page + pos % page
+                assert rows[r, j] == expect
+
+
+def test_golden_write_round_trips(tmp_path):
+    src = next(p for p in golden_files() if p.name.startswith("sparse_mla_prefill.deepseek_bf16"))
+    g = golden.load(src)
+    path = tmp_path / "mine.safetensors"
+    golden.write(path, g.op, g.params, g.inputs)
+    mine = golden.load(path)
+    assert mine.op == g.op and mine.params == g.params and mine.tolerance == g.tolerance
+    for name, a in g.tensors.items():
+        assert same_bits(mine.tensors[name], a), name
+    assert all(r.passed for r in golden.check(path, backend="cpu"))
+
+
+def test_golden_check_judges_a_candidate_file(tmp_path):
+    src = next(p for p in golden_files() if p.name.startswith("lightning_indexer.default"))
+    g = golden.load(src)
+    same = tmp_path / "same.safetensors"
+    golden.write(same, g.op, g.params, g.inputs)
+    assert all(r.passed for r in golden.check(src, candidate=same))
+    flipped = dict(g.inputs)
+    flipped["q_s"] = -g.inputs["q_s"]  # other scores: other top-k positions
+    wrong = tmp_path / "wrong.safetensors"
+    golden.write(wrong, g.op, g.params, flipped)
+    results = golden.check(src, candidate=wrong)
+    assert results and not all(r.passed for r in results)
+    with pytest.raises(ValueError):
+        golden.check(tmp_path / "missing.safetensors")
+
+
+def test_info_and_controls():
+    info = mlakit.info()
+    assert info["version"] == mlakit.__version__
+    assert "reference" in mlakit.backends()
+    assert set(info["operators"]) == {"lightning_indexer", "msa_block_indexer", "mla_prefill_fp8",
+                                      "sparse_mla_prefill", "fused_qkv_paged"}
+    saved = mlakit.get_num_threads()
+    mlakit.set_num_threads(1)
+    assert mlakit.get_num_threads() == 1
+    mlakit.set_num_threads(saved)
+    with pytest.raises(ValueError):
+        mlakit.set_max_isa("sse9")
+    mlakit.release_cpu_call_buffers()
