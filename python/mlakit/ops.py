@@ -85,11 +85,19 @@ class PagedKVCache:
         return {"u8": "f8e4m3", "u16": "bf16"}.get(dt, dt)
 
     def views(self, prefix, blocks_as=None):
+        # Kept while the same arrays are attached: an engine hands one cache to every layer's call.
+        # (A NumPy array's data pointer, dtype, shape and strides do not change; the arrays are held here.)
+        key = (prefix, blocks_as, id(self.blocks), id(self.lookup_table), id(self.cache_lengths), id(self.scales))
+        cached = self.__dict__.get("_views")
+        if cached is not None and cached[0] == key:
+            return cached[1]
         v = [view(blocks_as or prefix + ".blocks", self.blocks, self._blocks_dtype()),
              view(prefix + ".lookup_table", self.lookup_table, "u32"),
              view(prefix + ".cache_lengths", self.cache_lengths, "u32")]
         if self.scales is not None:
             v.append(view(prefix + ".scales", self.scales, "f32"))
+        if not _is_torch(self.blocks):  # a torch tensor can be resized in place: read it every call
+            self._views = (key, v)
         return v
 
 
