@@ -179,7 +179,7 @@ void register_int4(Isa level) {
     for (auto& z : zeros) z = static_cast<std::uint32_t>(mix(seed) >> 32);
     std::vector<float> tables(kN * 16);
     for (auto _ : st) {
-      g->int4_tables(scales.data(), true, zeros.data(), kN, tables.data(), 16);
+      g->int4_tables(scales.data(), true, zeros.data(), 0, kN, tables.data(), 16);
       benchmark::DoNotOptimize(tables.data());
       benchmark::ClobberMemory();
     }

@@ -63,11 +63,12 @@ struct GemmKernels {
   Int4GemmFn<float> int4_f32;
   // The value tables of n int4 columns for one group: tables[c * stride + q] = bf16((q - z[c]) *
   // s[c]) held as f32, for c < n and q < 16, where s[c] is scales[c] (f16 bits when scales_f16,
-  // else bf16 bits) and z[c] is nibble c % 8 of zero_words[c / 8], or 8 when zero_words is null.
-  // (q - z) has at most 5 significant bits and s at most 11, so the product is exact before the
-  // one rounding to bf16 (to nearest even; NaN stays a quiet NaN).
-  void (*int4_tables)(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, std::size_t n,
-                      float* tables, std::size_t stride);
+  // else bf16 bits) and z[c] is nibble c % 8 of zero_words[c / 8] plus zero_bias (1 for GPTQ v1
+  // checkpoints, which store z - 1; 0 for v2), or 8 when zero_words is null. (q - z) has at most 5
+  // significant bits and s at most 11, so the product is exact before the one rounding to bf16 (to
+  // nearest even; NaN stays a quiet NaN).
+  void (*int4_tables)(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, int zero_bias,
+                      std::size_t n, float* tables, std::size_t stride);
 
   // The rest of an attention over gathered rows (sparse MLA), beside the score tiles above:
   //

@@ -192,12 +192,13 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
 
 
 def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=None, weight_scale=None,
-                    qweight=None, scales=None, qzeros=None, g_idx=None, group_size=128, layer_idx=0, out=None,
-                    backend=None):
+                    qweight=None, scales=None, qzeros=None, g_idx=None, group_size=128, zero_format="v2",
+                    layer_idx=0, out=None, backend=None):
     """Op 5: Y = X·Wᵀ with Q columns returned and the K/V columns written INTO kv_cache (in place)
     at each token's position. The weight format follows the arguments: weight bf16/f32 [N, K]
     (dense), weight fp8 [N, K] with weight_scale f32 (128x128 block-scaled), or GPTQ int4
-    (qweight, scales, optional qzeros and g_idx). Returns out [T, q_dim] in hidden_state's dtype."""
+    (qweight, scales, optional qzeros and g_idx; zero_format "v1" for checkpoints that store each
+    zero point minus one, as AutoGPTQ's do). Returns out [T, q_dim] in hidden_state's dtype."""
     if qweight is not None:
         fmt = "gptq"
     elif weight is not None and weight_scale is not None:
@@ -213,6 +214,8 @@ def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=
     if fmt == "gptq":
         params["group_size"] = int(group_size)
         params["has_zp"] = qzeros is not None
+        if zero_format != "v2":
+            params["zero_format"] = zero_format
     views = [view("hidden_state", hidden_state, x_dtype), view("input_row_offsets", input_row_offsets, "u32"),
              *kv_cache.views("kv_cache"), view("out.kv_cache.blocks", kv_cache.blocks, kv_cache._blocks_dtype()),
              view("out.output", out, x_dtype)]

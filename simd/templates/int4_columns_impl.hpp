@@ -262,15 +262,15 @@ void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::si
 }
 
 // Value tables of int4 columns, one vector of codes at a time per column.
-void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, std::size_t n,
-                 float* tables, std::size_t stride) {
+void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, int zero_bias,
+                 std::size_t n, float* tables, std::size_t stride) {
   static_assert(16 % kLanes == 0, "a table is whole vectors");
   alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   for (std::size_t c = 0; c < n; ++c) {
     // The level's f16 converter is exact (subnormals included, whatever MXCSR says).
     const F s = scales_f16 ? f16_to_f32(hsplat(static_cast<std::int16_t>(scales[c])))
                            : floats(isplat(static_cast<std::int32_t>(std::uint32_t{scales[c]} << 16)));
-    const float z = zero_words ? static_cast<float>((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) : 8.0f;
+    const float z = zero_words ? static_cast<float>(((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) + zero_bias) : 8.0f;
     for (std::size_t q = 0; q < 16; q += kLanes) {
       const I u = bits((fload(kCodes + q) - fsplat(z)) * s);
       fstore(tables + c * stride + q, floats(shl<16>(bf16_round_bits(u))));

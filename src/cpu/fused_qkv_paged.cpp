@@ -130,7 +130,8 @@ struct GptqColumn {
   }
   std::int32_t zero(std::size_t g, std::size_t c) const {
     if (!d.has_zp) return 8;
-    return static_cast<std::int32_t>(nibble(static_cast<const std::uint32_t*>(a.qzeros.data)[g * (N / 8) + c / 8], c % 8));
+    return static_cast<std::int32_t>(nibble(static_cast<const std::uint32_t*>(a.qzeros.data)[g * (N / 8) + c / 8], c % 8)) +
+           zero_bias(d);
   }
   std::uint16_t value(std::uint32_t q, std::size_t g, std::size_t c) const {
     return f32_to_bf16(static_cast<float>(static_cast<std::int32_t>(q) - zero(g, c)) * scale(g, c));
@@ -163,7 +164,7 @@ void gptq_tables(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, 
   for (std::size_t g = 0; g < groups; ++g) {
     const std::size_t gk = k0 / gs + g;
     p.g->int4_tables(scales + gk * N + c0, a.scales.dtype == DType::f16, p.d->has_zp ? zeros + gk * (N / 8) + c0 / 8 : nullptr,
-                     c1 - c0, tables + g * 16, groups * 16);
+                     zero_bias(*p.d), c1 - c0, tables + g * 16, groups * 16);
   }
 }
 

@@ -42,6 +42,7 @@ struct Params {
   const std::uint16_t* gscales;  // gptq: f16 or bf16 [K/gs, N]
   bool scales_f16;
   const std::uint32_t* qzeros;   // gptq with zero points: [K/gs, N/8]
+  int zero_bias;                 // added to each stored zero nibble: 1 for v1 checkpoints
   const std::int32_t* g_idx;     // gptq, optional: [K]
   std::uint32_t* error_flag;     // null: not checked (g_idx validated on the host)
   std::int64_t group_size;
@@ -65,7 +66,7 @@ __device__ __forceinline__ std::uint16_t gptq_weight(const Params& p, std::uint3
     if (g != given && p.error_flag != nullptr) atomicOr(p.error_flag, core::kDeviceErrorGIdx);
   }
   std::int64_t z = 8;
-  if (p.qzeros != nullptr) z = nibble(p.qzeros[g * (p.N / 8) + n / 8], n % 8);
+  if (p.qzeros != nullptr) z = nibble(p.qzeros[g * (p.N / 8) + n / 8], n % 8) + p.zero_bias;
   const std::uint16_t sb = p.gscales[g * p.N + n];
   const float s = p.scales_f16 ? f16_to_f32(sb) : bf16_to_f32(sb);
   return f32_to_bf16(static_cast<float>(q - z) * s);
@@ -301,6 +302,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
   p.gscales = static_cast<const std::uint16_t*>(a.scales.data);
   p.scales_f16 = a.scales.data != nullptr && a.scales.dtype == DType::f16;
   p.qzeros = d.has_zp ? static_cast<const std::uint32_t*>(a.qzeros.data) : nullptr;
+  p.zero_bias = zero_bias(d);
   p.g_idx = static_cast<const std::int32_t*>(a.g_idx.data);
   p.error_flag = launch.error_flag;
   p.group_size = d.group_size;

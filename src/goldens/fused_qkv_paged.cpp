@@ -48,6 +48,7 @@ constexpr ParamSpec kParams[] = {
     {"weight_format", ParamKind::text, true, 0, 0, "dense|fp8_block|gptq"},
     size_param("group_size", 1, false),
     {"has_zp", ParamKind::boolean, false},
+    {"zero_format", ParamKind::text, false, 0, 0, "v2|v1"},
     size_param("num_kv_heads", 1, false),
     size_param("head_dim", 1, false),
     size_param("layer_idx", 0),
@@ -80,6 +81,8 @@ Params params_of(const Bundle& b) {
   }
   p.desc.group_size = r.integer_or("group_size", 128);
   p.desc.has_zp = r.boolean_or("has_zp", false);
+  // v1 checkpoints store each zero point minus one; the library refuses v1 without zero points.
+  p.desc.zero_format = r.text_or("zero_format", "v2") == "v1" ? ZeroFormat::v1 : ZeroFormat::v2;
   p.layer_idx = static_cast<std::uint32_t>(r.integer("layer_idx"));
   return p;
 }
@@ -97,6 +100,7 @@ class AbsWeightRows {
     format_ = p.desc.weight_format;
     gs_ = p.desc.group_size;
     has_zp_ = p.desc.has_zp;
+    zero_bias_ = zero_bias(p.desc);
   }
 
   void row(std::int64_t n, std::vector<double>& out) const {
@@ -121,7 +125,7 @@ class AbsWeightRows {
         int z = 8;
         if (has_zp_) {
           const auto zw = static_cast<std::uint32_t>(b_.at("qzeros").data<std::int32_t>()[g * (N_ / 8) + n / 8]);
-          z = static_cast<int>((zw >> (4 * (n % 8))) & 15u);
+          z = static_cast<int>((zw >> (4 * (n % 8))) & 15u) + zero_bias_;
         }
         out[k] = std::fabs(static_cast<double>(round_to_bf16(float(q - z) * static_cast<float>(sc.value(g * N_ + n)))));
       }
@@ -134,6 +138,7 @@ class AbsWeightRows {
   WeightFormat format_ = WeightFormat::dense;
   std::int64_t gs_ = 128;
   bool has_zp_ = false;
+  int zero_bias_ = 0;
 };
 
 Comparison missing(const std::string& name) {
@@ -162,6 +167,7 @@ class FusedQkvPagedDriver final : public OpDriver {
                 {"weight_format", "dense"},
                 {"group_size", 128},
                 {"has_zp", false},
+                {"zero_format", "v2"},  // "v1": qzeros holds each zero point minus one (AutoGPTQ)
                 {"g_idx", false},       // a shuffled act-order map (gptq)
                 {"scales_dtype", "f16"},
                 {"page_size", 16},
@@ -202,6 +208,11 @@ class FusedQkvPagedDriver final : public OpDriver {
         {"gptq_bf16_mla_g64_zp", "GPTQ into an MLA cache, zero points, group 64, bf16 scales",
          with(mla, {{"weight_format", "gptq"}, {"group_size", 64}, {"has_zp", true}, {"scales_dtype", "bf16"},
                     {"q_dim", 64}, {"head_dim", 64}})},
+        {"gptq_bf16_g128_zp_v1", "GPTQ v1 zero points (stored z - 1: nibble 15 is zero 16), bf16, group 128",
+         {{"weight_format", "gptq"}, {"has_zp", true}, {"zero_format", "v1"}}},
+        {"gptq_f32_g32_zp_v1_gidx", "GPTQ v1 zero points with g_idx, f32 activations, group 32, bf16 scales",
+         {{"weight_format", "gptq"}, {"dtype", "f32"}, {"group_size", 32}, {"has_zp", true}, {"zero_format", "v1"},
+          {"g_idx", true}, {"scales_dtype", "bf16"}}},
         {"gptq_bf16_g32_zp_decode", "GPTQ group 32, zero points, g_idx, decode",
          {{"weight_format", "gptq"}, {"group_size", 32}, {"has_zp", true}, {"g_idx", true},
           {"seq_lens", {1, 1, 1}}, {"cache_lens", {3, 0, 47}}}},
@@ -348,6 +359,7 @@ class FusedQkvPagedDriver final : public OpDriver {
     b.params = json{{"q_dim", q_dim},        {"weight_format", fmt_name}, {"group_size", gs},
                     {"has_zp", has_zp},      {"num_kv_heads", heads},     {"head_dim", hd},
                     {"layer_idx", k.at("layer_idx").get<std::int64_t>()}, {"page_size", L.page_size}};
+    if (k.at("zero_format") != "v2") b.params["zero_format"] = k.at("zero_format");
     b.tolerance = tolerance(b);
     return b;
   }

@@ -97,6 +97,10 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
   if (fmt != WeightFormat::gptq && d.has_zp)
     v.fail("has_zp", std::string("=true (only the gptq weight format has zero points; format is ") +
                          format_name(fmt) + ")");
+  if (d.zero_format != ZeroFormat::v2 && d.zero_format != ZeroFormat::v1)
+    v.fail("zero_format", "=" + str(static_cast<std::int64_t>(d.zero_format)) + " (expected v2 or v1)");
+  else if (d.zero_format == ZeroFormat::v1 && !d.has_zp)
+    v.fail("zero_format", "=v1 with has_zp=false (v1 describes stored zero points; without them the zero is 8)");
 
   // The weight, per format.
   switch (fmt) {

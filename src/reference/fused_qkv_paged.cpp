@@ -61,7 +61,8 @@ struct Weight {
         const std::int64_t g =
             a.g_idx.data != nullptr ? static_cast<const std::int32_t*>(a.g_idx.data)[k] : k / d.group_size;
         std::int64_t z = 8;
-        if (d.has_zp) z = nibble(static_cast<const std::uint32_t*>(a.qzeros.data)[g * (N / 8) + n / 8], n % 8);
+        if (d.has_zp)
+          z = nibble(static_cast<const std::uint32_t*>(a.qzeros.data)[g * (N / 8) + n / 8], n % 8) + zero_bias(d);
         const std::uint16_t sbits = static_cast<const std::uint16_t*>(a.scales.data)[g * N + n];
         const float s = a.scales.dtype == DType::f16 ? f16_to_f32(sbits) : bf16_to_f32(sbits);
         // (q − z) has 5 significant bits and s at most 11: the f32 product is exact.

@@ -350,7 +350,8 @@ TEST_P(Gemm, Int4OneHotRowsReturnEveryTableValue) {
 }
 
 // Value tables: every f16 and every bf16 scale pattern (subnormals, infinities, NaN payloads) with
-// every zero point, and the default zero point 8, against the spec's rounding bf16((q - z) * s).
+// every zero point as stored (v2) and as stored minus one (v1: zeros 1..16), and the default zero
+// point 8, against the spec's rounding bf16((q - z) * s).
 TEST_P(Gemm, Int4TablesRoundEveryScaleAsTheSpec) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   const std::size_t n = 65536, stride = 19;  // a padded stride: the gaps must stay untouched
@@ -361,13 +362,15 @@ TEST_P(Gemm, Int4TablesRoundEveryScaleAsTheSpec) {
   for (auto& w : zeros) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
   constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
   for (bool f16 : {true, false})
-    for (bool zp : {true, false}) {
-      SCOPED_TRACE(std::string(f16 ? "f16" : "bf16") + (zp ? " scales, zero points" : " scales, z = 8"));
+    for (int zp : {0, 1, 2}) {  // none, v2, v1
+      SCOPED_TRACE(std::string(f16 ? "f16" : "bf16") + (zp ? " scales, zero points" : " scales, z = 8") +
+                   (zp == 2 ? " (v1)" : ""));
+      const int bias = zp == 2 ? 1 : 0;
       std::vector<float> tables(n * stride, float_of(kGuard));
-      table().int4_tables(scales.data(), f16, zp ? zeros.data() : nullptr, n, tables.data(), stride);
+      table().int4_tables(scales.data(), f16, zp ? zeros.data() : nullptr, bias, n, tables.data(), stride);
       for (std::size_t c = 0; c < n; ++c) {
         const float s = f16 ? f16_to_f32(scales[c]) : bf16_to_f32(scales[c]);
-        const int z = zp ? static_cast<int>((zeros[c / 8] >> (4 * (c % 8))) & 0xFu) : 8;
+        const int z = zp ? static_cast<int>((zeros[c / 8] >> (4 * (c % 8))) & 0xFu) + bias : 8;
         for (std::size_t q = 0; q < 16; ++q) {
           const float want = bf16_to_f32(f32_to_bf16(static_cast<float>(static_cast<int>(q) - z) * s));
           ASSERT_EQ(bits_of(tables[c * stride + q]), bits_of(want)) << "scale 0x" << std::hex << scales[c] << std::dec << " q " << q;

@@ -84,6 +84,8 @@ std::vector<double> dequantize(const Bundle& b, std::int64_t N, std::int64_t K) 
   } else {
     const std::int64_t gs = b.params.at("group_size").get<std::int64_t>();
     const bool has_zp = b.params.at("has_zp").get<bool>();
+    // v1 checkpoints store z - 1 (spec 06 §D1): the zero point is the nibble plus one.
+    const int v1 = b.params.value("zero_format", std::string("v2")) == "v1" ? 1 : 0;
     const std::int64_t G = K / gs;
     // Unpack every 32-bit word into its eight 4-bit fields, low bits first.
     auto unpack = [](std::int32_t word, int out[8]) {
@@ -105,7 +107,7 @@ std::vector<double> dequantize(const Bundle& b, std::int64_t N, std::int64_t K) 
         for (std::int64_t c = 0; c < N / 8; ++c) {
           int f[8];
           unpack(qz.data<std::int32_t>()[g * (N / 8) + c], f);
-          for (int i = 0; i < 8; ++i) z[g * N + 8 * c + i] = f[i];
+          for (int i = 0; i < 8; ++i) z[g * N + 8 * c + i] = f[i] + v1;
         }
     }
     std::vector<std::int64_t> group(static_cast<std::size_t>(K));

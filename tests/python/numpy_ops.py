@@ -78,6 +78,8 @@ def gptq_weight(t, p, K, N):
     if p["has_zp"]:
         qz = t["qzeros"].view(np.uint32)
         z = ((qz[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))[None, None, :]) & 0xF).reshape(K // gs, N)
+        if p.get("zero_format", "v2") == "v1":  # stored as z - 1 (AutoGPTQ)
+            z = z.astype(np.int64) + 1
     else:
         z = np.full((K // gs, N), 8)
     g = t["g_idx"].astype(np.int64) if "g_idx" in t else np.arange(K) // gs

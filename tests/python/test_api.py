@@ -73,7 +73,8 @@ def call_api(g, backend):
         mlakit.fused_qkv_paged(x, t["input_row_offsets"], cache(t, "kv_cache", blocks), q_dim=p["q_dim"],
                                weight=t.get("weight"), weight_scale=t.get("weight_scale"), qweight=t.get("qweight"),
                                scales=t.get("scales"), qzeros=t.get("qzeros"), g_idx=t.get("g_idx"),
-                               group_size=p.get("group_size", 128), layer_idx=p["layer_idx"], out=out, backend=backend)
+                               group_size=p.get("group_size", 128), zero_format=p.get("zero_format", "v2"),
+                               layer_idx=p["layer_idx"], out=out, backend=backend)
         return {"out.output": out, "out.kv_cache.blocks": blocks}
     raise AssertionError(g.op)
 

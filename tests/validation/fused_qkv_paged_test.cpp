@@ -451,6 +451,18 @@ TEST(FusedQkvPagedValidation, GptqQzerosWithoutHasZp) {
   expect_rejected(*c, "qzeros", "is present but has_zp=false");
 }
 
+TEST(FusedQkvPagedValidation, ZeroFormatV1NeedsZeroPoints) {
+  auto c = make({{"weight_format", "gptq"}});
+  c->d.zero_format = ZeroFormat::v1;
+  expect_rejected(*c, "zero_format", "=v1 with has_zp=false");
+}
+
+TEST(FusedQkvPagedValidation, ZeroFormatOutOfRange) {
+  auto c = make(kGptq);
+  c->d.zero_format = static_cast<ZeroFormat>(7);
+  expect_rejected(*c, "zero_format", "=7 (expected v2 or v1)");
+}
+
 TEST(FusedQkvPagedValidation, GptqQzerosShape) {
   auto c = make(kGptq);
   c->a.qzeros.shape[1] = 27;

@@ -50,13 +50,20 @@
 namespace mlakit {
 
 enum class WeightFormat { dense, fp8_block, gptq };
+// How a GPTQ checkpoint stores its zero points (with has_zp): v2 stores the zero z itself; v1 (the
+// layout of AutoGPTQ and most published checkpoints) stores z - 1, so the zero is nibble + 1 (1..16).
+enum class ZeroFormat { v2, v1 };
 
 struct FusedQkvPagedDesc {
   std::int64_t q_dim = 4096;
   WeightFormat weight_format = WeightFormat::dense;
   std::int64_t group_size = 128;  // GPTQ only: 32, 64 or 128
   bool has_zp = false;            // GPTQ only
+  ZeroFormat zero_format = ZeroFormat::v2;  // GPTQ with has_zp: how qzeros stores the zero points
 };
+
+// What the stored zero nibble is short of the zero point: 1 for v1 checkpoints, 0 for v2.
+inline int zero_bias(const FusedQkvPagedDesc& d) { return d.zero_format == ZeroFormat::v1 ? 1 : 0; }
 
 struct FusedQkvPagedArgs {
   TensorView hidden_state;       // bf16 or f32 [T, K]
