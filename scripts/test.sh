@@ -33,5 +33,5 @@ echo "== golden files with broken metadata: every mutant refused cleanly or run"
 python3 fuzz/params_campaign.py --mlakit build/mlakit --per-op 2 --max-bytes 65536
 
 echo "== sanitizers (CI part) and fuzzing of whole golden files (bounded)"
-MLAKIT_FUZZ_SECONDS=${MLAKIT_FUZZ_SECONDS:-30} bash scripts/sanitize.sh --ci
+MLAKIT_FUZZ_SECONDS=${MLAKIT_FUZZ_SECONDS:-20} bash scripts/sanitize.sh --ci
 echo "== all tests passed"
