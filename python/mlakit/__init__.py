@@ -10,12 +10,15 @@ torch tensors, read in place; outputs are allocated when `out` is None, else wri
 caller's arrays; operators that update an argument in place say so. Names and defaults follow the
 operator descriptors and the golden-format params keys (docs/). A refusal raises InvalidArgument,
 Unsupported or BackendUnavailable, naming the operator and the field, and writes nothing.
-`mlakit.golden` reads, checks and writes golden files.
+`mlakit.plan(op, ...)` plans a step's call once for runs layer by layer.
+`mlakit.golden` reads, checks and writes golden files; `import mlakit.torch` registers the
+operators as torch ops (torch.ops.mlakit.*).
 """
-from . import _core
+from . import _core, _threads
 from ._errors import BackendUnavailable, InternalError, InvalidArgument, MlakitError, Unsupported
 from .ops import (PagedKVCache, fused_qkv_paged, lightning_indexer, mla_prefill_fp8, msa_block_indexer,
                   remap_indices_to_rows, sparse_mla_prefill)
+from .plan import Plan, plan
 
 __version__ = _core.info()["version"]
 
@@ -36,8 +39,9 @@ def set_max_isa(level):
 
 
 def set_num_threads(n):
-    """Threads of the cpu back-end; n <= 0: every hardware thread (MLAKIT_NUM_THREADS sets the start)."""
-    _core.set_threads(int(n))
+    """Threads of the cpu back-end; n <= 0: every hardware thread (MLAKIT_NUM_THREADS sets the start).
+    Once set, torch ops no longer follow torch.get_num_threads()."""
+    _threads.choose(n)
 
 
 def get_num_threads():
@@ -49,7 +53,7 @@ def release_cpu_call_buffers():
     _core.release_cpu_call_buffers()
 
 
-__all__ = ["PagedKVCache", "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
+__all__ = ["PagedKVCache", "Plan", "plan", "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
            "sparse_mla_prefill", "fused_qkv_paged", "info", "backends", "set_max_isa", "set_num_threads",
            "get_num_threads", "release_cpu_call_buffers", "MlakitError", "InvalidArgument", "Unsupported",
            "BackendUnavailable", "InternalError"]

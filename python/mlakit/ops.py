@@ -1,5 +1,7 @@
 """The five operators and remap_indices_to_rows over NumPy arrays or torch tensors (docs/ has each
 operator's semantics; the argument names are the golden-format names)."""
+import contextvars
+import functools
 import json
 import math
 
@@ -41,8 +43,33 @@ def _stream(x):
     return 0
 
 
-def _call(op, params, views, backend, like):
-    raise_refusal(_core.call(op, json.dumps(params), views, backend or "automatic", _stream(like)))
+class _Call:
+    """One operator call as the library takes it: golden-format params and named views."""
+    __slots__ = ("op", "params", "views", "backend", "like", "result")
+
+    def __init__(self, op, params, views, backend, like, result):
+        self.op, self.params, self.views, self.backend, self.like, self.result = op, params, views, backend, like, result
+
+    def invoke(self):
+        raise_refusal(_core.call(self.op, json.dumps(self.params), self.views, self.backend or "automatic",
+                                 _stream(self.like)))
+        return self.result
+
+
+# The function that makes argument views: a plan swaps in one that keeps the views of its step's
+# arrays (mlakit.plan).
+_VIEW = contextvars.ContextVar("mlakit_view", default=view)
+
+
+def _operator(prepare):
+    """An operator function from its preparation (which builds the _Call): calling it runs the call
+    once; mlakit.plan(op, ...) plans it for many runs."""
+    @functools.wraps(prepare)
+    def operator(*args, **kwargs):
+        return prepare(*args, **kwargs).invoke()
+
+    operator.prepare = prepare
+    return operator
 
 
 def _out(name, given, like, shape, dtype):
@@ -91,6 +118,7 @@ class PagedKVCache:
         cached = self.__dict__.get("_views")
         if cached is not None and cached[0] == key:
             return cached[1]
+        view = _VIEW.get()
         v = [view(blocks_as or prefix + ".blocks", self.blocks, self._blocks_dtype()),
              view(prefix + ".lookup_table", self.lookup_table, "u32"),
              view(prefix + ".cache_lengths", self.cache_lengths, "u32")]
@@ -101,19 +129,20 @@ class PagedKVCache:
         return v
 
 
+@_operator
 def lightning_indexer(q, q_s, input_row_offsets, k_cache, *, top_k=2048, mask="causal", layer_idx=0, out=None,
                       backend=None):
     """Op 1 (DeepSeek-V3.2): the top_k cache positions of each query row by its FP8 multi-head
     score. q fp8 [T, H, D], q_s f32 [T, H], input_row_offsets u32 [B+1], k_cache an fp8 cache with
     scales. Returns out: int32 [T, top_k] (-1 where a row has fewer visible keys)."""
+    view = _VIEW.get()
     out = _out("out", out, q, (q.shape[0], top_k), "i32")
     params = {"num_heads": int(q.shape[1]), "head_dim": int(q.shape[2]), "top_k": int(top_k), "mask": mask,
               "quant_granularity": int(k_cache.quant_granularity), "layer_idx": int(layer_idx),
               "page_size": k_cache.page_size}
     views = [view("q", q, "f8e4m3"), view("q_s", q_s, "f32"), view("input_row_offsets", input_row_offsets, "u32"),
              *k_cache.views("k_cache"), view("out.output_indices", out, "i32")]
-    _call("lightning_indexer", params, views, backend, q)
-    return out
+    return _Call("lightning_indexer", params, views, backend, q, out)
 
 
 def remap_indices_to_rows(indices, input_row_offsets, lookup_table, *, page_size, num_blocks, out=None,
@@ -126,26 +155,29 @@ def remap_indices_to_rows(indices, input_row_offsets, lookup_table, *, page_size
     return out
 
 
+@_operator
 def msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache, *, block_size=128, topk=16, init_blocks=1,
                       local_blocks=2, scale=1.0, layer_idx=0, out=None, backend=None):
     """Op 2 (MiniMax MSA): the topk key blocks of each index head and query row, init and local
     blocks forced. q bf16 [T, Hi, D]. Returns out: int32 [Hi, T, topk]."""
+    view = _VIEW.get()
     out = _out("out", out, q, (q.shape[1], q.shape[0], topk), "i32")
     params = {"num_index_heads": int(q.shape[1]), "idx_head_dim": int(q.shape[2]), "block_size": int(block_size),
               "topk": int(topk), "init_blocks": int(init_blocks), "local_blocks": int(local_blocks),
               "scale": float(scale), "layer_idx": int(layer_idx), "page_size": k_cache.page_size}
     views = [view("q", q, "bf16"), view("input_row_offsets", input_row_offsets, "u32"),
              view("prefix_lens", prefix_lens, "u32"), *k_cache.views("k_cache"), view("out.out_idxs", out, "i32")]
-    _call("msa_block_indexer", params, views, backend, q)
-    return out
+    return _Call("msa_block_indexer", params, views, backend, q, out)
 
 
+@_operator
 def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, buffer_row_offsets, cache_offsets,
                     kv_b_proj, kv_b_proj_scale, *, buffer_length, nope=128, rope=64, v=128, bn=128, bk=128,
                     scale=1.0, epsilon=1e-6, layer_idx=0, out=None, backend=None):
     """Op 3 (MLA prefill, FP8): rotates q's rope part and normalizes the new cache rows IN PLACE
     (q and kv_cache.blocks are written), then causal MLA over the gathered, FP8-quantized latent
     window through the block-scaled kv_b_proj. q bf16 [T, H, nope + rope]. Returns out: bf16 [T, H, v]."""
+    view = _VIEW.get()
     H = int(q.shape[1])
     writable("q", q)
     writable("kv_cache.blocks", kv_cache.blocks)
@@ -159,16 +191,17 @@ def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, bu
              view("buffer_row_offsets", buffer_row_offsets, "u32"), view("cache_offsets", cache_offsets, "u32"),
              view("kv_b_proj", kv_b_proj, "f8e4m3"), view("kv_b_proj_scale", kv_b_proj_scale, "f32"),
              view("out.output", out, "bf16")]
-    _call("mla_prefill_fp8", params, views, backend, q)
-    return out
+    return _Call("mla_prefill_fp8", params, views, backend, q, out)
 
 
+@_operator
 def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=None, scale=None, v_depth=512,
                        layer_idx=0, out=None, lse=None, return_lse=False, backend=None):
     """Op 4 (DeepSeek-V3.2 sparse MLA): attention of each query row over the cache rows its indices
     name (invalid ones skipped). q bf16 [T, Hq, qk_depth], indices int32 [T, indices_stride] (rows,
     e.g. from remap_indices_to_rows). scale defaults to 1/sqrt(qk_depth). Returns out: bf16
     [T, Hq, v_depth], and lse f32 [T, Hq] too when return_lse or lse is given."""
+    view = _VIEW.get()
     T, Hq, qk = (int(d) for d in q.shape)
     out = _out("out", out, q, (T, Hq, v_depth), "bf16")
     if lse is None and return_lse:
@@ -187,10 +220,11 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
     if lse is not None:
         writable("lse", lse)
         views.append(view("out.lse", lse, "f32"))
-    _call("sparse_mla_prefill", params, views, backend, q)
-    return (out, lse) if (return_lse or lse is not None) else out
+    return _Call("sparse_mla_prefill", params, views, backend, q,
+                 (out, lse) if (return_lse or lse is not None) else out)
 
 
+@_operator
 def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=None, weight_scale=None,
                     qweight=None, scales=None, qzeros=None, g_idx=None, group_size=128, zero_format="v2",
                     layer_idx=0, out=None, backend=None):
@@ -199,6 +233,7 @@ def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=
     (dense), weight fp8 [N, K] with weight_scale f32 (128x128 block-scaled), or GPTQ int4
     (qweight, scales, optional qzeros and g_idx; zero_format "v1" for checkpoints that store each
     zero point minus one, as AutoGPTQ's do). Returns out [T, q_dim] in hidden_state's dtype."""
+    view = _VIEW.get()
     if qweight is not None:
         fmt = "gptq"
     elif weight is not None and weight_scale is not None:
@@ -231,5 +266,4 @@ def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=
             views.append(view("qzeros", qzeros, "i32"))
         if g_idx is not None:
             views.append(view("g_idx", g_idx, "i32"))
-    _call("fused_qkv_paged", params, views, backend, hidden_state)
-    return out
+    return _Call("fused_qkv_paged", params, views, backend, hidden_state, out)

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -84,32 +85,33 @@ const goldens::OpDriver& driver_named(const std::string& op) {
   return *d;
 }
 
-// Calls operator `op` with `params` (golden-format keys, as JSON text) on borrowed views named as
-// in golden files (inputs, and out.* for what it writes). In-place arguments are named twice: as
-// the input and as its out.* (the same memory).
-std::optional<Refusal> call(const std::string& op, const std::string& params, const std::vector<NamedView>& views,
-                            const std::string& backend, std::uintptr_t cuda_stream) {
-  const goldens::OpDriver* driver = &driver_named(op);
-  goldens::Bundle b;
-  b.op = op;
+// The bundle of a call of operator `op`: `params` (golden-format keys, as JSON text) and borrowed
+// views named as in golden files (inputs, and out.* for what it writes). In-place arguments are
+// named twice: as the input and as its out.* (the same memory).
+std::optional<Refusal> bundle_of(const std::string& op, const std::string& params, const std::vector<NamedView>& views,
+                                 goldens::Bundle* b) {
+  b->op = op;
   try {
-    b.params = goldens::json::parse(params);
+    b->params = goldens::json::parse(params);
   } catch (const std::exception& e) {
     return refuse(op, "params", e.what());
   }
   for (const auto& [name, spec] : views) {
     TensorView v;
     if (auto r = to_view(op, name, spec, &v)) return r;
-    b.tensors.emplace(name, goldens::Tensor::borrow(v));
+    b->tensors.emplace(name, goldens::Tensor::borrow(v));
   }
-  RunOptions options;
-  options.backend = backend_from(backend);
-  options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+  return std::nullopt;
+}
+
+// Runs `body` (which may throw the drivers' InputError) without the GIL; its Status or the
+// exception as a refusal.
+template <class Body>
+std::optional<Refusal> unlocked_status(const std::string& op, Body&& body) {
   Status s;
   try {
     nb::gil_scoped_release unlocked;
-    driver->check_inputs(b);
-    s = driver->call(b, options);
+    s = body();
   } catch (const goldens::InputError& e) {
     return Refusal{"invalid_argument", op, "", e.what()};
   } catch (const std::exception& e) {
@@ -117,6 +119,64 @@ std::optional<Refusal> call(const std::string& op, const std::string& params, co
   }
   return from_status(s);
 }
+
+// Calls operator `op` once (plan and run in one).
+std::optional<Refusal> call(const std::string& op, const std::string& params, const std::vector<NamedView>& views,
+                            const std::string& backend, std::uintptr_t cuda_stream) {
+  const goldens::OpDriver* driver = &driver_named(op);
+  goldens::Bundle b;
+  if (auto r = bundle_of(op, params, views, &b)) return r;
+  RunOptions options;
+  options.backend = backend_from(backend);
+  options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+  return unlocked_status(op, [&] {
+    driver->check_inputs(b);
+    return driver->call(b, options);
+  });
+}
+
+// A plan of one operator for a step (mlakit/plan.hpp), run once per layer: plan() checks the
+// step's metadata and picks the back-end and kernels once; run() checks what a layer may change.
+struct PlanHandle {
+  std::string op;
+  const goldens::OpDriver* driver = nullptr;
+  std::unique_ptr<goldens::PlannedCall> call;
+
+  const goldens::PlannedCall& planned() const {
+    if (!call) throw nb::value_error("the plan was refused or never made");
+    return *call;
+  }
+
+  std::optional<Refusal> plan(const std::string& name, const std::string& params, const std::vector<NamedView>& views,
+                              const std::string& backend, std::uintptr_t cuda_stream) {
+    call.reset();
+    op = name;
+    driver = &driver_named(name);
+    goldens::Bundle b;
+    if (auto r = bundle_of(op, params, views, &b)) return r;
+    PlanOptions options;
+    const Backend be = backend_from(backend);
+    if (be != Backend::automatic) options.backends = {be};
+    options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+    return unlocked_status(op, [&] {
+      driver->check_inputs(b);
+      return driver->plan(b, options, &call);
+    });
+  }
+
+  std::optional<Refusal> run(const std::string& params, const std::vector<NamedView>& views,
+                             std::uintptr_t cuda_stream) const {
+    const goldens::PlannedCall& p = planned();
+    goldens::Bundle b;
+    if (auto r = bundle_of(op, params, views, &b)) return r;
+    RunContext context;
+    context.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+    return unlocked_status(op, [&] {
+      driver->check_inputs(b);
+      return p.run(b, context);
+    });
+  }
+};
 
 std::optional<Refusal> remap(const std::vector<NamedView>& views, std::int64_t page_size, std::int64_t num_blocks,
                              const std::string& backend, std::uintptr_t cuda_stream) {
@@ -275,6 +335,15 @@ void set_isa(const std::string& name) {
 NB_MODULE(_core, m) {
   m.doc() = "mlakit's C++ library (use the mlakit package, not this module)";
   m.def("call", &call, nb::arg("op"), nb::arg("params"), nb::arg("views"), nb::arg("backend"), nb::arg("cuda_stream"));
+  nb::class_<PlanHandle>(m, "PlanHandle")
+      .def(nb::init<>())
+      .def("plan", &PlanHandle::plan, nb::arg("op"), nb::arg("params"), nb::arg("views"), nb::arg("backend"),
+           nb::arg("cuda_stream"))
+      .def("run", &PlanHandle::run, nb::arg("params"), nb::arg("views"), nb::arg("cuda_stream"))
+      .def_prop_ro("backend", [](const PlanHandle& h) { return std::string(backend_name(h.planned().info().backend())); })
+      .def_prop_ro("implementation", [](const PlanHandle& h) { return h.planned().info().implementation(); })
+      .def_prop_ro("decisions", [](const PlanHandle& h) { return h.planned().info().decisions(); })
+      .def_prop_ro("workspace_bytes", [](const PlanHandle& h) { return h.planned().info().workspace_bytes(); });
   m.def("remap", &remap, nb::arg("views"), nb::arg("page_size"), nb::arg("num_blocks"), nb::arg("backend"),
         nb::arg("cuda_stream"));
   m.def("golden_load", &golden_load);

@@ -470,6 +470,11 @@ class LightningIndexerDriver final : public OpDriver {
     return plan_and_run(desc_of(p), args_of(b, p), pr);
   }
 
+  Status plan(const Bundle& b, const PlanOptions& options, std::unique_ptr<PlannedCall>* out) const override {
+    return make_planned_call(desc_of(read_params(b)), b, [](const Bundle& r) { return args_of(r, read_params(r)); },
+                             options, out);
+  }
+
   static LightningIndexerDesc desc_of(const Params& p) {
     LightningIndexerDesc d;
     d.num_heads = p.H;

@@ -514,6 +514,13 @@ class MlaPrefillFp8Driver final : public OpDriver {
                         args_from_bundle(b, "out.q", "out.kv_cache.blocks", b.at("out.output")), pr);
   }
 
+  Status plan(const Bundle& b, const PlanOptions& options, std::unique_ptr<PlannedCall>* out) const override {
+    return make_planned_call(
+        desc_from_params(b.params), b,
+        [](const Bundle& r) { return args_from_bundle(r, "out.q", "out.kv_cache.blocks", r.at("out.output")); },
+        options, out);
+  }
+
   // Derivation (docs/mla_prefill_fp8.md §6), for a back-end computing in f32 against the f64 reference:
   //
   // out.q / out.kv_cache.blocks. Elements the call does not write (q's nope part, every cache row

@@ -547,6 +547,11 @@ class MsaBlockIndexerDriver final : public OpDriver {
     return plan_and_run(desc_of(p), args_of(b, p), pr);
   }
 
+  Status plan(const Bundle& b, const PlanOptions& options, std::unique_ptr<PlannedCall>* out) const override {
+    return make_planned_call(desc_of(params_of(b)), b, [](const Bundle& r) { return args_of(r, params_of(r)); },
+                             options, out);
+  }
+
   static MsaBlockIndexerDesc desc_of(const Params& p) {
     MsaBlockIndexerDesc d;
     d.num_index_heads = p.heads;

@@ -460,6 +460,11 @@ class SparseMlaPrefillDriver final : public OpDriver {
     return plan_and_run(p.desc, args_of(b, p), pr);
   }
 
+  Status plan(const Bundle& b, const PlanOptions& options, std::unique_ptr<PlannedCall>* out) const override {
+    return make_planned_call(params_of(b).desc, b, [](const Bundle& r) { return args_of(r, params_of(r)); },
+                             options, out);
+  }
+
   static SparseMlaPrefillArgs args_of(const Bundle& b, const Params& p) {
     SparseMlaPrefillArgs a;
     a.q = b.at("q").view();

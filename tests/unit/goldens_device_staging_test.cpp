@@ -168,6 +168,9 @@ class PlusOneDriver : public OpDriver {
   Status call_planned(Bundle&, PlannedRun*) const override {
     return Status::error(StatusCode::unsupported, "plus_one", "plan", "plus_one has no plan");
   }
+  Status plan(const Bundle&, const PlanOptions&, std::unique_ptr<PlannedCall>*) const override {
+    return Status::error(StatusCode::unsupported, "plus_one", "plan", "plus_one has no plan");
+  }
   json tolerance(const Bundle&) const override { return json::object(); }
   std::vector<Comparison> compare(const Bundle&, const Bundle&) const override { return {}; }
   Work work(const Bundle&) const override { return {}; }

@@ -74,6 +74,57 @@ Status plan_and_run(const Desc& d, const Args& a, PlannedRun* pr) {
   return s;
 }
 
+// A bundle's call planned once and run again on other bundles of the same step: what an engine's
+// layer loop does, from Python. A run's bundle carries the plan's params (its layer_idx may differ)
+// and the step's metadata tensors as planned; the tensors a layer changes (queries, outputs, the
+// cache of another layer) may be new.
+class PlannedCall {
+ public:
+  virtual ~PlannedCall() = default;
+  virtual Status run(const Bundle& b, const RunContext& context) const = 0;
+  virtual const PlanInfo& info() const = 0;
+};
+
+// The operators' plan() and run() overloads, found by argument-dependent lookup where they are
+// used (a member of the same name would hide them there).
+template <class Desc, class Args, class P>
+Status plan_operator(const Desc& d, const Args& a, const PlanOptions& options, P* p) {
+  return plan(d, a, options, p);
+}
+template <class P, class Args>
+Status run_operator(const P& p, const Args& a, const RunContext& context) {
+  return run(p, a, context);
+}
+
+template <class Desc, class Args, class ArgsOf>
+class PlannedCallOf final : public PlannedCall {
+ public:
+  explicit PlannedCallOf(ArgsOf args_of) : args_of_(std::move(args_of)) {}
+  Status plan(const Desc& d, const Bundle& b, const PlanOptions& options) {
+    return plan_operator(d, args_of_(b), options, &plan_);
+  }
+  Status run(const Bundle& b, const RunContext& context) const override {
+    return run_operator(plan_, args_of_(b), context);
+  }
+  const PlanInfo& info() const override { return plan_; }
+
+ private:
+  ArgsOf args_of_;
+  Plan<Desc, Args> plan_;
+};
+
+// Plans descriptor `d` on bundle b's arguments (args_of(bundle) -> the operator's Args); what every
+// driver's plan() does.
+template <class Desc, class ArgsOf>
+Status make_planned_call(const Desc& d, const Bundle& b, ArgsOf args_of, const PlanOptions& options,
+                         std::unique_ptr<PlannedCall>* out) {
+  using Args = decltype(args_of(b));
+  auto call = std::make_unique<PlannedCallOf<Desc, Args, ArgsOf>>(std::move(args_of));
+  Status s = call->plan(d, b, options);
+  if (s.ok()) *out = std::move(call);
+  return s;
+}
+
 class OpDriver {
  public:
   virtual ~OpDriver() = default;
@@ -107,6 +158,8 @@ class OpDriver {
   virtual Status call(Bundle& b, const RunOptions& options) const = 0;
   // The same call through plan_and_run().
   virtual Status call_planned(Bundle& b, PlannedRun* pr) const = 0;
+  // Plans b's call (inputs and out.* as call() takes them) for runs on other bundles of its step.
+  virtual Status plan(const Bundle& b, const PlanOptions& options, std::unique_ptr<PlannedCall>* out) const = 0;
   // The tolerance JSON of the golden format, for outputs of b (keys "out.*").
   virtual json tolerance(const Bundle& b) const = 0;
   // Compares candidate's out.* with expected's out.* (both carry b's inputs) by that tolerance.
