@@ -83,7 +83,15 @@ def view(name, x, want=None):
                 strides.append(s // item)
         return (name, (x.__array_interface__["data"][0], dt, shape, strides, False))
     strides = _row_major(shape) if x.is_contiguous() else list(x.stride())
-    return (name, (x.data_ptr(), dt, shape, strides, x.device.type == "cuda"))
+    ptr = x.data_ptr()
+    if ptr == 0 and x.numel() == 0:
+        # torch gives empty tensors no storage; mlakit reads a null pointer as an absent optional
+        # argument. Nothing is read or written through an empty tensor's pointer.
+        ptr = _EMPTY.__array_interface__["data"][0]
+    return (name, (ptr, dt, shape, strides, x.device.type == "cuda"))
+
+
+_EMPTY = np.zeros(64, dtype=np.uint8)
 
 
 def _row_major(shape):
