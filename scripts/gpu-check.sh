@@ -16,6 +16,9 @@
 #         scaling    ops 1 and 2 on the cpu back-end at 1, 2, 4, ... threads        -> OUT/scaling.json
 #         kernels    the score kernels, one thread, at the top two ISA levels      -> OUT/kernels.json
 #         torch      the same math in PyTorch on the GPU, and torch.matmul 8192^3   -> OUT/torch.json
+#         torch-ops  tests/python/test_torch.py's CUDA cases (torch.ops.mlakit on CUDA tensors, on
+#                    a side stream) with the bundle's package, where the host's Python is the
+#                    version it was built for                                    -> OUT/torch_ops.log
 #         driver     fails (exit 3) unless the NVIDIA driver is R580 or newer: the CUDA 13
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, test_gpu's graph capture
@@ -57,7 +60,21 @@ pack() {
   done
   cp "${programs[@]}" "$stage/bin/"
   bundled_libs "${programs[@]}" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  tar -C "$stage" -cJf "$bundle" bin lib
+  local parts=(bin lib)
+  # The Python package as the test suite builds it (its module is for this machine's Python
+  # version), with the test-only packages the torch tests import beside torch and numpy.
+  if [ -f build/python/mlakit/__init__.py ] && [ -x .venv/bin/python ]; then
+    mkdir -p "$stage/python/site"
+    cp -r build/python/mlakit "$stage/python/"
+    local site
+    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    for pkg in ml_dtypes safetensors _pytest pytest py.py pluggy iniconfig packaging; do
+      [ -e "$site/$pkg" ] && cp -r "$site/$pkg" "$stage/python/site/"
+    done
+    .venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' >"$stage/python/version"
+    parts+=(python)
+  fi
+  tar -C "$stage" -cJf "$bundle" "${parts[@]}"
   rm -rf "$stage"
   echo "packed ${#programs[@]} programs and $(bundled_libs "${programs[@]}" | wc -l) libraries into $bundle ($(du -h "$bundle" | cut -f1))"
 }
@@ -68,6 +85,7 @@ phase_info() {
   {
     nvidia-smi || true
     nvcc --version 2>/dev/null | tail -2
+    python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)' || true
     lscpu
     grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '
     echo
@@ -327,13 +345,33 @@ phase_torch() {
   fi
 }
 
+phase_torch_ops() {
+  local py_dir=${unpacked:-}/python want have rc=0
+  if [ -z "${unpacked:-}" ] || [ ! -d "$py_dir/mlakit" ]; then
+    note "torch-ops: skipped (the bundle has no Python package)"
+    return
+  fi
+  want=$(cat "$py_dir/version")
+  have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$want" != "$have" ]; then
+    note "torch-ops: skipped (the package was built for Python $want, this host has $have)"
+    return
+  fi
+  PYTHONPATH="$py_dir:$py_dir/site" MLAKIT_BIN="$bin/mlakit" python3 -m pytest -q -rs tests/python/test_torch.py \
+    -k cuda >"$out/torch_ops.log" 2>&1 || rc=$?
+  note "torch-ops: $(tail -1 "$out/torch_ops.log") (exit $rc)"
+  [ "$rc" -eq 0 ] || fail "torch-ops"
+  # On a GPU host a skipped CUDA case is a failure, as in gpu-tests.
+  ! grep -q "skipped" "$out/torch_ops.log" || fail "torch-ops: CUDA cases skipped"
+}
+
 run() {
   out=$1
   shift
   mkdir -p "$out"
   bin="$root/build"
+  unpacked=""
   if [ $# -gt 0 ] && [ -f "$1" ]; then
-    local unpacked
     unpacked=$(mktemp -d)
     tar -C "$unpacked" -xJf "$1"
     bin="$unpacked/bin"
@@ -355,11 +393,12 @@ run() {
   export MLAKIT_SOURCE_DIR="$root"
   local phases=("$@")
   [ ${#phases[@]} -gt 0 ] || phases=(info tests sanitizer bench scaling kernels torch)
-  [ "${phases[*]}" != first ] || phases=(driver info gpu-tests sanitizers headline)
+  [ "${phases[*]}" != first ] || phases=(driver info gpu-tests torch-ops sanitizers headline)
   for p in "${phases[@]}"; do
     case $p in
       info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline | table) "phase_$p" ;;
       gpu-tests) phase_gpu_tests ;;
+      torch-ops) phase_torch_ops ;;
       *) echo "unknown phase: $p" >&2; return 2 ;;
     esac
   done
