@@ -211,7 +211,8 @@ def deepseek_step_inputs(seed):
     codes[codes.eq(0x7F) | codes.eq(0xFF)] = 0x3C  # keep the indexer's scores finite
     codes.view(-1)[:256] = torch.arange(256, dtype=torch.int32).to(torch.uint8)  # every code present
     codes[codes.eq(0x7F) | codes.eq(0xFF)] = 0x3C
-    idx_cache = mlakit.PagedKVCache(codes.view(torch.float8_e4m3fn), lut, cache_lengths + torch.tensor(new, dtype=torch.int32),
+    # Both caches take the lengths before the step (the new tokens' index keys are written first).
+    idx_cache = mlakit.PagedKVCache(codes.view(torch.float8_e4m3fn), lut, cache_lengths,
                                     torch.rand((BLOCKS, 1, LAYERS, PAGE, 1, 1), generator=g))
     mla_cache = mlakit.PagedKVCache(mla, lut, cache_lengths)
     x = torch.randn((T, HIDDEN), generator=g).to(torch.bfloat16)
