@@ -6,9 +6,11 @@
 #include <optional>
 
 #include "bench/gpu_peak.hpp"
+#include "bench/library_bar.hpp"
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
+#include "cpu/common/parallel.hpp"
 #include "goldens/common/device_staging.hpp"
 
 namespace mlakit::bench {
@@ -117,6 +119,11 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   // many threads, no arithmetic: for a decode call, which reads each cache page once through its
   // lookup table, 100 is what memory allows.
   state.counters["pct_paged_read"] = w.bytes / t.seconds_per_call / (peak().paged_gbps_all * 1e9) * 100.0;
+  // pct_of_library: the same GEMMs through the BLAS library (bench/library_bar.hpp) against this
+  // call, in time: above 100 the operator, with all it does besides, beats the library's GEMMs.
+  if (be.backend == Backend::cpu)
+    if (const auto lib = library_seconds(driver.name(), bundle, cpu::num_threads()))
+      state.counters["pct_of_library"] = *lib / t.seconds_per_call * 100.0;
 }
 
 void register_op_benchmarks() {

@@ -1,12 +1,14 @@
 // Operator benchmarks: every bench case of every operator driver linked in (goldens::all_drivers),
 // on every back-end, named <op>/<case>/<backend>[/<isa>]. The peak probe runs first in the same
 // process; cpu rows' pct_peak is against its all-threads figure for their level's arithmetic, cuda
-// rows' against the GPU's bf16 matmul rate measured beside it (where a GPU is present).
+// rows' against the GPU's bf16 matmul rate measured beside it (where a GPU is present); GEMM-shaped
+// cpu rows' pct_of_library against the BLAS library's GEMMs of the same shapes (library_bar.hpp).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 
 #include "bench/gpu_peak.hpp"
+#include "bench/library_bar.hpp"
 #include "bench/op_bench.hpp"
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("isa_level", isa_name(active_isa()));
   benchmark::AddCustomContext("threads", std::to_string(cpu::num_threads()));
   benchmark::AddCustomContext("peak", bench::describe(p));
+  benchmark::AddCustomContext("library_gemm", bench::library_description());
   if (backend_available(Backend::cuda)) {
     const bench::GpuPeak& g = bench::gpu_peak();
     std::fprintf(stderr, "%s\n", bench::describe(g).c_str());

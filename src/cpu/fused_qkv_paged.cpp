@@ -35,15 +35,26 @@
 // Determinism. Tiles depend only on T and N, chunks only on K; each output element is computed by
 // one thread in one fixed order: outputs are bitwise identical for 1, 2 or N threads, and a row
 // gets the same bits in a decode call as in a prefill call.
+//
+// The library GEMM. On levels without a bf16 dot (generic, avx2, avx512) a prefill of at least
+// kLibraryMinRows rows (per weight format) goes to the BLAS library's sgemm instead (cpu/common/library_gemm.hpp),
+// which outruns the own f32 tiles there: the activations are widened to f32 once per call, the
+// weights in groups of kLibraryGroup columns (dense widened, fp8 as code·scale rounded once to
+// f32, GPTQ as the spec's bf16 values), then fixed tiles each one single-threaded sgemm, then the
+// same rounding and scatter. Its sums are f32 over K in one order (within the same bound) and do
+// not depend on the thread count either; a decode-sized call keeps the own tiles, which read the
+// weights as stored.
 #include "cpu/fused_qkv_paged.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "cpu/common/kernels.hpp"
+#include "cpu/common/library_gemm.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -251,7 +262,152 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   store_tile(p, r0, r1, c0, c1, acc);
 }
 
+// ---- the library GEMM -----------------------------------------------------------------------------
+
+// Rows from which the library GEMM takes a call in its automatic mode, per weight format: below,
+// widening the whole weight per call costs more than its faster sgemm saves. Measured on Zen 3, 2
+// threads (bench/RESULTS.md, "Op 5 against the library GEMM"): dense 1.2x at 128 rows, 1.5x from
+// 512; GPTQ's own int4 tiles win at 128 rows and lose from 512 (1.1x, 1.3x at 2048); fp8's own
+// tiles (the scale folded into the activations) win at 128, are level at 512, 1.2x behind at 2048.
+constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 128, /*fp8_block*/ 512, /*gptq*/ 384};
+// The library's sgemm runs single-threaded on fixed tiles of kLibraryRows rows x kLibraryColumns
+// weight columns (multiples of the fp8 scale block), the tiles of a group of kLibraryGroup columns
+// side by side once their weights are widened (2048 x 7168 f32: 56 MiB). Large tiles, because
+// each sgemm packs its operands: 512 x 1024 tiles pack 2.7x less than 256 x 256 ones.
+constexpr std::size_t kLibraryRows = 512;
+constexpr std::size_t kLibraryColumns = 1024;
+constexpr std::size_t kLibraryGroup = 2048;
+enum LibrarySlot { kSlotX, kSlotW, kSlotTables };
+
+bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
+  const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+  const auto N = static_cast<std::size_t>(d.q_dim + a.kv_cache.kv_dim() * a.kv_cache.num_kv_heads() * a.kv_cache.head_size());
+  // The bf16-dot levels keep bf16 operands on their own pair-dot tiles.
+  if (g.bf16_dot && a.hidden_state.dtype == DType::bf16) return false;
+  if (T > INT_MAX || K > INT_MAX || N > INT_MAX) return false;
+  return library_gemm::use_for(T, kLibraryMinRows[static_cast<int>(d.weight_format)]);
+}
+
+// Rows of X per pass over the weights: the f32 rows of X and of the output panel within the
+// workspace budget.
+std::size_t library_rows(std::size_t T, std::size_t K) {
+  return items_within_budget(K * sizeof(float), T, 1);
+}
+
+// Weight rows [c0, c1) as f32 rows of K (w[(c - c0) * K + k]): the values the reference multiplies.
+void weight_rows_f32(const Plan& p, std::size_t c0, std::size_t c1, float* w, const float* tables) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const std::size_t K = p.K, N = p.N;
+  switch (p.d->weight_format) {
+    case WeightFormat::dense: {  // bf16 (f32 weights are used as stored)
+      const auto* src = static_cast<const std::uint16_t*>(a.weight.data);
+      for (std::size_t c = c0; c < c1; ++c)
+        for (std::size_t k = 0; k < K; ++k) w[(c - c0) * K + k] = bf16_to_f32(src[c * K + k]);
+      break;
+    }
+    case WeightFormat::fp8_block: {
+      const auto* codes = static_cast<const std::uint8_t*>(a.weight.data);
+      const auto* scales = static_cast<const float*>(a.weight_scale.data);
+      const std::size_t kblocks = (K + kFp8Block - 1) / kFp8Block;
+      const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();
+      for (std::size_t c = c0; c < c1; ++c) {
+        float* row = w + (c - c0) * K;
+        dec.to_f32(codes + c * K, row, K);
+        const float* s = scales + (c / kFp8Block) * kblocks;
+        for (std::size_t k = 0; k < K; ++k) row[k] *= s[k / kFp8Block];
+      }
+      break;
+    }
+    case WeightFormat::gptq: {
+      const auto* qw = static_cast<const std::uint32_t*>(a.qweight.data);
+      if (a.g_idx.data != nullptr) {  // act-order: each element's group from g_idx
+        const auto* gi = static_cast<const std::int32_t*>(a.g_idx.data);
+        const GptqColumn col{*p.d, a, N};
+        for (std::size_t k = 0; k < K; ++k) {
+          const std::uint32_t* qrow = qw + (k / 8) * N;
+          const auto grp = static_cast<std::size_t>(gi[k]);
+          for (std::size_t c = c0; c < c1; ++c) w[(c - c0) * K + k] = bf16_to_f32(col.value(nibble(qrow[c], k % 8), grp, c));
+        }
+        break;
+      }
+      // tables[((c - c0) * groups + g) * 16 + q], as gptq_tables lays them out (bf16 values held as f32)
+      const std::size_t gs = static_cast<std::size_t>(p.d->group_size), groups = (K + gs - 1) / gs;
+      for (std::size_t kw = 0; kw < K / 8; ++kw) {
+        const std::uint32_t* qrow = qw + kw * N;
+        const std::size_t grp = (kw * 8) / gs;
+        for (std::size_t c = c0; c < c1; ++c) {
+          const float* t = tables + ((c - c0) * groups + grp) * 16;
+          const std::uint32_t word = qrow[c];
+          float* dst = w + (c - c0) * K + kw * 8;
+          for (std::size_t i = 0; i < 8; ++i) dst[i] = t[nibble(word, i)];
+        }
+      }
+      break;
+    }
+  }
+}
+
+Status run_library(Plan& p) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const std::size_t T = p.T, K = p.K, N = p.N;
+  const bool gptq_tables_needed = p.d->weight_format == WeightFormat::gptq && a.g_idx.data == nullptr;
+  const std::size_t gs = gptq_tables_needed ? static_cast<std::size_t>(p.d->group_size) : 1;
+  const std::size_t groups = (K + gs - 1) / gs;
+  const bool w_as_stored = p.d->weight_format == WeightFormat::dense && p.f32;
+  const std::size_t rows = library_rows(T, K);
+  float* x32 = p.f32 ? nullptr : call_buffer_of<float>(rows * K, kSlotX);
+  float* wp = w_as_stored ? nullptr : call_buffer_of<float>(kLibraryGroup * K, kSlotW);
+  float* tables = gptq_tables_needed ? call_buffer_of<float>(kLibraryGroup * groups * 16, kSlotTables) : nullptr;
+  constexpr std::size_t kColumnsPerTask = 16;
+  const library_gemm::SingleThreaded one_thread_per_tile;
+  for (std::size_t t0 = 0; t0 < T; t0 += rows) {
+    const std::size_t tn = std::min(rows, T - t0);
+    const float* x = static_cast<const float*>(a.hidden_state.data) + t0 * K;
+    if (!p.f32) {
+      const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + t0 * K;
+      parallel_for_tiles(tn, 64, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t i = r0 * K; i < r1 * K; ++i) x32[i] = bf16_to_f32(xb[i]);
+      });
+      x = x32;
+    }
+    for (std::size_t g0 = 0; g0 < N; g0 += kLibraryGroup) {
+      const std::size_t g1 = std::min(N, g0 + kLibraryGroup);
+      const float* w = static_cast<const float*>(a.weight.data) + g0 * K;
+      if (!w_as_stored) {
+        if (gptq_tables_needed) gptq_tables(p, g0, g1, 0, K, tables);
+        parallel_for_tiles(g1 - g0, kColumnsPerTask, [&](std::size_t j0, std::size_t j1) {
+          weight_rows_f32(p, g0 + j0, g0 + j1, wp + j0 * K, tables ? tables + j0 * groups * 16 : nullptr);
+        });
+        w = wp;
+      }
+      parallel_for_tiles_2d(tn, kLibraryRows, g1 - g0, kLibraryColumns,
+                            [&](std::size_t r0, std::size_t r1, std::size_t j0, std::size_t j1) {
+                              const std::size_t m = r1 - r0, n = j1 - j0;
+                              auto* c = static_cast<float*>(thread_scratch(m * n * sizeof(float), 0));
+                              library_gemm::sgemm_nt(m, n, K, x + r0 * K, K, w + j0 * K, K, c, n);
+                              store_tile(p, t0 + r0, t0 + r1, g0 + j0, g0 + j1, c);
+                            });
+    }
+  }
+  return Status::success();
+}
+
 }  // namespace
+
+CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+  CallBufferSizes sizes;
+  if (!library_path(d, a, gemm_kernels())) return sizes;
+  const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+  const std::size_t rows = library_rows(T, K);
+  const bool f32 = a.hidden_state.dtype == DType::f32;
+  if (!f32) sizes.grow(kSlotX, rows * K * sizeof(float));
+  if (!(d.weight_format == WeightFormat::dense && f32)) sizes.grow(kSlotW, kLibraryGroup * K * sizeof(float));
+  if (d.weight_format == WeightFormat::gptq && a.g_idx.data == nullptr) {
+    const auto gs = static_cast<std::size_t>(d.group_size);
+    sizes.grow(kSlotTables, kLibraryGroup * ((K + gs - 1) / gs) * 16 * sizeof(float));
+  }
+  return sizes;
+}
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   const PagedKVCacheView& kc = a.kv_cache;
@@ -280,6 +436,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
       p.row_slot[t] = pos % ps;
     }
 
+  if (library_path(d, a, *p.g)) return run_library(p);
   parallel_for_tiles_2d(p.T, kRowTile, p.N, kColTile,
                         [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) { run_tile(p, r0, r1, c0, c1); });
   return Status::success();

@@ -265,7 +265,7 @@ class FusedQkvPagedDriver final : public OpDriver {
                              }()},
                             {"deepseek_v3_mla_fp8", dsv3}};
     for (const Model& m : models) {
-      for (int t : {1, 8, 32, 512, 2048}) {
+      for (int t : {1, 8, 32, 128, 512, 2048}) {
         json k = m.knobs;
         if (t <= 32) {  // decode: one row per sequence, various cache lengths
           std::vector<std::int64_t> seq(t, 1), cache(t);
@@ -273,8 +273,8 @@ class FusedQkvPagedDriver final : public OpDriver {
           k["seq_lens"] = seq;
           k["cache_lens"] = cache;
         } else {  // prefill
-          k["seq_lens"] = t == 512 ? std::vector<std::int64_t>{512} : std::vector<std::int64_t>{1024, 1024};
-          k["cache_lens"] = t == 512 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 256};
+          k["seq_lens"] = t <= 512 ? std::vector<std::int64_t>{t} : std::vector<std::int64_t>{1024, 1024};
+          k["cache_lens"] = t <= 512 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 256};
         }
         v.push_back({std::string(m.name) + "_t" + std::to_string(t),
                      std::string(t <= 32 ? "decode" : "prefill") + ", T = " + std::to_string(t), k});

@@ -242,9 +242,7 @@ struct FusedTraits {
     const Status s = same_size(kOp, "hidden_state.shape[0]", a.hidden_state.shape[0], planned.hidden_state.shape[0]);
     return s.ok() ? same_cache(kOp, "kv_cache", a.kv_cache, planned.kv_cache) : s;
   }
-  static cpu::CallBufferSizes cpu_buffers([[maybe_unused]] const Desc& d, [[maybe_unused]] const Args& a) {
-    return cpu::CallBufferSizes{};
-  }
+  static cpu::CallBufferSizes cpu_buffers(const Desc& d, const Args& a) { return cpu::fused_qkv_paged_call_buffers(d, a); }
 };
 
 }  // namespace

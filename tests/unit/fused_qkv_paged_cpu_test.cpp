@@ -2,13 +2,16 @@
 // weight columns, the last one partial) and K chunks (512, the last one partial), in every weight
 // format, at every ISA level this CPU runs: against the reference, bitwise identical for 1, 2 and
 // 4 threads and under concurrent callers, and with a decode call (one row per sequence) equal row
-// by row to the prefill call the rows came from.
+// by row to the prefill call the rows came from (on the own tiles). The same cases, and every
+// golden-matrix case, through the BLAS library's GEMM (forced on from one row): against the
+// reference and bitwise identical for 1, 2 and 4 threads and under concurrent callers.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cpu/common/library_gemm.hpp"
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "support/cpu_level_cases.hpp"
@@ -62,6 +65,13 @@ void expect_same_outputs(const Bundle& a, const Bundle& b, const std::string& wh
   EXPECT_TRUE(a.at("out.kv_cache.blocks").same_bytes(b.at("out.kv_cache.blocks"))) << what << ": cache";
 }
 
+// The library GEMM's mode for one scope.
+struct LibraryGemmMode {
+  explicit LibraryGemmMode(cpu::library_gemm::Mode m) : saved(cpu::library_gemm::mode()) { cpu::library_gemm::set_mode(m); }
+  ~LibraryGemmMode() { cpu::library_gemm::set_mode(saved); }
+  cpu::library_gemm::Mode saved;
+};
+
 using FusedQkvCpu = CpuLevelTest;
 
 TEST_P(FusedQkvCpu, MatchesReferenceAndIsThreadCountInvariant) {
@@ -80,6 +90,8 @@ TEST_P(FusedQkvCpu, ConcurrentCallersMatchSerial) {
 // rows, bit for bit.
 TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
   IsaCap cap(GetParam().level);
+  // A prefill large enough for the library GEMM sums in its order, a decode in the own tiles'.
+  LibraryGemmMode own(cpu::library_gemm::Mode::off);
   const Bundle in = driver().generate(GetParam().c.knobs, 10);
   const Bundle prefill = run_cpu(in);
   const Tensor& offsets = in.at("input_row_offsets");
@@ -103,6 +115,41 @@ TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
+
+using FusedQkvLibraryGemm = CpuLevelTest;
+
+TEST_P(FusedQkvLibraryGemm, MatchesReferenceAndIsThreadCountInvariant) {
+  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
+  IsaCap cap(GetParam().level);
+  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  expect_reference_match_and_thread_invariance(driver(), driver().generate(GetParam().c.knobs, 8), expect_same_outputs);
+}
+
+TEST_P(FusedQkvLibraryGemm, ConcurrentCallersMatchSerial) {
+  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
+  IsaCap cap(GetParam().level);
+  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  expect_concurrent_callers_match_serial(driver(), GetParam().c.knobs, expect_same_outputs);
+}
+
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvLibraryGemm, ::testing::ValuesIn(at_every_level(big_cases())),
+                         level_case_name);
+
+// Every golden-matrix case (partial scale blocks, GPTQ v1 zeros, act-order, NaN columns, empty
+// batches, f32 and bf16) through the library GEMM, within the reference's tolerance.
+TEST(FusedQkvLibraryGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
+  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
+  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  for (const goldens::CaseSpec& c : driver().cases()) {
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle in = driver().generate(c.knobs, seed);
+      Bundle ref = in;
+      ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok()) << c.name;
+      const Bundle got = run_cpu(in);
+      for (const auto& cmp : driver().compare(ref, got)) EXPECT_TRUE(cmp.pass) << c.name << " seed " << seed << ": " << goldens::describe(cmp);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace mlakit::testing

@@ -1,0 +1,22 @@
+// The best library GEMM for the same work, measured in the benchmark's own process, so that every
+// GEMM-shaped operator row can say how it compares (`pct_of_library`): OpenBLAS sgemm (f32
+// operands, converted beforehand and not timed) on the shapes of the operator's GEMMs:
+//   fused_qkv_paged     one T x N x K product (X·Wᵀ)
+//   sparse_mla_prefill  per query row, Hq x topk x qk_depth (Q·Kᵀ over its gathered rows) and
+//                       Hq x v_depth x topk (P·V); timed on a sample of rows and scaled to all
+// Where the library is absent or the operator has no such form, nothing is reported.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "goldens/common/tensor.hpp"
+
+namespace mlakit::bench {
+
+// Seconds the library GEMMs of bundle b's call take on the back-end's threads, or nothing.
+std::optional<double> library_seconds(const std::string& op, const goldens::Bundle& b, int threads);
+// What the library is ("OpenBLAS ... Haswell"), for the benchmark context.
+std::string library_description();
+
+}  // namespace mlakit::bench
