@@ -220,7 +220,7 @@ def check_mla_prefill_fp8(t, h, p, tol):
 # ---- op 4 --------------------------------------------------------------------------------------
 
 def check_sparse_mla_prefill(t, h, p, tol):
-    out, lse = torch_ops.sparse_mla_prefill(t, h, p, cdt=F64)
+    out, lse, max_logits = torch_ops.sparse_mla_prefill(t, h, p, cdt=F64)
     res = []
     to = tol["out.output"]
     oe = t["out.output"]
@@ -233,6 +233,11 @@ def check_sparse_mla_prefill(t, h, p, tol):
         le = t["out.lse"]
         ok = agree(lse, le, tl["atol"] + tl["rtol"] * le.to(F64).abs().nan_to_num(posinf=0.0))
         res.append(report("out.lse", ok.all(), f"{int((~ok).sum())} of {ok.numel()} off"))
+    if "out.max_logits" in t:
+        tm = tol["out.max_logits"]
+        me = t["out.max_logits"]
+        ok = agree(max_logits, me, tm["atol"] + tm["rtol"] * me.to(F64).abs().nan_to_num(neginf=0.0))
+        res.append(report("out.max_logits", ok.all(), f"{int((~ok).sum())} of {ok.numel()} off"))
     return res
 
 

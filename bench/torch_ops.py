@@ -359,7 +359,7 @@ def mla_prefill_fp8(t, h, p, cdt=torch.float32, budget=1 << 27):
 # ---- op 4: sparse MLA prefill ------------------------------------------------------------------
 
 def sparse_mla_prefill(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
-    """Returns (out.output, out.lse)."""
+    """Returns (out.output, out.lse, out.max_logits)."""
     Hq, qk, vd, stride, ps = p["num_q_heads"], p["qk_depth"], p["v_depth"], p["indices_stride"], p["page_size"]
     acc = acc_dtype(cdt)
     q, idx_all = t["q"], t["indices"]
@@ -374,6 +374,7 @@ def sparse_mla_prefill(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
     sink = t.get("attn_sink")
     out = torch.empty((T, Hq, vd), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((T, Hq), dtype=torch.float32, device=dev)
+    max_logits = torch.empty((T, Hq), dtype=torch.float32, device=dev)
     slot = torch.arange(stride, device=dev)
     for t0, t1 in chunks(T, budget // max(1, stride * max(qk, Hq))):
         idx = idx_all[t0:t1].long()
@@ -403,7 +404,8 @@ def sparse_mla_prefill(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
         o = torch.bmm(e.to(cdt), rows[..., :vd]).to(acc) / den
         out[t0:t1] = round_to(torch.where(any_valid, o, torch.zeros_like(o)), torch.bfloat16)
         lse[t0:t1] = torch.where(any_valid, m + torch.log(l), torch.full_like(m, float("inf")))[..., 0].float()
-    return out, lse
+        max_logits[t0:t1] = torch.where(any_valid, m, torch.full_like(m, NEG_INF))[..., 0].float()
+    return out, lse, max_logits
 
 
 # ---- op 5: fused QKV matmul into the paged cache -----------------------------------------------

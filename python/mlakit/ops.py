@@ -196,16 +196,21 @@ def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, bu
 
 @_operator
 def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=None, scale=None, v_depth=512,
-                       layer_idx=0, out=None, lse=None, return_lse=False, backend=None):
+                       layer_idx=0, out=None, lse=None, return_lse=False, max_logits=None, return_max_logits=False,
+                       backend=None):
     """Op 4 (DeepSeek-V3.2 sparse MLA): attention of each query row over the cache rows its indices
     name (invalid ones skipped). q bf16 [T, Hq, qk_depth], indices int32 [T, indices_stride] (rows,
     e.g. from remap_indices_to_rows). scale defaults to 1/sqrt(qk_depth). Returns out: bf16
-    [T, Hq, v_depth], and lse f32 [T, Hq] too when return_lse or lse is given."""
+    [T, Hq, v_depth]; with lse f32 [T, Hq] (when return_lse or lse is given) and max_logits f32
+    [T, Hq] (the scaled maximum score, when return_max_logits or max_logits is given), the tuple
+    (out, lse, max_logits) of those present."""
     view = _VIEW.get()
     T, Hq, qk = (int(d) for d in q.shape)
     out = _out("out", out, q, (T, Hq, v_depth), "bf16")
     if lse is None and return_lse:
         lse = _empty(q, (T, Hq), "f32")
+    if max_logits is None and return_max_logits:
+        max_logits = _empty(q, (T, Hq), "f32")
     params = {"num_q_heads": Hq, "qk_depth": qk, "v_depth": int(v_depth), "indices_stride": int(indices.shape[1]),
               "scale": float(1.0 / math.sqrt(qk) if scale is None else scale), "layer_idx": int(layer_idx),
               "page_size": kv_cache.page_size}
@@ -220,8 +225,11 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
     if lse is not None:
         writable("lse", lse)
         views.append(view("out.lse", lse, "f32"))
-    return _Call("sparse_mla_prefill", params, views, backend, q,
-                 (out, lse) if (return_lse or lse is not None) else out)
+    if max_logits is not None:
+        writable("max_logits", max_logits)
+        views.append(view("out.max_logits", max_logits, "f32"))
+    extra = tuple(x for x in (lse, max_logits) if x is not None)
+    return _Call("sparse_mla_prefill", params, views, backend, q, (out, *extra) if extra else out)
 
 
 @_operator

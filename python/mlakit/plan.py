@@ -20,7 +20,7 @@ from ._errors import raise_refusal
 from ._views import view
 
 # Keyword arguments a run may change without a new plan: the layer, and the outputs.
-_PER_RUN = {"layer_idx", "out", "lse"}
+_PER_RUN = {"layer_idx", "out", "lse", "max_logits"}
 
 
 def _is_array(x):
@@ -38,7 +38,7 @@ class Plan:
         bound = inspect.signature(prepare).bind(*args, **kwargs)
         bound.apply_defaults()
         self._args = dict(bound.arguments)
-        self._allocate = {k for k in ("out", "lse") if k in self._args and self._args[k] is None}
+        self._allocate = {k for k in ("out", "lse", "max_logits") if k in self._args and self._args[k] is None}
         self._memo = {}
         call = self._prepared(self._args, record=True)
         self._handle = _core.PlanHandle()

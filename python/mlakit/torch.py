@@ -42,7 +42,7 @@ _SCHEMAS = {
     "sparse_mla_prefill":
         "(Tensor q, " + _CACHE.format(p="kv") + ", Tensor? kv_scales, int quant_granularity, Tensor indices, "
         "Tensor? topk_lengths, Tensor? attn_sink, float scale, int v_depth, int layer_idx, Tensor(a!) out, "
-        "Tensor(b!)? lse) -> ()",
+        "Tensor(b!)? lse, Tensor(c!)? max_logits) -> ()",
     "fused_qkv_paged":
         "(Tensor hidden_state, Tensor input_row_offsets, Tensor(a!) kv_blocks, Tensor kv_lookup_table, "
         "Tensor kv_cache_lengths, Tensor? weight, Tensor? weight_scale, Tensor? qweight, Tensor? scales, "
@@ -80,10 +80,10 @@ def _mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_blocks, 
 
 
 def _sparse_mla_prefill(q, kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity, indices,
-                        topk_lengths, attn_sink, scale, v_depth, layer_idx, out, lse):
+                        topk_lengths, attn_sink, scale, v_depth, layer_idx, out, lse, max_logits):
     cache = PagedKVCache(kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity or None)
     ops.sparse_mla_prefill(q, cache, indices, topk_lengths=topk_lengths, attn_sink=attn_sink, scale=scale,
-                           v_depth=v_depth, layer_idx=layer_idx, out=out, lse=lse)
+                           v_depth=v_depth, layer_idx=layer_idx, out=out, lse=lse, max_logits=max_logits)
 
 
 def _fused_qkv_paged(hidden_state, input_row_offsets, kv_blocks, kv_lookup_table, kv_cache_lengths, weight,
@@ -159,16 +159,19 @@ def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, bu
 
 
 def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=None, scale=None, v_depth=512,
-                       layer_idx=0, return_lse=False):
-    """Op 4: bf16 [T, Hq, v_depth], and f32 lse [T, Hq] when return_lse."""
+                       layer_idx=0, return_lse=False, return_max_logits=False):
+    """Op 4: bf16 [T, Hq, v_depth]; with return_lse / return_max_logits, the tuple (out, lse?,
+    max_logits?) of f32 [T, Hq] tensors asked for."""
     T, Hq, qk = q.shape
     out = torch.empty((T, Hq, v_depth), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((T, Hq), dtype=torch.float32, device=q.device) if return_lse else None
+    max_logits = torch.empty((T, Hq), dtype=torch.float32, device=q.device) if return_max_logits else None
     scale = 1.0 / math.sqrt(qk) if scale is None else scale
     _OPS.sparse_mla_prefill(q, kv_cache.blocks, kv_cache.lookup_table, kv_cache.cache_lengths, kv_cache.scales,
                             kv_cache.quant_granularity, indices, topk_lengths, attn_sink, scale, v_depth, layer_idx,
-                            out, lse)
-    return (out, lse) if return_lse else out
+                            out, lse, max_logits)
+    extra = tuple(x for x in (lse, max_logits) if x is not None)
+    return (out, *extra) if extra else out
 
 
 def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=None, weight_scale=None, qweight=None,

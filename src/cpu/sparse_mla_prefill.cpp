@@ -14,8 +14,8 @@
 //            spec allows, and FlashMLA does) against V row pairs zipped from the bf16 K rows;
 //            elsewhere in f32 (P not rounded); for an fp8 cache P carries the row scale, so V is
 //            the exact codes
-// End: out = bf16(O / (l + exp(sink - m))), lse = m + log(l); a row with no valid slot writes 0 and
-// lse = +inf; a row whose scores are all -inf (only with infinite inputs) gives NaN, as the
+// End: out = bf16(O / (l + exp(sink - m))), lse = m + log(l), max_logits = m; a row with no valid
+// slot writes 0, lse = +inf and max_logits = -inf; a row whose scores are all -inf (only with infinite inputs) gives NaN, as the
 // reference's exp(-inf - (-inf)) does. Each output element depends only on its own head's chain
 // and the fixed slot chunks, never on the tiling or the thread count: the same bits for any.
 #include "cpu/sparse_mla_prefill.hpp"
@@ -87,10 +87,13 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
 
   auto* out = a.output.as<std::uint16_t>() + (t * p.Hq + h0) * vd;
   float* lse = a.lse.present() ? a.lse.as<float>() + t * p.Hq + h0 : nullptr;
+  float* max_logits = a.max_logits.present() ? a.max_logits.as<float>() + t * p.Hq + h0 : nullptr;
   if (n == 0) {
     std::memset(out, 0, hn * vd * sizeof(std::uint16_t));
-    if (lse)
-      for (std::size_t h = 0; h < hn; ++h) lse[h] = std::numeric_limits<float>::infinity();
+    for (std::size_t h = 0; h < hn; ++h) {
+      if (lse) lse[h] = std::numeric_limits<float>::infinity();
+      if (max_logits) max_logits[h] = -std::numeric_limits<float>::infinity();
+    }
     return;
   }
 
@@ -178,6 +181,7 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
   for (std::size_t h = 0; h < hn; ++h) {
     std::uint16_t* o = out + h * vd;
     const float mh = m[h];
+    if (max_logits) max_logits[h] = mh;
     if (mh == -std::numeric_limits<float>::infinity()) {
       for (std::size_t j = 0; j < vd; ++j) o[j] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
       if (lse) lse[h] = std::numeric_limits<float>::quiet_NaN();

@@ -13,8 +13,9 @@
 //              allows; for the fp8 cache P carries the row scale: bf16(exp(s - m)·scale_row), so V
 //              stays the exact codes); warp w: head tile w/4, columns [128·(w%4), +128) of the chunk,
 //              accumulators in registers.
-// The end: out = O / (l + exp(sink - m)), lse = m + log(l); a row without a valid slot writes 0 and
-// lse = +inf. Invalid slots (past topk_lengths, negative, >= num_rows) are skipped, duplicates count.
+// The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
+// slot writes 0, lse = +inf and max_logits = -inf. Invalid slots (past topk_lengths, negative,
+// >= num_rows) are skipped, duplicates count.
 #include <algorithm>
 #include <cstdint>
 
@@ -24,6 +25,10 @@
 
 namespace mlakit::cuda {
 namespace {
+
+// The maximum with NaN kept (fmaxf drops it): a NaN score makes m, and so max_logits, NaN, as in
+// the reference; the output and lse are NaN then either way.
+__device__ inline float nan_max(float a, float b) { return a != a ? a : b != b ? b : fmaxf(a, b); }
 
 constexpr const char* kOp = "sparse_mla_prefill";
 constexpr int kThreads = 256;
@@ -44,6 +49,7 @@ struct Params {
   const float* sink;                  // null: no sink
   std::uint16_t* out;
   float* lse;                         // null: not written
+  float* max_logits;                  // null: not written
   int Hq, head_groups, qk, Dp, vd, stride;
   float scale;
   std::int64_t num_rows;
@@ -177,9 +183,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
       const float s = S[r * kLdS + lane];
       float tile_max = v ? s : -INFINITY;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+      for (int off = 16; off > 0; off >>= 1) tile_max = nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
       const float m_old = m_run[r];
-      const float m_new = seen ? fmaxf(m_old, tile_max) : tile_max;
+      const float m_new = seen ? nan_max(m_old, tile_max) : tile_max;
       const float e = v ? expf(s - m_new) : 0.0f;
       float sum = e;
 #pragma unroll
@@ -244,6 +250,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
   }
   if (p.lse != nullptr && blockIdx.z == 0 && tid < kHeads && h0 + tid < p.Hq)
     p.lse[t * p.Hq + h0 + tid] = seen ? m_run[tid] + logf(l_run[tid]) : INFINITY;
+  if (p.max_logits != nullptr && blockIdx.z == 0 && tid < kHeads && h0 + tid < p.Hq)
+    p.max_logits[t * p.Hq + h0 + tid] = seen ? m_run[tid] : -INFINITY;
 }
 
 }  // namespace
@@ -272,6 +280,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.sink = static_cast<const float*>(a.attn_sink.data);
   p.out = static_cast<std::uint16_t*>(a.output.data);
   p.lse = static_cast<float*>(a.lse.data);
+  p.max_logits = static_cast<float*>(a.max_logits.data);
   p.Hq = static_cast<int>(d.num_q_heads);
   p.qk = qk;
   p.Dp = Dp;

@@ -1,10 +1,11 @@
 // Driver of op 4 (sparse MLA prefill): golden-matrix cases, the generator, the derived tolerance.
 //
-// Which outputs a call writes: out.output always, and out.lse unless the bundle's metadata says
-// otherwise. The golden format lists out.lse as an output of every call, so files carry it by
-// default; a call without lse (the "lse" knob false, for testing the entry point's lse-less path)
-// is marked by metadata "outputs" = "out.output", which survives remove_outputs() and golden files
-// (run() is always handed a bundle without out.*, so the choice cannot live in the outputs).
+// Which outputs a call writes: out.output always, out.lse unless the bundle's metadata says
+// otherwise, out.max_logits where it says so. The golden format lists out.lse as an output of every
+// call, so files carry it by default; any other choice (the "lse" knob false, the "max_logits" knob
+// true) is marked by metadata "outputs" (e.g. "out.output,out.max_logits"), which survives
+// remove_outputs() and golden files (run() is always handed a bundle without out.*, so the choice
+// cannot live in the outputs).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -46,6 +47,7 @@ json knob_defaults() {
       {"layer_idx", 0},
       {"sink", false},
       {"lse", true},
+      {"max_logits", false},          // the optional out.max_logits (m of each row and head)
       {"index_dtype", "i32"},         // i32 | u32
       {"invalid_fraction", 0.05},     // slots holding -1
       {"out_of_range_fraction", 0.05},  // slots holding other invalid values (>= num_rows, < -1)
@@ -100,6 +102,7 @@ constexpr TensorSpec kTensors[] = {
     {"attn_sink", 1, false},
     {"out.output", 3, false},
     {"out.lse", 2, false},
+    {"out.max_logits", 2, false},
 };
 
 Params params_of(const Bundle& b) {
@@ -217,6 +220,12 @@ class SparseMlaPrefillDriver final : public OpDriver {
                           general({{"sink", true}, {"lse", true}})));
     v.push_back(make_case("sink_without_lse", "attention sink, lse not requested", {{"sink", true}, {"lse", false}}));
     v.push_back(make_case("no_lse", "lse not requested", general({{"lse", false}})));
+    v.push_back(make_case("max_logits", "max_logits beside lse, with a sink and rows without a valid slot (-inf)",
+                          general({{"max_logits", true}, {"sink", true}, {"empty_row_fraction", 0.3}, {"T", 9}})));
+    v.push_back(make_case("max_logits_without_lse", "max_logits alone, u32 indices",
+                          general({{"max_logits", true}, {"lse", false}, {"index_dtype", "u32"}})));
+    v.push_back(make_case("max_logits_fp8_nan_row", "max_logits on an f8e4m3 cache, query row 0 reads a NaN code (NaN)",
+                          {{"cache_dtype", "f8e4m3"}, {"nan_row", true}, {"max_logits", true}, {"T", 3}}));
     v.push_back(make_case("multilayer", "3 layers, layer_idx 2", general({{"num_layers", 3}, {"layer_idx", 2}})));
     v.push_back(make_case("multilayer_fp8", "2 layers, layer_idx 1, f8e4m3 cache",
                           general({{"num_layers", 2}, {"layer_idx", 1}, {"cache_dtype", "f8e4m3"}, {"sink", true}})));
@@ -421,7 +430,9 @@ class SparseMlaPrefillDriver final : public OpDriver {
       else it.data<std::int32_t>()[i] = v32;
     }
 
-    if (!k.at("lse").get<bool>()) b.metadata[kOutputsKey] = "out.output";
+    const bool lse = k.at("lse").get<bool>(), max_logits = k.at("max_logits").get<bool>();
+    if (!lse || max_logits)
+      b.metadata[kOutputsKey] = std::string("out.output") + (lse ? ",out.lse" : "") + (max_logits ? ",out.max_logits" : "");
     return b;
   }
 
@@ -437,11 +448,13 @@ class SparseMlaPrefillDriver final : public OpDriver {
     check_inputs(b);
     const auto outputs = b.metadata.find(kOutputsKey);
     const bool want_lse = outputs == b.metadata.end() || outputs->second.find("out.lse") != std::string::npos;
+    const bool want_max_logits = outputs != b.metadata.end() && outputs->second.find("out.max_logits") != std::string::npos;
     b.remove_outputs();
     const Params p = params_of(b);
     const std::int64_t T = b.at("q").shape()[0];
     b.add("out.output", DType::bf16, {T, p.desc.num_q_heads, p.desc.v_depth}).poison();
     if (want_lse) b.add("out.lse", DType::f32, {T, p.desc.num_q_heads}).poison();
+    if (want_max_logits) b.add("out.max_logits", DType::f32, {T, p.desc.num_q_heads}).poison();
   }
 
   Status validate(const Bundle& b) const override {
@@ -475,6 +488,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     a.attn_sink = optional_view(b, "attn_sink");
     a.output = b.at("out.output").view();
     a.lse = optional_view(b, "out.lse");
+    a.max_logits = optional_view(b, "out.max_logits");
     return a;
   }
 
@@ -502,6 +516,9 @@ class SparseMlaPrefillDriver final : public OpDriver {
   // lse = m + log(l) in f32: the max cancels again; |Δ| <= ε_s + 4u + (n + 1)·u (sum) + n·u/e,
   //   plus the f32 addition and both f32 roundings (2u·|lse| each side, |m| <= |lse| + log n):
   //   atol = ε_s + (2·n + 8 + 2·ln(n + 1))·u,   rtol = 4u.
+  // max_logits = m, the largest score: a maximum moves by no more than the largest change of its
+  //   terms, so |Δm| <= ε_s; both sides round to f32 once (u·|m| each): atol = ε_s, rtol = 2u.
+  //   -inf (no valid slot) and NaN (a NaN score) must match exactly.
   json tolerance(const Bundle& b) const override {
     const Params p = params_of(b);
     const std::int64_t qk = p.desc.qk_depth, vd = p.desc.v_depth, Hq = p.desc.num_q_heads;
@@ -538,6 +555,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
                          {"min_cosine", 1.0 - 0x1.0p-13}};
     if (b.has("out.lse"))
       tol["out.lse"] = {{"atol", eps_s + (2 * n + 8 + 2 * std::log(n + 1)) * kU32}, {"rtol", 4 * kU32}};
+    if (b.has("out.max_logits")) tol["out.max_logits"] = {{"atol", eps_s}, {"rtol", 2 * kU32}};
     return tol;
   }
 
@@ -545,7 +563,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     const json tol = tolerance(expected);
     const std::int64_t vd = params_of(expected).desc.v_depth;
     std::vector<Comparison> out;
-    for (const char* name : {"out.output", "out.lse"}) {
+    for (const char* name : {"out.output", "out.lse", "out.max_logits"}) {
       if (!expected.has(name)) continue;
       if (!candidate.has(name)) {
         Comparison c;
@@ -578,7 +596,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     w.bytes = static_cast<double>(sel.total_valid) * row_bytes               // gathered rows, shared by the heads
               + T * Hq * qk * 2 + T * static_cast<double>(p.desc.indices_stride) * 4  // q, indices
               + (b.has("topk_lengths") ? T * 4 : 0.0) + T * Hq * vd * 2              // lengths, output
-              + (b.has("out.lse") ? T * Hq * 4 : 0.0);
+              + (b.has("out.lse") ? T * Hq * 4 : 0.0) + (b.has("out.max_logits") ? T * Hq * 4 : 0.0);
     return w;
   }
 

@@ -83,6 +83,7 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   if (!v.optional_tensor("attn_sink", a.attn_sink, {DType::f32}, {d.num_q_heads})) return v.status();
   if (!v.tensor("output", a.output, {DType::bf16}, {T, d.num_q_heads, d.v_depth})) return v.status();
   if (!v.optional_tensor("lse", a.lse, {DType::f32}, {T, d.num_q_heads})) return v.status();
+  if (!v.optional_tensor("max_logits", a.max_logits, {DType::f32}, {T, d.num_q_heads})) return v.status();
 
   // Written buffers must not alias anything the call reads, nor each other; all in one memory space.
   const Validator::NamedView reads[] = {{"q", &a.q},
@@ -93,7 +94,7 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
                                         {"indices", &a.indices},
                                         {"topk_lengths", &a.topk_lengths},
                                         {"attn_sink", &a.attn_sink}};
-  const Validator::NamedView writes[] = {{"output", &a.output}, {"lse", &a.lse}};
+  const Validator::NamedView writes[] = {{"output", &a.output}, {"lse", &a.lse}, {"max_logits", &a.max_logits}};
   if (!v.written_apart(writes, reads)) return v.status();
   v.same_memory(reads, writes, space);
   return v.status();
@@ -115,7 +116,8 @@ struct SparseTraits {
             {"topk_lengths", &a.topk_lengths, Role::content},
             {"attn_sink", &a.attn_sink, Role::data},
             {"output", &a.output, Role::written},
-            {"lse", &a.lse, Role::written}};
+            {"lse", &a.lse, Role::written},
+            {"max_logits", &a.max_logits, Role::written}};
   }
   static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {
     return validate_sparse_mla_prefill(d, a, space, c);

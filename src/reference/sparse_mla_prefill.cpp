@@ -40,6 +40,7 @@ void sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArg
   const auto* sink = a.attn_sink.present() ? a.attn_sink.as<const float>() : nullptr;
   auto* out = a.output.as<std::uint16_t>();
   auto* lse = a.lse.present() ? a.lse.as<float>() : nullptr;
+  auto* max_logits = a.max_logits.present() ? a.max_logits.as<float>() : nullptr;
 
   std::vector<double> rows;    // the valid rows of one query token, decoded: [n, qk]
   std::vector<double> qrow(qk), s, acc(vd);
@@ -71,6 +72,7 @@ void sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArg
       if (n == 0) {
         for (std::int64_t j = 0; j < vd; ++j) o[j] = 0;  // +0.0 in bf16
         if (lse) lse[t * Hq + h] = std::numeric_limits<float>::infinity();
+        if (max_logits) max_logits[t * Hq + h] = -std::numeric_limits<float>::infinity();
         continue;
       }
       for (std::int64_t k = 0; k < qk; ++k) qrow[k] = bf16_to_f32(q[(t * Hq + h) * qk + k]);
@@ -94,6 +96,7 @@ void sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArg
       const double den = l + (sink ? std::exp(static_cast<double>(sink[h]) - m) : 0.0);
       for (std::int64_t j = 0; j < vd; ++j) o[j] = bf16_from_f64(acc[j] / den);
       if (lse) lse[t * Hq + h] = static_cast<float>(m + std::log(l));
+      if (max_logits) max_logits[t * Hq + h] = static_cast<float>(m);
     }
   }
 }

@@ -35,6 +35,13 @@ bool wants_lse(const CaseSpec& spec) {
   return k.at("lse").get<bool>();
 }
 
+bool wants_max_logits(const CaseSpec& spec) {
+  json k;
+  std::string why;
+  goldens::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why);
+  return k.at("max_logits").get<bool>();
+}
+
 // ---- the reference against the dense oracle, every case and seed ----------------------------
 
 struct OracleParam {
@@ -53,9 +60,9 @@ class SparseMlaPrefillOracle : public ::testing::TestWithParam<OracleParam> {};
 
 TEST_P(SparseMlaPrefillOracle, ReferenceMatchesDenseFormulation) {
   const auto& p = GetParam();
-  const bool lse = wants_lse(p.spec);
+  const bool lse = wants_lse(p.spec), ml = wants_max_logits(p.spec);
   testing::run_reference_against_oracle(driver(), p.spec, p.seed,
-                                        [lse](Bundle& b) { oracle::sparse_mla_prefill(b, lse); });
+                                        [lse, ml](Bundle& b) { oracle::sparse_mla_prefill(b, lse, ml); });
 }
 
 // Both formulations compute in f64 and round once, so they agree to the last bit except where an
@@ -63,12 +70,12 @@ TEST_P(SparseMlaPrefillOracle, ReferenceMatchesDenseFormulation) {
 // per output element, one f32 ulp for lse, rows practically parallel.
 TEST_P(SparseMlaPrefillOracle, ReferenceAgreesWithOracleToTheLastUlp) {
   const auto& p = GetParam();
-  const bool lse = wants_lse(p.spec);
+  const bool lse = wants_lse(p.spec), ml = wants_max_logits(p.spec);
   Bundle ref = driver().generate(p.spec.knobs, p.seed);
   ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
   Bundle alt = driver().generate(p.spec.knobs, p.seed);
   alt.remove_outputs();
-  oracle::sparse_mla_prefill(alt, lse);
+  oracle::sparse_mla_prefill(alt, lse, ml);
   const std::int64_t vd = ref.params.at("v_depth").get<std::int64_t>();
   const auto c = goldens::compare_close("out.output", alt.at("out.output"), ref.at("out.output"), 0.0, 0x1.0p-7, vd,
                                         1.0 - 0x1.0p-24);
@@ -77,6 +84,11 @@ TEST_P(SparseMlaPrefillOracle, ReferenceAgreesWithOracleToTheLastUlp) {
   if (lse) {
     const auto l = goldens::compare_close("out.lse", alt.at("out.lse"), ref.at("out.lse"), 0.0, 0x1.0p-23);
     EXPECT_TRUE(l.pass) << goldens::describe(l);
+  }
+  ASSERT_EQ(ref.has("out.max_logits"), ml);
+  if (ml) {  // both the f64 maximum rounded once to f32: the same bits
+    const auto m = goldens::compare_close("out.max_logits", alt.at("out.max_logits"), ref.at("out.max_logits"), 0.0, 0.0);
+    EXPECT_TRUE(m.pass) << goldens::describe(m);
   }
   // Sanity of the data itself: a row of zeros must be exactly a query row without a valid slot
   // (counted here from the inputs), and outputs that are mostly NaN would make the check hollow.
@@ -169,6 +181,8 @@ TEST(SparseMlaPrefillDriver, GoldenFilesRoundTripAndRerunToTheSameBytes) {
     EXPECT_TRUE(goldens::same_bundle(b, file, &why)) << spec.name << ": " << why;
     EXPECT_EQ(file.has("out.lse"), wants_lse(spec)) << spec.name;
     EXPECT_EQ(file.tolerance.contains("out.lse"), wants_lse(spec)) << spec.name;
+    EXPECT_EQ(file.has("out.max_logits"), wants_max_logits(spec)) << spec.name;
+    EXPECT_EQ(file.tolerance.contains("out.max_logits"), wants_max_logits(spec)) << spec.name;
     Bundle again = file;
     again.remove_outputs();
     ASSERT_TRUE(driver().run(again, RunOptions{Backend::reference}).ok()) << spec.name;

@@ -74,7 +74,7 @@ std::uint16_t bf16_bits(double x) {
 
 }  // namespace
 
-void sparse_mla_prefill(Bundle& b, bool with_lse) {
+void sparse_mla_prefill(Bundle& b, bool with_lse, bool with_max_logits) {
   const auto& P = b.params;
   const std::int64_t Hq = P.at("num_q_heads").get<std::int64_t>();
   const std::int64_t qk = P.at("qk_depth").get<std::int64_t>();
@@ -95,6 +95,7 @@ void sparse_mla_prefill(Bundle& b, bool with_lse) {
 
   Tensor out(DType::bf16, {T, Hq, vd});
   Tensor lse(DType::f32, {T, Hq});
+  Tensor max_logits(DType::f32, {T, Hq});
   for (std::int64_t t = 0; t < T; ++t) {
     // The slots this query row reads: positions below its length whose i32 value names a row.
     const std::int64_t n_read = lengths ? static_cast<std::int64_t>(lengths->value(t)) : stride;
@@ -135,6 +136,7 @@ void sparse_mla_prefill(Bundle& b, bool with_lse) {
       }
       lse.data<float>()[t * Hq + h] =
           n == 0 ? std::numeric_limits<float>::infinity() : static_cast<float>(mv + std::log(l_valid));
+      max_logits.data<float>()[t * Hq + h] = static_cast<float>(mv);  // -inf over no column
     }
     const Matrix O = matmul_nn(Pm, K, vd);  // [Hq, vd]; zero when n = 0
     for (std::int64_t h = 0; h < Hq; ++h)
@@ -142,6 +144,7 @@ void sparse_mla_prefill(Bundle& b, bool with_lse) {
   }
   b.tensors["out.output"] = out;
   if (with_lse) b.tensors["out.lse"] = lse;
+  if (with_max_logits) b.tensors["out.max_logits"] = max_logits;
 }
 
 }  // namespace mlakit::oracle

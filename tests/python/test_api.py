@@ -63,10 +63,12 @@ def call_api(g, backend):
         q = t["q"]
         out = poisoned((q.shape[0], q.shape[1], p["v_depth"]), ml_dtypes.bfloat16)
         lse = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.lse" in g.outputs else None
+        ml = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.max_logits" in g.outputs else None
         mlakit.sparse_mla_prefill(q, cache(t, "kv_cache"), t["indices"], topk_lengths=t.get("topk_lengths"),
                                   attn_sink=t.get("attn_sink"), scale=p["scale"], v_depth=p["v_depth"],
-                                  layer_idx=p["layer_idx"], out=out, lse=lse, backend=backend)
-        return {"out.output": out, **({"out.lse": lse} if lse is not None else {})}
+                                  layer_idx=p["layer_idx"], out=out, lse=lse, max_logits=ml, backend=backend)
+        return {"out.output": out, **({"out.lse": lse} if lse is not None else {}),
+                **({"out.max_logits": ml} if ml is not None else {})}
     if g.op == "fused_qkv_paged":
         x, blocks = t["hidden_state"], t["kv_cache.blocks"].copy()
         out = poisoned((x.shape[0], p["q_dim"]), x.dtype)

@@ -40,10 +40,12 @@ def planned_call(g):
         q = t["q"]
         out = poisoned((q.shape[0], q.shape[1], p["v_depth"]), ml_dtypes.bfloat16)
         lse = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.lse" in g.outputs else None
+        ml = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.max_logits" in g.outputs else None
         return (mlakit.sparse_mla_prefill, (q, cache(t, "kv_cache"), t["indices"]),
                 dict(topk_lengths=t.get("topk_lengths"), attn_sink=t.get("attn_sink"), scale=p["scale"],
-                     v_depth=p["v_depth"], layer_idx=p["layer_idx"], out=out, lse=lse),
-                {"out.output": out, **({"out.lse": lse} if lse is not None else {})})
+                     v_depth=p["v_depth"], layer_idx=p["layer_idx"], out=out, lse=lse, max_logits=ml),
+                {"out.output": out, **({"out.lse": lse} if lse is not None else {}),
+                 **({"out.max_logits": ml} if ml is not None else {})})
     if g.op == "fused_qkv_paged":
         x, blocks = t["hidden_state"], t["kv_cache.blocks"].copy()
         out = poisoned((x.shape[0], p["q_dim"]), x.dtype)
@@ -76,6 +78,8 @@ def test_a_planned_run_gives_the_one_shot_bits(path):
                                "out.out_idxs" if g.op == "msa_block_indexer" else "out.output"]}
         if "out.lse" in outs:
             changes["lse"] = outs["out.lse"]
+        if "out.max_logits" in outs:
+            changes["max_logits"] = outs["out.max_logits"]
         if g.op in IN_PLACE:  # the in-place arguments the plan holds are still the file's inputs
             outs = {k: v for k, v in outs.items() if k == "out.output"}
             outs.update({k: v for k, v in planned_outputs(g, args).items()})

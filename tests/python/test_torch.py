@@ -93,9 +93,11 @@ def op_args(g, device="cpu"):
         q = tt("q")
         out = empty((q.shape[0], q.shape[1], p["v_depth"]), torch.bfloat16)
         lse = empty((q.shape[0], q.shape[1]), torch.float32) if "out.lse" in g.outputs else None
+        ml = empty((q.shape[0], q.shape[1]), torch.float32) if "out.max_logits" in g.outputs else None
         args = (q, c.blocks, c.lookup_table, c.cache_lengths, c.scales, c.quant_granularity, tt("indices"),
-                opt("topk_lengths"), opt("attn_sink"), p["scale"], p["v_depth"], p["layer_idx"], out, lse)
-        return ops.sparse_mla_prefill.default, args, {"out.output": out, **({"out.lse": lse} if lse is not None else {})}
+                opt("topk_lengths"), opt("attn_sink"), p["scale"], p["v_depth"], p["layer_idx"], out, lse, ml)
+        return ops.sparse_mla_prefill.default, args, {"out.output": out, **({"out.lse": lse} if lse is not None else {}),
+                                                      **({"out.max_logits": ml} if ml is not None else {})}
     if g.op == "fused_qkv_paged":
         c = torch_cache(t, "kv_cache", device)
         x = tt("hidden_state")
@@ -147,17 +149,20 @@ def test_opcheck_remap():
 
 
 def test_functional_wrappers_match_the_out_variants():
-    g = golden.load(first_file("sparse_mla_prefill"))
+    # The file with every optional output of op 4 (lse and max_logits).
+    g = golden.load(next(p for p in golden_files() if p.name.startswith("sparse_mla_prefill.max_logits.")))
     t, p = g.inputs, g.params
     op, args, outs = op_args(g)
     op(*args)
-    got, lse = mt.sparse_mla_prefill(to_torch(t["q"]), torch_cache(t, "kv_cache"), to_torch(t["indices"]),
-                                     topk_lengths=None if "topk_lengths" not in t else to_torch(t["topk_lengths"]),
-                                     attn_sink=None if "attn_sink" not in t else to_torch(t["attn_sink"]),
-                                     scale=p["scale"], v_depth=p["v_depth"], layer_idx=p["layer_idx"], return_lse=True)
+    assert {"out.lse", "out.max_logits"} <= set(outs)
+    got, lse, max_logits = mt.sparse_mla_prefill(
+        to_torch(t["q"]), torch_cache(t, "kv_cache"), to_torch(t["indices"]),
+        topk_lengths=None if "topk_lengths" not in t else to_torch(t["topk_lengths"]),
+        attn_sink=None if "attn_sink" not in t else to_torch(t["attn_sink"]), scale=p["scale"],
+        v_depth=p["v_depth"], layer_idx=p["layer_idx"], return_lse=True, return_max_logits=True)
     assert np.array_equal(bits(got), bits(outs["out.output"]))
-    if "out.lse" in outs:
-        assert np.array_equal(bits(lse), bits(outs["out.lse"]))
+    assert np.array_equal(bits(lse), bits(outs["out.lse"]))
+    assert np.array_equal(bits(max_logits), bits(outs["out.max_logits"]))
 
 
 def test_a_refusal_propagates_through_the_dispatcher_and_writes_nothing():

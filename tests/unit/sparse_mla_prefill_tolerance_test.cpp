@@ -51,6 +51,7 @@ void emulate(Bundle& b, const Emulation& e) {
   b.remove_outputs();
   Tensor& out = b.add("out.output", DType::bf16, {T, Hq, vd});
   Tensor& lse = b.add("out.lse", DType::f32, {T, Hq});
+  Tensor& max_logits = b.add("out.max_logits", DType::f32, {T, Hq});
   std::vector<float> K, acc(vd);
   for (std::int64_t t = 0; t < T; ++t) {
     const std::int64_t len = b.has("topk_lengths") ? b.at("topk_lengths").data<std::uint32_t>()[t] : stride;
@@ -71,6 +72,7 @@ void emulate(Bundle& b, const Emulation& e) {
       if (n == 0) {
         for (std::int64_t j = 0; j < vd; ++j) o[j] = 0;
         lse.data<float>()[t * Hq + h] = INFINITY;
+        max_logits.data<float>()[t * Hq + h] = -INFINITY;
         continue;
       }
       std::vector<float> s(n), qrow(qk);
@@ -93,6 +95,7 @@ void emulate(Bundle& b, const Emulation& e) {
       const float den = l + (b.has("attn_sink") ? std::exp(b.at("attn_sink").data<float>()[h] - m) : 0.0f);
       for (std::int64_t j = 0; j < vd; ++j) o[j] = f32_to_bf16(acc[j] / den);
       lse.data<float>()[t * Hq + h] = m + std::log(l);
+      max_logits.data<float>()[t * Hq + h] = m;
     }
   }
 }
@@ -106,6 +109,7 @@ bool emulation_passes(const goldens::CaseSpec& spec, std::uint64_t seed, const E
   Bundle cand = ref;
   emulate(cand, e);
   if (!ref.has("out.lse")) cand.tensors.erase("out.lse");
+  if (!ref.has("out.max_logits")) cand.tensors.erase("out.max_logits");
   bool pass = true;
   for (const auto& c : driver().compare(ref, cand)) {
     if (std::getenv("MLAKIT_SHOW_MARGINS"))  // how close each comparison came to its bound
@@ -156,6 +160,43 @@ TEST(SparseMlaPrefillTolerance, RejectsALostSlot) {
       continue;
     EXPECT_FALSE(emulation_passes(spec, 1, Emulation{PRounding::bf16, true}, nullptr)) << spec.name;
   }
+}
+
+// max_logits: a value moved by twice its bound, a NaN turned finite and a -inf turned finite each
+// fail the comparison; the unchanged copy passes.
+TEST(SparseMlaPrefillTolerance, MaxLogitsComparisonCatchesEachKindOfError) {
+  goldens::CaseSpec spec;
+  for (const auto& c : driver().cases())
+    if (c.name == "max_logits") spec = c;
+  ASSERT_EQ(spec.name, "max_logits");
+  Bundle ref = driver().generate(spec.knobs, 1);
+  ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok());
+  const double atol = driver().tolerance(ref).at("out.max_logits").at("atol").get<double>();
+  const auto passes = [&](const Bundle& cand) {
+    for (const auto& c : driver().compare(ref, cand))
+      if (c.name == "out.max_logits") return c.pass;
+    ADD_FAILURE() << "no out.max_logits comparison";
+    return false;
+  };
+  EXPECT_TRUE(passes(ref));
+  const Tensor& m = ref.at("out.max_logits");
+  std::int64_t finite = -1, minus_inf = -1;
+  for (std::int64_t i = 0; i < m.numel(); ++i) {
+    const float v = m.data<float>()[i];
+    if (std::isfinite(v) && finite < 0) finite = i;
+    if (v == -INFINITY && minus_inf < 0) minus_inf = i;
+  }
+  ASSERT_GE(finite, 0);
+  ASSERT_GE(minus_inf, 0) << "the case has rows without a valid slot";
+  Bundle moved = ref;
+  moved.at("out.max_logits").data<float>()[finite] += static_cast<float>(2 * atol + 1e-6);
+  EXPECT_FALSE(passes(moved));
+  Bundle filled = ref;
+  filled.at("out.max_logits").data<float>()[minus_inf] = 0.0f;
+  EXPECT_FALSE(passes(filled));
+  Bundle nan = ref;
+  nan.at("out.max_logits").data<float>()[finite] = NAN;
+  EXPECT_FALSE(passes(nan));
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ class SparseMlaPrefillValidation : public ::testing::Test {
     d.scale = b.params.at("scale").get<float>();
     b.add("out.output", DType::bf16, {3, 2, 24}).poison();
     b.add("out.lse", DType::f32, {3, 2}).poison();
+    b.add("out.max_logits", DType::f32, {3, 2}).poison();
     a = SparseMlaPrefillArgs{};
     a.q = b.at("q").view();
     a.kv_cache = goldens::cache_view(b, "kv_cache", fp8 ? 40 : 0);
@@ -57,6 +58,7 @@ class SparseMlaPrefillValidation : public ::testing::Test {
     a.attn_sink = b.at("attn_sink").view();
     a.output = b.at("out.output").view();
     a.lse = b.at("out.lse").view();
+    a.max_logits = b.at("out.max_logits").view();
     before = b.tensors;
   }
 
@@ -86,6 +88,9 @@ TEST_F(SparseMlaPrefillValidation, TheBaseCallIsValidAndWritesEveryOutputElement
   for (std::int64_t i = 0; i < b.at("out.output").numel(); ++i)
     EXPECT_NE(b.at("out.output").data<std::uint16_t>()[i], 0x7FA5) << "poison left at " << i;
   for (std::int64_t i = 0; i < b.at("out.lse").numel(); ++i) EXPECT_FALSE(std::isnan(b.at("out.lse").value(i)));
+  // The poison pattern is a NaN in f32: every max_logits element was written (a finite m, or -inf).
+  for (std::int64_t i = 0; i < b.at("out.max_logits").numel(); ++i)
+    EXPECT_FALSE(std::isnan(b.at("out.max_logits").value(i))) << i;
 }
 
 TEST_F(SparseMlaPrefillValidation, TheFp8BaseCallIsValid) {
@@ -255,6 +260,15 @@ TEST_F(SparseMlaPrefillValidation, LseShape) {
   restride(a.lse);
   expect_rejected("lse.shape", "=[3, 1] (expected [3, 2])");
 }
+TEST_F(SparseMlaPrefillValidation, MaxLogitsDtype) {
+  a.max_logits.dtype = DType::bf16;
+  expect_rejected("max_logits.dtype", "=bf16 (expected f32)");
+}
+TEST_F(SparseMlaPrefillValidation, MaxLogitsShape) {
+  a.max_logits.shape[0] = 2;
+  restride(a.max_logits);
+  expect_rejected("max_logits.shape", "=[2, 2] (expected [3, 2])");
+}
 
 // ---- aliasing and memory spaces ---------------------------------------------------------------------
 TEST_F(SparseMlaPrefillValidation, OutputOverlapsQ) {
@@ -280,6 +294,18 @@ TEST_F(SparseMlaPrefillValidation, LseOverlapsTopkLengths) {
 TEST_F(SparseMlaPrefillValidation, LseOverlapsOutput) {
   a.lse.data = a.output.as<std::uint16_t>() + 4;
   expect_rejected("lse", "overlaps output");
+}
+TEST_F(SparseMlaPrefillValidation, MaxLogitsOverlapsQ) {
+  a.max_logits.data = a.q.data;
+  expect_rejected("max_logits", "overlaps q");
+}
+TEST_F(SparseMlaPrefillValidation, MaxLogitsOverlapsLse) {
+  a.max_logits.data = a.lse.as<float>() + 1;
+  expect_rejected("max_logits", "overlaps lse");
+}
+TEST_F(SparseMlaPrefillValidation, MaxLogitsInDeviceMemory) {
+  a.max_logits.memory = MemorySpace::device;
+  expect_rejected("max_logits", "is in device memory but q is in host memory");
 }
 TEST_F(SparseMlaPrefillValidation, MixedMemorySpaces) {
   a.attn_sink.memory = MemorySpace::device;

@@ -13,6 +13,7 @@
 //   den = l + (attn_sink given ? exp(attn_sink[h] − m) : 0)
 //   output[t,h,:] = Σ_p exp(s_p − m) · row[0 : v_depth] / den
 //   lse[t,h]      = m + log(l)                             (natural log, without the sink)
+//   max_logits[t,h] = m                                    (optional; FlashMLA returns it beside lse)
 // Back-ends may round exp(s_p − m) to bf16 before the P·V product (as FlashMLA does); the
 // denominator is summed from the unrounded values.
 //
@@ -32,7 +33,8 @@
 //   a NaN scale) makes the whole output row and lse of that query token NaN, for every head
 //   (the NaN enters every score through Q·K). NaN in q makes that head's row NaN. A NaN or +inf
 //   attention sink likewise propagates through the denominator; -inf means "no sink".
-// * A row with no valid slot writes output 0 and lse +inf whether or not a sink is given.
+// * A row with no valid slot writes output 0, lse +inf and max_logits -inf whether or not a sink is
+//   given. max_logits is NaN where a score is NaN (as m is), -inf where every score is -inf.
 // * Scores that are all -inf (only with infinite inputs) give NaN, as exp(-inf - (-inf)) does.
 // * T = 0 is a valid call that writes nothing.
 // * The cpu back-end rounds exp(s_p - m) to bf16 where the CPU has a bf16 dot (AVX512-BF16) and
@@ -43,8 +45,8 @@
 //   v_depth <= qk_depth, scale finite; q bf16 [T, Hq, qk_depth]; cache bf16 without scales or
 //   f8e4m3 with f32 scales and quant_granularity >= qk_depth, kv_dim 1, one head,
 //   head_size = qk_depth, layer_idx < num_layers; indices i32/u32 [T, indices_stride];
-//   topk_lengths u32 [T]; attn_sink f32 [Hq]; output bf16 [T, Hq, v_depth]; lse f32 [T, Hq];
-//   output and lse overlap no input and not each other; every tensor in one memory space.
+//   topk_lengths u32 [T]; attn_sink f32 [Hq]; output bf16 [T, Hq, v_depth]; lse and max_logits f32
+//   [T, Hq]; output, lse and max_logits overlap no input and not each other; every tensor in one memory space.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +80,7 @@ struct SparseMlaPrefillArgs {
   TensorView attn_sink;       // f32 [Hq], optional
   TensorView output;          // bf16 [T, Hq, v_depth] (written)
   TensorView lse;             // f32 [T, Hq], optional (written)
+  TensorView max_logits;      // f32 [T, Hq], optional (written): m, the scaled maximum score
 };
 
 Status sparse_mla_prefill(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& args,
