@@ -288,10 +288,26 @@ bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const 
   return library_gemm::use_for(T, kLibraryMinRows[static_cast<int>(d.weight_format)]);
 }
 
-// Rows of X per pass over the weights: the f32 rows of X and of the output panel within the
-// workspace budget.
-std::size_t library_rows(std::size_t T, std::size_t K) {
-  return items_within_budget(K * sizeof(float), T, 1);
+// The library path's call buffers, in floats (0: not needed): X widened to f32 for `rows` rows at a
+// time (the rows within the workspace budget), a group of widened weights, GPTQ's value tables of
+// a group. One derivation for the run and for a plan's workspace.
+struct LibraryBuffers {
+  std::size_t rows = 0, x = 0, w = 0, tables = 0, groups = 1;
+};
+
+LibraryBuffers library_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+  const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+  const bool f32 = a.hidden_state.dtype == DType::f32;
+  LibraryBuffers b;
+  b.rows = items_within_budget(K * sizeof(float), T, 1);
+  if (!f32) b.x = b.rows * K;
+  if (!(d.weight_format == WeightFormat::dense && f32)) b.w = kLibraryGroup * K;
+  if (d.weight_format == WeightFormat::gptq && a.g_idx.data == nullptr) {
+    const auto gs = static_cast<std::size_t>(d.group_size);
+    b.groups = (K + gs - 1) / gs;
+    b.tables = kLibraryGroup * b.groups * 16;
+  }
+  return b;
 }
 
 // Weight rows [c0, c1) as f32 rows of K (w[(c - c0) * K + k]): the values the reference multiplies.
@@ -350,20 +366,17 @@ void weight_rows_f32(const Plan& p, std::size_t c0, std::size_t c1, float* w, co
 Status run_library(Plan& p) {
   const FusedQkvPagedArgs& a = *p.a;
   const std::size_t T = p.T, K = p.K, N = p.N;
-  const bool gptq_tables_needed = p.d->weight_format == WeightFormat::gptq && a.g_idx.data == nullptr;
-  const std::size_t gs = gptq_tables_needed ? static_cast<std::size_t>(p.d->group_size) : 1;
-  const std::size_t groups = (K + gs - 1) / gs;
-  const bool w_as_stored = p.d->weight_format == WeightFormat::dense && p.f32;
-  const std::size_t rows = library_rows(T, K);
-  float* x32 = p.f32 ? nullptr : call_buffer_of<float>(rows * K, kSlotX);
-  float* wp = w_as_stored ? nullptr : call_buffer_of<float>(kLibraryGroup * K, kSlotW);
-  float* tables = gptq_tables_needed ? call_buffer_of<float>(kLibraryGroup * groups * 16, kSlotTables) : nullptr;
+  const LibraryBuffers sizes = library_buffers(*p.d, a);
+  const std::size_t rows = sizes.rows, groups = sizes.groups;
+  float* x32 = sizes.x ? call_buffer_of<float>(sizes.x, kSlotX) : nullptr;
+  float* wp = sizes.w ? call_buffer_of<float>(sizes.w, kSlotW) : nullptr;  // null: the f32 weight as stored
+  float* tables = sizes.tables ? call_buffer_of<float>(sizes.tables, kSlotTables) : nullptr;
   constexpr std::size_t kColumnsPerTask = 16;
   const library_gemm::SingleThreaded one_thread_per_tile;
   for (std::size_t t0 = 0; t0 < T; t0 += rows) {
     const std::size_t tn = std::min(rows, T - t0);
     const float* x = static_cast<const float*>(a.hidden_state.data) + t0 * K;
-    if (!p.f32) {
+    if (x32) {
       const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + t0 * K;
       parallel_for_tiles(tn, 64, [&](std::size_t r0, std::size_t r1) {
         for (std::size_t i = r0 * K; i < r1 * K; ++i) x32[i] = bf16_to_f32(xb[i]);
@@ -373,8 +386,8 @@ Status run_library(Plan& p) {
     for (std::size_t g0 = 0; g0 < N; g0 += kLibraryGroup) {
       const std::size_t g1 = std::min(N, g0 + kLibraryGroup);
       const float* w = static_cast<const float*>(a.weight.data) + g0 * K;
-      if (!w_as_stored) {
-        if (gptq_tables_needed) gptq_tables(p, g0, g1, 0, K, tables);
+      if (wp) {
+        if (tables) gptq_tables(p, g0, g1, 0, K, tables);
         parallel_for_tiles(g1 - g0, kColumnsPerTask, [&](std::size_t j0, std::size_t j1) {
           weight_rows_f32(p, g0 + j0, g0 + j1, wp + j0 * K, tables ? tables + j0 * groups * 16 : nullptr);
         });
@@ -397,15 +410,10 @@ Status run_library(Plan& p) {
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;
   if (!library_path(d, a, gemm_kernels())) return sizes;
-  const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
-  const std::size_t rows = library_rows(T, K);
-  const bool f32 = a.hidden_state.dtype == DType::f32;
-  if (!f32) sizes.grow(kSlotX, rows * K * sizeof(float));
-  if (!(d.weight_format == WeightFormat::dense && f32)) sizes.grow(kSlotW, kLibraryGroup * K * sizeof(float));
-  if (d.weight_format == WeightFormat::gptq && a.g_idx.data == nullptr) {
-    const auto gs = static_cast<std::size_t>(d.group_size);
-    sizes.grow(kSlotTables, kLibraryGroup * ((K + gs - 1) / gs) * 16 * sizeof(float));
-  }
+  const LibraryBuffers b = library_buffers(d, a);
+  sizes.grow(kSlotX, b.x * sizeof(float));
+  sizes.grow(kSlotW, b.w * sizeof(float));
+  sizes.grow(kSlotTables, b.tables * sizeof(float));
   return sizes;
 }
 

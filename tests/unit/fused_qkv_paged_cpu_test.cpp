@@ -135,6 +135,30 @@ TEST_P(FusedQkvLibraryGemm, ConcurrentCallersMatchSerial) {
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvLibraryGemm, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
 
+// A plan's workspace holds the library path's buffers: a planned run on a workspace of exactly
+// the size the plan asked for falls back to no buffer of its own, and gives the one-shot bits.
+TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
+  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
+  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  for (const BigCase& c : big_cases()) {
+    const Bundle in = driver().generate(c.knobs, 9);
+    const Bundle one_shot = run_cpu(in);
+    Bundle planned = in;
+    driver().prepare_outputs(planned);
+    goldens::PlannedRun pr;
+    pr.options.backends = {Backend::cpu};
+    pr.use_workspace = true;
+    const long fallbacks = cpu::workspace_fallbacks();
+    const Status s = driver().call_planned(planned, &pr);
+    ASSERT_TRUE(s.ok()) << c.name << ": " << s.message;
+    // Only f32 activations with f32 weights need no buffer (the sgemm reads both as stored).
+    const bool as_stored = in.at("hidden_state").dtype() == DType::f32 && in.has("weight") && !in.has("weight_scale");
+    EXPECT_EQ(pr.workspace_bytes > 0, !as_stored) << c.name << ": " << pr.workspace_bytes;
+    EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << c.name << ": a buffer did not fit " << pr.workspace_bytes;
+    expect_same_outputs(planned, one_shot, c.name + ": planned against one-shot");
+  }
+}
+
 // Every golden-matrix case (partial scale blocks, GPTQ v1 zeros, act-order, NaN columns, empty
 // batches, f32 and bf16) through the library GEMM, within the reference's tolerance.
 TEST(FusedQkvLibraryGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {

@@ -26,6 +26,12 @@ std::atomic<Mode>& current() {
   return m;
 }
 
+// Guards OpenBLAS's process-wide thread count while a call depends on it.
+[[maybe_unused]] std::mutex& thread_count_lock() {
+  static std::mutex m;
+  return m;
+}
+
 }  // namespace
 
 #if MLAKIT_HAVE_OPENBLAS
@@ -39,11 +45,6 @@ const char* description() {
     return s;
   }();
   return d.c_str();
-}
-
-std::mutex& thread_count_lock() {
-  static std::mutex m;
-  return m;
 }
 
 SingleThreaded::SingleThreaded() {
