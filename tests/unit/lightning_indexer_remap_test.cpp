@@ -9,6 +9,7 @@
 
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
+#include "support/lone_buffer.hpp"
 
 namespace mlakit {
 namespace {
@@ -158,11 +159,14 @@ TEST(LightningIndexerRemapValidation, RowsMayNotAliasIndices) {
 }
 
 TEST(LightningIndexerRemapValidation, RowsMayNotAliasTheTableOrOffsets) {
+  // rows is larger than either, so each is moved alone into a buffer with room for all of rows.
   Remap r;
-  r.a.rows.data = r.lut.bytes();
+  Tensor room;
+  r.a.rows.data = test_support::move_alone(r.a.lookup_table, room, r.a.rows.size_bytes());
   expect_rejected(r, "rows", "overlaps lookup_table");
   Remap r2;
-  r2.a.rows.data = r2.offsets.bytes();
+  Tensor room2;
+  r2.a.rows.data = test_support::move_alone(r2.a.input_row_offsets, room2, r2.a.rows.size_bytes());
   expect_rejected(r2, "rows", "overlaps input_row_offsets");
 }
 

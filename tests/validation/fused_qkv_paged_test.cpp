@@ -532,13 +532,14 @@ TEST(FusedQkvPagedValidation, OneMemorySpace) {
   expect_rejected(*c, "output", "device memory but hidden_state is in host memory");
 }
 
+// Moves `input` alone into a buffer with room for the whole output and points the output into it, so
+// the output view overlaps that input and nothing else whatever the heap layout.
+void point_output_into(Call& c, TensorView& input, std::int64_t offset) {
+  Tensor& room = c.extra.emplace_back();
+  c.a.output.data = test_support::move_alone(input, room, c.a.output.size_bytes() + offset) + offset;
+}
+
 TEST(FusedQkvPagedValidation, OutputMustNotOverlapInputs) {
-  // Each input is moved alone into a buffer with room for the whole output, so the output view
-  // overlaps that input and nothing else.
-  const auto point_output_into = [](Call& c, TensorView& input, std::int64_t offset) {
-    Tensor& room = c.extra.emplace_back();
-    c.a.output.data = test_support::move_alone(input, room, c.a.output.size_bytes() + offset) + offset;
-  };
   struct Case {
     const char* field;
     TensorView FusedQkvPagedArgs::*member;
@@ -571,7 +572,7 @@ TEST(FusedQkvPagedValidation, OutputMustNotOverlapTheCache) {
 
 TEST(FusedQkvPagedValidation, OutputMustNotOverlapThePageTable) {
   auto c = make();
-  c->a.output.data = c->a.kv_cache.lookup_table.data;
+  point_output_into(*c, c->a.kv_cache.lookup_table, 0);
   expect_rejected(*c, "output", "overlaps kv_cache.lookup_table");
 }
 

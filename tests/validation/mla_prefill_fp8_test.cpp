@@ -285,7 +285,7 @@ TEST_F(MlaPrefillFp8Validation, OutputMustNotOverlapQ) {
   expect_rejected("output", "overlaps q");
 }
 TEST_F(MlaPrefillFp8Validation, OutputMustNotOverlapTheCache) {
-  a.output.data = a.kv_cache.blocks.data;
+  a.output.data = test_support::move_alone(a.kv_cache.blocks, extra_.emplace_back(), a.output.size_bytes());
   expect_rejected("output", "overlaps kv_cache.blocks");
 }
 TEST_F(MlaPrefillFp8Validation, QMustNotOverlapTheCache) {

@@ -300,7 +300,7 @@ TEST_F(SparseMlaPrefillValidation, MaxLogitsOverlapsQ) {
   expect_rejected("max_logits", "overlaps q");
 }
 TEST_F(SparseMlaPrefillValidation, MaxLogitsOverlapsLse) {
-  a.max_logits.data = a.lse.as<float>() + 1;
+  a.max_logits.data = alone(a.lse) + 4;
   expect_rejected("max_logits", "overlaps lse");
 }
 TEST_F(SparseMlaPrefillValidation, MaxLogitsInDeviceMemory) {
