@@ -157,31 +157,41 @@ def check_msa_block_indexer(t, h, p, tol):
     sel = tol["out.out_idxs"]
     c, u = selection_constants(sel)
     Hi, Di, bs, ps = p["num_index_heads"], p["idx_head_dim"], p["block_size"], p["page_size"]
-    keys = torch_ops.cache_layer(t["k_cache.blocks"], p["layer_idx"])[:, :, 0]
+    reduce = p.get("reduce_heads", False)
+    keys = torch_ops.cache_layer(t["k_cache.blocks"], p["layer_idx"])                     # [nb, ps, Hk, Di]
+    grp = Hi // keys.shape[2]
     rows = []
     for b, t0, seq, pre in torch_ops.sequences(h, "prefix_lens"):
         n = pre + seq
-        k = torch_ops.gather_rows(keys, t["k_cache.lookup_table"][b:b + 1], n, ps)[0]
+        k = torch_ops.gather_rows(keys, t["k_cache.lookup_table"][b:b + 1], n, ps)[0]     # [n, Hk, Di]
         k = torch_ops.decode_fp8(k, F64) if k.dtype == torch.uint8 else k.to(F64)
+        k = k.repeat_interleave(grp, dim=1)                                                 # [n, Hi, Di]
         q = t["q"][t0:t0 + seq].to(F64)                                                     # [S, Hi, Di]
-        dot = p["scale"] * torch.einsum("shd,nd->hsn", q, k)
-        mag = abs(p["scale"]) * torch.einsum("shd,nd->hsn", q.abs(), k.abs())
+        dot = p["scale"] * torch.einsum("shd,nhd->hsn", q, k)
+        mag = abs(p["scale"]) * torch.einsum("shd,nhd->hsn", q.abs(), k.abs())
         for i in range(seq):
             nk = pre + i + 1
             nb = -(-nk // bs)
+            per_head = []
             for hh in range(Hi):
                 s = []
                 for blk in range(nb):
                     part = dot[hh, i, blk * bs:min(nk, (blk + 1) * bs)]
                     s.append(float("nan") if torch.isnan(part).any() else float(part.max()))
+                per_head.append(s)
+            # reduce_heads: one selection over the heads' maximum, a NaN in any head sticking.
+            sets = [(0, [float("nan") if any(math.isnan(x[blk]) for x in per_head) else max(x[blk] for x in per_head)
+                         for blk in range(nb)], range(Hi))] if reduce else \
+                [(hh, per_head[hh], [hh]) for hh in range(Hi)]
+            for sel_row, s, heads in sets:
                 for blk in range(min(p["init_blocks"], nb)):
                     s[blk] = 1e30
                 for blk in range(max(0, nb - p["local_blocks"]), nb):
                     s[blk] = 1e29
                 m = min(p["topk"], sum(not math.isnan(x) for x in s))                      # NaN never selected
-                bound = c * Di * u * float(mag[hh, i, :nk].nan_to_num(nan=0.0).max())
-                rows.append((f"head {hh} row {t0 + i}", mine[hh, t0 + i].tolist(), exp[hh, t0 + i].tolist(), s, m,
-                             bound))
+                bound = c * Di * u * max(float(mag[hh, i, :nk].nan_to_num(nan=0.0).max()) for hh in heads)
+                rows.append((f"selection {sel_row} row {t0 + i}", mine[sel_row, t0 + i].tolist(),
+                             exp[sel_row, t0 + i].tolist(), s, m, bound))
     return [selection_result("out.out_idxs", rows, sel)]
 
 

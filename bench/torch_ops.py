@@ -191,19 +191,25 @@ def lightning_indexer(t, h, p, cdt=torch.float32, budget=1 << 27):
 # ---- op 2: MSA block indexer -------------------------------------------------------------------
 
 def _block_topk(q, k, nk, p, cdt):
-    """Top-k key blocks. q [G, r, Hi, Di], k [G, n, Di] decoded keys (cdt), nk [G, r] causal key
-    count per row. Returns [G, r, Hi, min(topk, nb)] with -1 where nothing is left."""
+    """Top-k key blocks. q [G, r, Hi, Di], k [G, n, Hk, Di] decoded keys (cdt; index head h reads K
+    head h // (Hi // Hk)), nk [G, r] causal key count per row. Returns [G, r, S, min(topk, nb)]
+    with -1 where nothing is left; S = Hi, or 1 with reduce_heads (the heads' maximum)."""
     bs, topk, init, local = p["block_size"], p["topk"], p["init_blocks"], p["local_blocks"]
     G, r, Hi, Di = q.shape
-    n = k.shape[1]
+    n, Hk = k.shape[1], k.shape[2]
+    grp = Hi // Hk
     nb = -(-n // bs)
     acc = acc_dtype(cdt)
-    # All rows and heads against the shared keys in one matmul per group.
-    s = torch.matmul(q.to(cdt).reshape(G, r * Hi, Di), k.transpose(1, 2)).view(G, r, Hi, n)
+    # All rows and heads of a K head against its keys in one matmul per group.
+    qg = q.to(cdt).view(G, r, Hk, grp, Di).permute(0, 2, 1, 3, 4).reshape(G, Hk, r * grp, Di)
+    s = torch.matmul(qg, k.permute(0, 2, 3, 1))                                        # [G, Hk, r*grp, n]
+    s = s.view(G, Hk, r, grp, n).permute(0, 2, 1, 3, 4).reshape(G, r, Hi, n)
     s = s.to(acc) * p["scale"]
     nk = nk[:, :, None, None]                                                          # [G, r, 1, 1]
     s.masked_fill_(torch.arange(n, device=s.device) >= nk, NEG_INF)                    # causal cut
     s = F.pad(s, (0, nb * bs - n), value=NEG_INF).view(G, r, Hi, nb, bs).amax(dim=4)  # block max (NaN sticks)
+    if p.get("reduce_heads", False):
+        s = s.amax(dim=2, keepdim=True)                                                # heads' max (NaN sticks)
     blk = torch.arange(nb, device=s.device)
     row_nb = (nk + bs - 1) // bs
     s = torch.where((blk < init) & (blk < row_nb), torch.full_like(s, 1e30), s)
@@ -215,11 +221,12 @@ def _block_topk(q, k, nk, p, cdt):
 
 def msa_block_indexer(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
     Hi, bs, topk, ps = p["num_index_heads"], p["block_size"], p["topk"], p["page_size"]
-    keys = cache_layer(t["k_cache.blocks"], p["layer_idx"])[:, :, 0]   # [nb, ps, Di]
+    S = 1 if p.get("reduce_heads", False) else Hi
+    keys = cache_layer(t["k_cache.blocks"], p["layer_idx"])           # [nb, ps, Hk, Di]
     decode = (lambda k: decode_fp8(k, cdt)) if keys.dtype == torch.uint8 else (lambda k: k.to(cdt))
     q, lut = t["q"], t["k_cache.lookup_table"]
     dev = q.device
-    out = torch.full((Hi, q.shape[0], topk), -1, dtype=torch.int32, device=dev)
+    out = torch.full((S, q.shape[0], topk), -1, dtype=torch.int32, device=dev)
     seqs = sequences(h, "prefix_lens")
     if seqs and len(seqs) == len(h["prefix_lens"]) and all(s == 1 for _, _, s, _ in seqs):
         # Decode: one row per sequence, all sequences batched, keys padded to the longest one's
@@ -228,7 +235,7 @@ def msa_block_indexer(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
         nk_all = t["prefix_lens"] + 1
         for g0, g1 in chunks(len(seqs), budget // max(1, Hi * n_max)):
             k = decode(gather_rows(keys, lut[g0:g1], n_max, ps))
-            idx = _block_topk(q[g0:g1, None], k, nk_all[g0:g1, None], p, cdt)         # [G, 1, Hi, m]
+            idx = _block_topk(q[g0:g1, None], k, nk_all[g0:g1, None], p, cdt)         # [G, 1, S, m]
             out[:, g0:g1, :idx.shape[3]] = idx[:, 0].transpose(0, 1).to(torch.int32)
         return out
     for b, t0, seq, pre in seqs:
@@ -236,7 +243,7 @@ def msa_block_indexer(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
         k = decode(gather_rows(keys, lut[b:b + 1], n, ps))
         for r0, r1 in chunks(seq, budget // max(1, Hi * (-(-n // bs)) * bs)):
             nk = pre + torch.arange(r0, r1, device=dev) + 1
-            idx = _block_topk(q[None, t0 + r0:t0 + r1], k, nk[None], p, cdt)           # [1, r, Hi, m]
+            idx = _block_topk(q[None, t0 + r0:t0 + r1], k, nk[None], p, cdt)           # [1, r, S, m]
             out[:, t0 + r0:t0 + r1, :idx.shape[3]] = idx[0].transpose(0, 1).to(torch.int32)
     return out
 

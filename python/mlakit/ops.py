@@ -107,6 +107,10 @@ class PagedKVCache:
     def num_blocks(self):
         return int(self.blocks.shape[0])
 
+    @property
+    def num_kv_heads(self):
+        return int(self.blocks.shape[4])
+
     def _blocks_dtype(self):
         dt = dtype_of(self.blocks)
         return {"u8": "f8e4m3", "u16": "bf16"}.get(dt, dt)
@@ -157,14 +161,17 @@ def remap_indices_to_rows(indices, input_row_offsets, lookup_table, *, page_size
 
 @_operator
 def msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache, *, block_size=128, topk=16, init_blocks=1,
-                      local_blocks=2, scale=1.0, layer_idx=0, out=None, backend=None):
+                      local_blocks=2, scale=1.0, reduce_heads=False, layer_idx=0, out=None, backend=None):
     """Op 2 (MiniMax MSA): the topk key blocks of each index head and query row, init and local
-    blocks forced. q bf16 [T, Hi, D]. Returns out: int32 [Hi, T, topk]."""
+    blocks forced. q bf16 [T, Hi, D]; the index-K cache may hold Hk heads (Hk dividing Hi: head h
+    reads K head h // (Hi // Hk)). Returns out: int32 [Hi, T, topk], or [1, T, topk] with
+    reduce_heads (one selection per row over the heads' maximum, MiniMax-M3)."""
     view = _VIEW.get()
-    out = _out("out", out, q, (q.shape[1], q.shape[0], topk), "i32")
+    out = _out("out", out, q, (1 if reduce_heads else q.shape[1], q.shape[0], topk), "i32")
     params = {"num_index_heads": int(q.shape[1]), "idx_head_dim": int(q.shape[2]), "block_size": int(block_size),
               "topk": int(topk), "init_blocks": int(init_blocks), "local_blocks": int(local_blocks),
-              "scale": float(scale), "layer_idx": int(layer_idx), "page_size": k_cache.page_size}
+              "scale": float(scale), "layer_idx": int(layer_idx), "page_size": k_cache.page_size,
+              "num_k_heads": k_cache.num_kv_heads, "reduce_heads": bool(reduce_heads)}
     views = [view("q", q, "bf16"), view("input_row_offsets", input_row_offsets, "u32"),
              view("prefix_lens", prefix_lens, "u32"), *k_cache.views("k_cache"), view("out.out_idxs", out, "i32")]
     return _Call("msa_block_indexer", params, views, backend, q, out)

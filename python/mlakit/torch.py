@@ -33,7 +33,7 @@ _SCHEMAS = {
         "Tensor(a!) out) -> ()",
     "msa_block_indexer":
         "(Tensor q, Tensor input_row_offsets, Tensor prefix_lens, " + _CACHE.format(p="k") + ", int block_size, "
-        "int topk, int init_blocks, int local_blocks, float scale, int layer_idx, Tensor(a!) out) -> ()",
+        "int topk, int init_blocks, int local_blocks, float scale, bool reduce_heads, int layer_idx, Tensor(a!) out) -> ()",
     "mla_prefill_fp8":
         "(Tensor(a!) q, Tensor input_row_offsets, Tensor freqs_cis, Tensor kv_norm_gamma, Tensor(b!) kv_blocks, "
         "Tensor kv_lookup_table, Tensor kv_cache_lengths, Tensor buffer_row_offsets, Tensor cache_offsets, "
@@ -63,11 +63,11 @@ def _remap_indices_to_rows(indices, input_row_offsets, lookup_table, page_size, 
 
 
 def _msa_block_indexer(q, input_row_offsets, prefix_lens, k_blocks, k_lookup_table, k_cache_lengths, block_size, topk,
-                       init_blocks, local_blocks, scale, layer_idx, out):
+                       init_blocks, local_blocks, scale, reduce_heads, layer_idx, out):
     cache = PagedKVCache(k_blocks, k_lookup_table, k_cache_lengths)
     ops.msa_block_indexer(q, input_row_offsets, prefix_lens, cache, block_size=block_size, topk=topk,
-                          init_blocks=init_blocks, local_blocks=local_blocks, scale=scale, layer_idx=layer_idx,
-                          out=out)
+                          init_blocks=init_blocks, local_blocks=local_blocks, scale=scale, reduce_heads=reduce_heads,
+                          layer_idx=layer_idx, out=out)
 
 
 def _mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_blocks, kv_lookup_table, kv_cache_lengths,
@@ -139,11 +139,12 @@ def remap_indices_to_rows(indices, input_row_offsets, lookup_table, *, page_size
 
 
 def msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache, *, block_size=128, topk=16, init_blocks=1,
-                      local_blocks=2, scale=1.0, layer_idx=0):
-    """Op 2: int32 [Hi, T, topk] key blocks (see mlakit.msa_block_indexer)."""
-    out = torch.empty((q.shape[1], q.shape[0], topk), dtype=torch.int32, device=q.device)
+                      local_blocks=2, scale=1.0, reduce_heads=False, layer_idx=0):
+    """Op 2: int32 [Hi, T, topk] key blocks, [1, T, topk] with reduce_heads (see mlakit.msa_block_indexer)."""
+    out = torch.empty((1 if reduce_heads else q.shape[1], q.shape[0], topk), dtype=torch.int32, device=q.device)
     _OPS.msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache.blocks, k_cache.lookup_table,
-                           k_cache.cache_lengths, block_size, topk, init_blocks, local_blocks, scale, layer_idx, out)
+                           k_cache.cache_lengths, block_size, topk, init_blocks, local_blocks, scale, reduce_heads,
+                           layer_idx, out)
     return out
 
 

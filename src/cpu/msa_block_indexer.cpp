@@ -1,14 +1,16 @@
 // cpu back-end of the MSA block indexer (docs/msa_block_indexer.md).
 //
-// Work. The query rows of one sequence, flattened (token, index head) -> token * Hi + head, are
-// cut into query tiles of kTileRows rows. Each query tile's rows are packed once (simd
+// Work. The query rows of one sequence that read one K head (Hk heads; index head h reads K head
+// h / G, G = Hi / Hk), flattened (token, head of the group) -> token * G + j, are cut into query
+// tiles of whole tokens, about kTileRows rows; the Hk tiles of one token range are consecutive. Each query tile's rows are packed once (simd
 // block_score pack_q: groups of `lanes` rows, transposed, f32 or bf16 pairs by level) and scored
 // against the key blocks its last row sees, in key ranges of a few blocks: a work tile is (query
 // tile, block range). For each block the block_score kernel converts the page's keys once per
 // chunk (or reads bf16 keys in place) and uses them for every row of the tile, and writes scale * block max per row with the row's causal cut
 // (keys >= nk) and NaN stickiness in its epilogue. Block maxima go to a score buffer
 // [row][block]; then each (head, row) takes its forced init/local values and is selected with
-// the simd top-k (TopkNan::exclude).
+// the simd top-k (TopkNan::exclude). With reduce_heads a token's heads (in the Hk tiles of its
+// token range) are first folded into one score row, the IEEE maximum with NaN sticking.
 //
 // Determinism. A row's block maximum depends only on the row, the keys and the level (see
 // simd/block_score.hpp): never on the tile, the chunk, the thread or the call path. Tiles are
@@ -46,7 +48,9 @@ constexpr float kLocalScore = 1e29f;
 
 struct QueryTile {
   std::int64_t seq;
-  std::size_t row0, rows;   // flattened rows [row0, row0 + rows) of q
+  std::int64_t tok0;        // first token; row r is token tok0 + r / G, index head kh * G + r % G
+  std::int64_t kh;          // the K head the tile's rows read
+  std::size_t rows;         // ntok * G
   std::size_t groups;       // ceil(rows / lanes)
   std::size_t blocks;       // blocks of the tile's last row (the most any row sees)
   std::size_t q_at;         // bytes into the chunk's packed queries
@@ -63,17 +67,18 @@ struct Plan {
   const MsaBlockIndexerArgs* a;
   const simd::BlockScoreKernels* bs;
   const simd::TopkKernels* topk;
-  std::int64_t heads, dim, block, rows_total, max_pages, layer;
+  std::int64_t heads, group, k_heads, dim, block, rows_total, max_pages, layer;
   const std::uint32_t* offsets;
   const std::uint32_t* prefix;
   const std::uint32_t* lut;
-  bool fp8;
+  bool fp8, reduce;
 
-  // Keys visible to flattened row fr of sequence b: nk = prefix + i + 1.
-  std::int64_t visible(std::int64_t b, std::size_t fr) const {
-    const std::int64_t t = static_cast<std::int64_t>(fr) / heads;
+  // Keys visible to token t of sequence b: nk = prefix + i + 1.
+  std::int64_t visible_to(std::int64_t b, std::int64_t t) const {
     return static_cast<std::int64_t>(prefix[b]) + (t - static_cast<std::int64_t>(offsets[b])) + 1;
   }
+  std::int64_t token_of(const QueryTile& qt, std::size_t r) const { return qt.tok0 + static_cast<std::int64_t>(r) / group; }
+  std::int64_t visible(const QueryTile& qt, std::size_t r) const { return visible_to(qt.seq, token_of(qt, r)); }
   std::size_t blocks_of(std::int64_t nk) const { return static_cast<std::size_t>((nk + block - 1) / block); }
 };
 
@@ -85,13 +90,13 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
   auto* limit = static_cast<std::int32_t*>(thread_scratch(slots * (sizeof(std::int32_t) + sizeof(float)), 1));
   auto* out = reinterpret_cast<float*>(limit + slots);
   const PagedKVCacheView& c = p.a->k_cache;
-  const std::int64_t total_keys = p.visible(qt.seq, qt.row0 + qt.rows - 1);  // keys that exist for this tile
-  const std::int64_t first_nk = p.visible(qt.seq, qt.row0);
+  const std::int64_t total_keys = p.visible(qt, qt.rows - 1);  // keys that exist for this tile
+  const std::int64_t first_nk = p.visible(qt, 0);
   const std::size_t dim = static_cast<std::size_t>(p.dim);
   const std::size_t ldk = static_cast<std::size_t>(c.blocks.strides[3]);  // a page's rows, one after another
   auto page_at = [&](std::size_t blk) {
     const std::int64_t page = p.lut[qt.seq * p.max_pages + static_cast<std::int64_t>(blk)];
-    return c.row_offset(page, 0, p.layer, 0, 0);
+    return c.row_offset(page, 0, p.layer, 0, qt.kh);
   };
   for (std::size_t blk = c0; blk < c1; ++blk) {
     const std::int64_t key0 = static_cast<std::int64_t>(blk) * p.block;
@@ -104,7 +109,7 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
     if (!full) {
       for (std::size_t r = 0; r < slots; ++r) {
         std::int64_t lim = 0;
-        if (r < qt.rows) lim = std::clamp<std::int64_t>(p.visible(qt.seq, qt.row0 + r) - key0, 0, n);
+        if (r < qt.rows) lim = std::clamp<std::int64_t>(p.visible(qt, r) - key0, 0, n);
         limit[r] = static_cast<std::int32_t>(lim);
       }
     }
@@ -130,24 +135,48 @@ void score_tile(const Plan& p, const QueryTile& qt, std::size_t c0, std::size_t 
   }
 }
 
-void select_tile(const Plan& p, const QueryTile& qt, float* scores) {
+// Forced values, then the top-k of one score row s[0 .. nb) into o[0 .. topk).
+void select_row(const Plan& p, float* s, std::size_t nb, std::int32_t* o, void* scratch) {
   const std::int64_t topk = p.d->topk;
-  const std::size_t want_max = std::min<std::size_t>(static_cast<std::size_t>(topk), qt.blocks);
+  const std::size_t init = std::min<std::size_t>(nb, static_cast<std::size_t>(p.d->init_blocks));
+  for (std::size_t blk = 0; blk < init; ++blk) s[blk] = kInitScore;
+  const std::size_t local = std::min<std::size_t>(nb, static_cast<std::size_t>(p.d->local_blocks));
+  for (std::size_t blk = nb - local; blk < nb; ++blk) s[blk] = kLocalScore;  // second: wins over init
+  const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(topk), nb);
+  const std::size_t m = p.topk->select(s, nb, want, simd::TopkNan::exclude, o, scratch);
+  for (std::size_t col = m; col < static_cast<std::size_t>(topk); ++col) o[col] = -1;
+}
+
+void select_tile(const Plan& p, const QueryTile& qt, float* scores) {
+  const std::size_t want_max = std::min<std::size_t>(static_cast<std::size_t>(p.d->topk), qt.blocks);
   void* scratch = thread_scratch(simd::topk_scratch_bytes(qt.blocks, want_max), 2);
   auto* out = p.a->out_idxs.as<std::int32_t>();
   for (std::size_t r = 0; r < qt.rows; ++r) {
-    const std::size_t fr = qt.row0 + r;
-    const std::size_t nb = p.blocks_of(p.visible(qt.seq, fr));
-    float* s = scores + r * qt.blocks;
-    const std::size_t init = std::min<std::size_t>(nb, static_cast<std::size_t>(p.d->init_blocks));
-    for (std::size_t blk = 0; blk < init; ++blk) s[blk] = kInitScore;
-    const std::size_t local = std::min<std::size_t>(nb, static_cast<std::size_t>(p.d->local_blocks));
-    for (std::size_t blk = nb - local; blk < nb; ++blk) s[blk] = kLocalScore;  // second: wins over init
-    const std::int64_t t = static_cast<std::int64_t>(fr) / p.heads, h = static_cast<std::int64_t>(fr) % p.heads;
-    std::int32_t* o = out + (h * p.rows_total + t) * topk;
-    const std::size_t want = std::min<std::size_t>(static_cast<std::size_t>(topk), nb);
-    const std::size_t m = p.topk->select(s, nb, want, simd::TopkNan::exclude, o, scratch);
-    for (std::size_t col = m; col < static_cast<std::size_t>(topk); ++col) o[col] = -1;
+    const std::int64_t t = p.token_of(qt, r), h = qt.kh * p.group + static_cast<std::int64_t>(r) % p.group;
+    const std::size_t nb = p.blocks_of(p.visible(qt, r));
+    select_row(p, scores + r * qt.blocks, nb, out + (h * p.rows_total + t) * p.d->topk, scratch);
+  }
+}
+
+// reduce_heads: the Hk tiles [first, first + Hk) of one token range hold every head of its tokens.
+// Each token's head rows are folded into its first row of the first tile (IEEE maximum, NaN
+// sticking; heads in ascending order, though the result does not depend on it), then selected.
+void select_reduced(const Plan& p, const QueryTile* tiles, float* const* scores) {
+  const QueryTile& qt = tiles[0];
+  const std::size_t want_max = std::min<std::size_t>(static_cast<std::size_t>(p.d->topk), qt.blocks);
+  void* scratch = thread_scratch(simd::topk_scratch_bytes(qt.blocks, want_max), 2);
+  auto* out = p.a->out_idxs.as<std::int32_t>();
+  const std::size_t group = static_cast<std::size_t>(p.group);
+  for (std::size_t r = 0; r < qt.rows; r += group) {
+    const std::size_t nb = p.blocks_of(p.visible(qt, r));
+    float* s = scores[0] + r * qt.blocks;
+    for (std::int64_t g = 0; g < p.k_heads; ++g)
+      for (std::size_t j = g == 0 ? 1 : 0; j < group; ++j) {
+        const float* x = scores[g] + (r + j) * qt.blocks;
+        for (std::size_t c = 0; c < nb; ++c)
+          if (!(s[c] != s[c]) && (x[c] != x[c] || x[c] > s[c])) s[c] = x[c];
+      }
+    select_row(p, s, nb, out + p.token_of(qt, r) * p.d->topk, scratch);
   }
 }
 
@@ -158,6 +187,9 @@ Plan plan_of(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a) {
   p.bs = &block_score_kernels();
   p.topk = &topk_kernels();
   p.heads = d.num_index_heads;
+  p.k_heads = d.num_k_heads;
+  p.group = d.num_index_heads / d.num_k_heads;
+  p.reduce = d.reduce_heads;
   p.dim = d.idx_head_dim;
   p.block = d.block_size;
   p.rows_total = a.q.shape[0];
@@ -170,21 +202,25 @@ Plan plan_of(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs& a) {
   return p;
 }
 
-// Query tiles, in row order; never across a sequence.
+// Query tiles: per sequence, token ranges of about kTileRows rows, and per range one tile for each
+// K head; never across a sequence.
 std::vector<QueryTile> query_tiles(const Plan& p, std::int64_t batch) {
   const std::size_t lanes = p.bs->lanes;
+  const std::int64_t per = std::max<std::int64_t>(1, static_cast<std::int64_t>(kTileRows) / p.group);
   std::vector<QueryTile> tiles;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::size_t f0 = static_cast<std::size_t>(p.offsets[b]) * static_cast<std::size_t>(p.heads);
-    const std::size_t f1 = static_cast<std::size_t>(p.offsets[b + 1]) * static_cast<std::size_t>(p.heads);
-    for (std::size_t r0 = f0; r0 < f1; r0 += kTileRows) {
-      QueryTile qt{};
-      qt.seq = b;
-      qt.row0 = r0;
-      qt.rows = std::min(kTileRows, f1 - r0);
-      qt.groups = (qt.rows + lanes - 1) / lanes;
-      qt.blocks = p.blocks_of(p.visible(b, r0 + qt.rows - 1));
-      tiles.push_back(qt);
+    const std::int64_t t1 = p.offsets[b + 1];
+    for (std::int64_t t0 = p.offsets[b]; t0 < t1; t0 += per) {
+      for (std::int64_t kh = 0; kh < p.k_heads; ++kh) {
+        QueryTile qt{};
+        qt.seq = b;
+        qt.tok0 = t0;
+        qt.kh = kh;
+        qt.rows = static_cast<std::size_t>(std::min(per, t1 - t0) * p.group);
+        qt.groups = (qt.rows + lanes - 1) / lanes;
+        qt.blocks = p.blocks_of(p.visible(qt, qt.rows - 1));
+        tiles.push_back(qt);
+      }
     }
   }
   return tiles;
@@ -196,18 +232,26 @@ std::size_t chunk_end(const Plan& p, std::vector<QueryTile>& tiles, std::size_t 
                       std::size_t* s_floats) {
   const std::size_t budget = workspace_budget_bytes();
   const std::size_t dim = static_cast<std::size_t>(p.dim);
+  // Whole token ranges (k_heads tiles each), so that reduce_heads finds every head in the chunk.
+  const std::size_t range = static_cast<std::size_t>(p.k_heads);
   std::size_t t1 = t0;
   *q_bytes = 0;
   *s_floats = 0;
   while (t1 < tiles.size()) {
-    QueryTile& qt = tiles[t1];
-    const std::size_t qb = (p.bs->packed_q_bytes(qt.rows, dim) + 63) / 64 * 64, sf = qt.rows * qt.blocks;
+    std::size_t qb = 0, sf = 0;
+    for (std::size_t t = t1; t < t1 + range; ++t) {
+      qb += (p.bs->packed_q_bytes(tiles[t].rows, dim) + 63) / 64 * 64;
+      sf += tiles[t].rows * tiles[t].blocks;
+    }
     if (t1 > t0 && *q_bytes + qb + (*s_floats + sf) * sizeof(float) > budget) break;
-    qt.q_at = *q_bytes;
-    qt.s_at = *s_floats;
-    *q_bytes += qb;
-    *s_floats += sf;
-    ++t1;
+    for (std::size_t t = t1; t < t1 + range; ++t) {
+      QueryTile& qt = tiles[t];
+      qt.q_at = *q_bytes;
+      qt.s_at = *s_floats;
+      *q_bytes += (p.bs->packed_q_bytes(qt.rows, dim) + 63) / 64 * 64;
+      *s_floats += qt.rows * qt.blocks;
+    }
+    t1 += range;
   }
   return t1;
 }
@@ -247,7 +291,16 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
 
     parallel_for_each(t1 - t0, [&](std::size_t i) {
       const QueryTile& qt = tiles[t0 + i];
-      p.bs->pack_q(q + qt.row0 * dim, qt.rows, dim, dim, packed + qt.q_at);
+      const std::uint16_t* rows = q + static_cast<std::size_t>(qt.tok0 * p.heads) * dim;
+      if (p.k_heads > 1) {  // the group's heads of each token, gathered into consecutive rows
+        const std::size_t group = static_cast<std::size_t>(p.group), heads = static_cast<std::size_t>(p.heads);
+        auto* gathered = static_cast<std::uint16_t*>(thread_scratch(qt.rows * dim * sizeof(std::uint16_t), 0));
+        for (std::size_t r = 0; r < qt.rows; r += group)
+          std::copy_n(rows + ((r / group) * heads + static_cast<std::size_t>(qt.kh) * group) * dim, group * dim,
+                      gathered + r * dim);
+        rows = gathered;
+      }
+      p.bs->pack_q(rows, qt.rows, dim, dim, packed + qt.q_at);
     });
 
     // Work tiles: each query tile's blocks in ranges of about kGroupBlocks / groups blocks.
@@ -265,10 +318,20 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
       score_tile(p, qt, w.c0, w.c1, packed + qt.q_at, scores + qt.s_at);
     });
 
-    parallel_for_each(t1 - t0, [&](std::size_t i) {
-      const QueryTile& qt = tiles[t0 + i];
-      select_tile(p, qt, scores + qt.s_at);
-    });
+    if (p.reduce) {
+      const std::size_t range = static_cast<std::size_t>(p.k_heads);
+      parallel_for_each((t1 - t0) / range, [&](std::size_t i) {
+        const QueryTile* first = &tiles[t0 + i * range];
+        std::vector<float*> heads(range);
+        for (std::size_t g = 0; g < range; ++g) heads[g] = scores + first[g].s_at;
+        select_reduced(p, first, heads.data());
+      });
+    } else {
+      parallel_for_each(t1 - t0, [&](std::size_t i) {
+        const QueryTile& qt = tiles[t0 + i];
+        select_tile(p, qt, scores + qt.s_at);
+      });
+    }
     t0 = t1;
   }
   return Status::success();

@@ -1,15 +1,17 @@
 // Op 2 (docs/msa_block_indexer.md) on the GPU: block scores on BF16 tensor cores, then a per-(row, head) top-k.
 //
-// Block scores. One thread block per (tile of QR query rows, chunk of whole pages), 8 warps. The
-// rows' index queries (QR x Hi rows of A, padded to 16) stay in shared memory; each tile of 64 key
+// Block scores. One thread block per (tile of QR query rows, chunk of whole pages, K head), 8 warps.
+// The rows' index queries of the heads that read that K head (QR x G rows of A, G = Hi / Hk, padded
+// to 16) stay in shared memory; each tile of 64 key
 // positions is gathered through the page table into shared memory once (bf16 copied, fp8 decoded
 // exactly) and multiplied by all of them: warp w computes the 8 keys [8w, 8w+8) of the tile for
 // every query row. The scaled dots go to a shared tile, from which each (row, head, page) takes
 // the maximum over its keys below the row's causal end (a NaN makes the page's maximum NaN). A
 // block's key range is a whole number of pages, so every page maximum is finished in one block and
 // written to a global [rows, Hi, max_blocks] buffer; there is no cross-block reduction.
-// Selection. One block of 512 threads per (query row, head): forced init/local scores applied on
-// read, then the shared radix select + sort (topk.cuh); NaN winners become -1 (NaN never wins).
+// Selection. One block of 512 threads per (query row, head), or per query row with reduce_heads
+// (the block score read is then the maximum over heads, NaN sticking): forced init/local scores
+// applied on read, then the shared radix select + sort (topk.cuh); NaN winners become -1.
 #include <algorithm>
 #include <vector>
 
@@ -36,7 +38,7 @@ struct ScoreParams {
   const std::uint32_t* prefix;
   DevPagedCache cache;
   bool fp8;
-  int B, Hi, Di, Dp, QR, MA, MAp, layer, pages_per_block;
+  int B, Hi, G, Di, Dp, QR, MA, MAp, layer, pages_per_block;
   float scale;
   std::int64_t row0, rows;
   float* block_scores;  // [rows of the chunk, Hi, max_blocks]
@@ -75,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int ld = p.Dp + 8, Hi = p.Hi, Di = p.Di, Dp = p.Dp, QR = p.QR, MAp = p.MAp, ppb = p.pages_per_block;
+  const int ld = p.Dp + 8, Hi = p.Hi, G = p.G, Di = p.Di, Dp = p.Dp, QR = p.QR, MAp = p.MAp, ppb = p.pages_per_block;
   const std::int64_t ps = p.cache.page_size;
   constexpr int kLdS = kKeyTile + 1;
   if (p.fp8) build_fp8_table(table);
@@ -93,9 +95,10 @@ __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
     }
   }
   __syncthreads();
-  // A rows a = r·Hi + h (zero past the rows and columns that exist).
+  // A rows a = r·G + j for index head kh·G + j (zero past the rows and columns that exist).
+  const int kh = static_cast<int>(blockIdx.z);
   for (int e = tid; e < MAp * Dp; e += kThreads) {
-    const int arow = e / Dp, d = e % Dp, r = arow / Hi, h = arow % Hi;
+    const int arow = e / Dp, d = e % Dp, r = arow / G, h = kh * G + arow % G;
     std::uint16_t v = 0;
     if (arow < p.MA && row_seq[r] >= 0 && d < Di) v = p.q[(row_t[r] * Hi + h) * Di + d];
     qs[arow * ld + d] = v;
@@ -120,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
       for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
         if (tid < kKeyTile) {
           const std::int64_t j = kt + tid;
-          kbase[tid] = j < k_end ? p.cache.row_offset(p.cache.block_of(b, j), 0, p.layer, j % ps, 0) : -1;
+          kbase[tid] = j < k_end ? p.cache.row_offset(p.cache.block_of(b, j), 0, p.layer, j % ps, kh) : -1;
         }
         __syncthreads();
         for (int e = tid; e < kKeyTile * Dp; e += kThreads) {
@@ -159,12 +162,12 @@ __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
         const std::int64_t tile_end = min(kt + kKeyTile, k_end);
         const std::int64_t c_lo = kt / ps, c_hi = (tile_end - 1) / ps;
         const int pages = static_cast<int>(c_hi - c_lo + 1);
-        const int seg_rows = (seg_end - seg) * Hi;
+        const int seg_rows = (seg_end - seg) * G;
         for (int e = tid; e < seg_rows * pages; e += kThreads) {
-          const int arow = seg * Hi + e / pages;
+          const int arow = seg * G + e / pages;
           const std::int64_t page = c_lo + e % pages;
           const std::int64_t j0 = max(kt, page * ps);
-          const std::int64_t j1 = min(min(tile_end, (page + 1) * ps), row_n[arow / Hi]);
+          const std::int64_t j1 = min(min(tile_end, (page + 1) * ps), row_n[arow / G]);
           if (j0 >= j1) continue;
           float m = pmax[arow * ppb + (page - page0)];
           for (std::int64_t j = j0; j < j1; ++j) m = max_nan_sticky(m, S[arow * kLdS + (j - kt)]);
@@ -173,9 +176,9 @@ __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
         __syncthreads();
       }
       // Pages of this chunk that a row has (page < ceil(n / ps)).
-      const int seg_rows = (seg_end - seg) * Hi;
+      const int seg_rows = (seg_end - seg) * G;
       for (int e = tid; e < seg_rows * ppb; e += kThreads) {
-        const int arow = seg * Hi + e / ppb, r = arow / Hi, h = arow % Hi;
+        const int arow = seg * G + e / ppb, r = arow / G, h = kh * G + arow % G;
         const std::int64_t page = page0 + e % ppb;
         const std::int64_t nb = (row_n[r] + ps - 1) / ps;
         if (page < nb)
@@ -193,6 +196,7 @@ struct TopkParams {
   const std::uint32_t* iro;
   const std::uint32_t* prefix;
   int B, Hi;
+  bool reduce;  // one selection per row over the heads' maximum; out is [1, R, topk]
   std::int64_t row0, rows_total, block_size, topk, init_blocks, local_blocks;
   std::int32_t* out;  // [Hi, R, topk]
   unsigned long long* scratch;
@@ -202,15 +206,18 @@ struct TopkParams {
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
   __shared__ TopkShared<kTopkThreads> sm;
   __shared__ unsigned long long winners[kSharedWinners];
-  const std::int64_t pair = blockIdx.x;  // (row of the chunk, head)
-  const std::int64_t row = pair / p.Hi;
-  const int h = static_cast<int>(pair % p.Hi);
+  const std::int64_t pair = blockIdx.x;  // (row of the chunk, head), or the row with reduce
+  const int selections = p.reduce ? 1 : p.Hi;
+  const std::int64_t row = pair / selections;
+  const int h = static_cast<int>(pair % selections);
   const std::int64_t t = p.row0 + row;
   const int b = find_sequence(p.iro, p.B, t);
   const std::int64_t nk = static_cast<std::int64_t>(p.prefix[b]) + (t - p.iro[b]) + 1;
   const std::int64_t nb = (nk + p.block_size - 1) / p.block_size;
   const std::int64_t m = min(p.topk, nb);
-  const float* s = p.block_scores + pair * p.max_blocks;
+  const float* s = p.block_scores + (row * p.Hi + h) * p.max_blocks;
+  const int fold = p.reduce ? p.Hi : 1;
+  const std::int64_t head_stride = p.max_blocks;
   const std::int64_t init = p.init_blocks, local_from = nb - p.local_blocks;
   unsigned long long* buf =
       next_pow2(m) <= kSharedWinners
@@ -220,6 +227,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
       sm, static_cast<int>(nb), static_cast<int>(m),
       [=](int cblk) {
         float v = s[cblk];
+        for (int o = 1; o < fold; ++o) v = max_nan_sticky(v, s[o * head_stride + cblk]);
         if (cblk < init) v = 1e30f;
         if (cblk >= local_from) v = 1e29f;  // applied second: wins over init
         return rank_key(v);
@@ -253,15 +261,16 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   }
   const std::int64_t max_blocks = ceil_div(max_keys, ps);
   const int Hi = static_cast<int>(d.num_index_heads), Di = static_cast<int>(d.idx_head_dim);
+  const int Hk = static_cast<int>(d.num_k_heads), G = Hi / Hk;
   const int Dp = static_cast<int>(round_up(Di, 16));
 
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
   int QR = max_rows >= 8 ? 8 : max_rows >= 4 ? 4 : max_rows >= 2 ? 2 : 1;
-  while (QR > 1 && QR * Hi > 64) QR /= 2;
+  while (QR > 1 && QR * G > 64) QR /= 2;
   auto layout_for = [&](int qr) {
-    const int mapad = static_cast<int>(round_up(static_cast<std::int64_t>(qr) * Hi, 16));
+    const int mapad = static_cast<int>(round_up(static_cast<std::int64_t>(qr) * G, 16));
     const int ppb = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(kKeysPerBlock / ps, kPageMaxFloats / mapad)));
     return std::make_pair(Layout(mapad, Dp, ppb), ppb);
   };
@@ -289,10 +298,11 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   sp.fp8 = a.k_cache.blocks.dtype == DType::f8e4m3;
   sp.B = B;
   sp.Hi = Hi;
+  sp.G = G;
   sp.Di = Di;
   sp.Dp = Dp;
   sp.QR = QR;
-  sp.MA = QR * Hi;
+  sp.MA = QR * G;
   sp.MAp = static_cast<int>(round_up(sp.MA, 16));
   sp.layer = static_cast<int>(a.layer_idx);
   sp.pages_per_block = ppb;
@@ -307,6 +317,7 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   tp.prefix = sp.prefix;
   tp.B = B;
   tp.Hi = Hi;
+  tp.reduce = d.reduce_heads;
   tp.rows_total = R;
   tp.block_size = ps;
   tp.topk = d.topk;
@@ -322,11 +333,12 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
     sp.row0 = row0;
     sp.rows = rows;
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
-                    static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, keys_per_chunk), 65535)));
+                    static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, keys_per_chunk), 65535)),
+                    static_cast<unsigned>(Hk));
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "score_kernel", score_kernel, grid, kThreads, layout.bytes, stream, sp));
     tp.row0 = row0;
-    MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel, static_cast<unsigned>(rows * Hi), kTopkThreads, 0,
-                                    stream, tp));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel,
+                                    static_cast<unsigned>(rows * (d.reduce_heads ? 1 : Hi)), kTopkThreads, 0, stream, tp));
   }
   return Status::success();
 }

@@ -43,8 +43,12 @@ constexpr double kLocalScore = static_cast<double>(1e29f);
 
 struct Params {
   std::int64_t heads = 0, dim = 0, block_size = 0, topk = 0, init = 0, local = 0;
+  std::int64_t k_heads = 1;  // Hk; index head h reads K head h / (heads / k_heads)
+  bool reduce = false;       // one selection per row over the heads' maximum
   float scale = 0;
   std::uint32_t layer = 0;
+  std::int64_t group() const { return heads / k_heads; }
+  std::int64_t selections() const { return reduce ? 1 : heads; }
 };
 
 // The params of a golden file (docs/golden-format.md §4); page_size restates the cache's page size.
@@ -52,6 +56,7 @@ constexpr ParamSpec kParams[] = {
     size_param("num_index_heads"), size_param("idx_head_dim"), size_param("block_size"),
     size_param("topk"),            count_param("init_blocks"),   count_param("local_blocks"),
     float_param("scale"),          size_param("layer_idx", 0),   size_param("page_size", 1, false),
+    size_param("num_k_heads", 1, false), {"reduce_heads", ParamKind::boolean, false},
 };
 
 constexpr TensorSpec kTensors[] = {
@@ -76,6 +81,8 @@ Params params_of(const Bundle& b) {
   p.local = r.integer("local_blocks");
   p.scale = static_cast<float>(r.number("scale"));
   p.layer = static_cast<std::uint32_t>(r.integer("layer_idx"));
+  p.k_heads = r.integer_or("num_k_heads", 1);
+  p.reduce = r.boolean_or("reduce_heads", false);
   return p;
 }
 
@@ -101,19 +108,19 @@ class Inputs {
     return row_end(s) == row_begin(s) ? 0 : prefix(s) + row_end(s) - row_begin(s);
   }
 
-  // Flat element index of (position pos of sequence s, d = 0) in k_cache.blocks.
-  std::int64_t key_index(std::int64_t s, std::int64_t pos) const {
-    const auto& sh = blocks_.shape();  // [blocks, 1, layers, page, 1, Di]
+  // Flat element index of (position pos of sequence s, K head kh, d = 0) in k_cache.blocks.
+  std::int64_t key_index(std::int64_t s, std::int64_t pos, std::int64_t kh = 0) const {
+    const auto& sh = blocks_.shape();  // [blocks, 1, layers, page, Hk, Di]
     const std::int64_t cols = lut_.shape()[1];
     const std::int64_t blk = lut_.data<std::uint32_t>()[s * cols + pos / sh[3]];
-    return ((blk * sh[2] + p.layer) * sh[3] + pos % sh[3]) * sh[5];
+    return (((blk * sh[2] + p.layer) * sh[3] + pos % sh[3]) * sh[4] + kh) * sh[5];
   }
 
-  // Keys 0 .. count-1 of sequence s, [count, Di].
-  std::vector<double> keys(std::int64_t s, std::int64_t count) const {
+  // Keys 0 .. count-1 of K head kh of sequence s, [count, Di].
+  std::vector<double> keys(std::int64_t s, std::int64_t count, std::int64_t kh) const {
     std::vector<double> k(static_cast<std::size_t>(count * p.dim));
     for (std::int64_t j = 0; j < count; ++j) {
-      const std::int64_t at = key_index(s, j);
+      const std::int64_t at = key_index(s, j, kh);
       for (std::int64_t d = 0; d < p.dim; ++d) k[j * p.dim + d] = blocks_.value(at + d);
     }
     return k;
@@ -121,26 +128,28 @@ class Inputs {
 
   double q(std::int64_t t, std::int64_t h, std::int64_t d) const { return q_.value((t * p.heads + h) * p.dim + d); }
 
-  // Block scores s[0 .. nb) of (head h, row t) with nk visible keys, forced values applied when
-  // `forced`; *abs_max (optional) = max over finite keys j < nk of Σ_d |q_d·k_jd|.
-  void block_scores(const std::vector<double>& k, std::int64_t t, std::int64_t h, std::int64_t nk, bool forced,
-                    std::vector<double>* s, double* abs_max) const {
+  // Keys 0 .. count-1 of every K head of sequence s.
+  std::vector<std::vector<double>> keys(std::int64_t s, std::int64_t count) const {
+    std::vector<std::vector<double>> k;
+    for (std::int64_t kh = 0; kh < p.k_heads; ++kh) k.push_back(keys(s, count, kh));
+    return k;
+  }
+
+  // Block scores s[0 .. nb) of selection u of row t (u is the index head; with reduce_heads u = 0
+  // and s is the NaN-sticking maximum over heads) with nk visible keys, forced values applied
+  // when `forced`; *abs_max (optional) = max over heads and finite keys j < nk of Σ_d |q_d·k_jd|.
+  void block_scores(const std::vector<std::vector<double>>& k, std::int64_t t, std::int64_t u, std::int64_t nk,
+                    bool forced, std::vector<double>* s, double* abs_max) const {
     const std::int64_t bs = p.block_size, nb = (nk + bs - 1) / bs;
-    std::vector<double> qv(static_cast<std::size_t>(p.dim));
-    for (std::int64_t d = 0; d < p.dim; ++d) qv[d] = q(t, h, d);
-    s->assign(static_cast<std::size_t>(nb), -std::numeric_limits<double>::infinity());
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    std::vector<double> one;
     double amax = 0;
-    for (std::int64_t j = 0; j < nk; ++j) {
-      double dot = 0, mag = 0;
-      for (std::int64_t d = 0; d < p.dim; ++d) {
-        dot += qv[d] * k[j * p.dim + d];
-        mag += std::fabs(qv[d] * k[j * p.dim + d]);
-      }
-      const double score = static_cast<double>(p.scale) * dot;
-      double& m = (*s)[j / bs];
-      if (std::isnan(score) || std::isnan(m)) m = std::numeric_limits<double>::quiet_NaN();
-      else m = std::max(m, score);
-      if (std::isfinite(mag)) amax = std::max(amax, mag);
+    for (std::int64_t h = first_head(u); h < end_head(u); ++h) {
+      std::vector<double>& out = h == first_head(u) ? *s : one;
+      head_scores(k[static_cast<std::size_t>(h / p.group())], t, h, nk, &out, &amax);
+      if (&out == s) continue;
+      for (std::int64_t c = 0; c < nb; ++c)
+        (*s)[c] = std::isnan((*s)[c]) || std::isnan(one[c]) ? nan : std::max((*s)[c], one[c]);
     }
     if (forced) {
       for (std::int64_t c = 0; c < nb; ++c) {
@@ -151,9 +160,34 @@ class Inputs {
     if (abs_max) *abs_max = amax;
   }
 
+  // The index heads whose q rows selection u of a row depends on.
+  std::int64_t first_head(std::int64_t u) const { return p.reduce ? 0 : u; }
+  std::int64_t end_head(std::int64_t u) const { return p.reduce ? p.heads : u + 1; }
+
   const Tensor& q_tensor() const { return q_; }
 
  private:
+  // Unforced block scores of head h; *amax grows to max over finite keys of Σ_d |q_d·k_jd|.
+  void head_scores(const std::vector<double>& k, std::int64_t t, std::int64_t h, std::int64_t nk,
+                   std::vector<double>* s, double* amax) const {
+    const std::int64_t bs = p.block_size, nb = (nk + bs - 1) / bs;
+    std::vector<double> qv(static_cast<std::size_t>(p.dim));
+    for (std::int64_t d = 0; d < p.dim; ++d) qv[d] = q(t, h, d);
+    s->assign(static_cast<std::size_t>(nb), -std::numeric_limits<double>::infinity());
+    for (std::int64_t j = 0; j < nk; ++j) {
+      double dot = 0, mag = 0;
+      for (std::int64_t d = 0; d < p.dim; ++d) {
+        dot += qv[d] * k[j * p.dim + d];
+        mag += std::fabs(qv[d] * k[j * p.dim + d]);
+      }
+      const double score = static_cast<double>(p.scale) * dot;
+      double& m = (*s)[j / bs];
+      if (std::isnan(score) || std::isnan(m)) m = std::numeric_limits<double>::quiet_NaN();
+      else m = std::max(m, score);
+      if (std::isfinite(mag)) *amax = std::max(*amax, mag);
+    }
+  }
+
   const Tensor& q_;
   const Tensor& offsets_;
   const Tensor& prefix_;
@@ -201,8 +235,8 @@ bool scores_exact(const Bundle& b) {
   const Tensor& blocks = b.at("k_cache.blocks");
   double kmax = 0, gk = std::numeric_limits<double>::infinity();
   for (std::int64_t s = 0; s < in.batch(); ++s) {
-    for (std::int64_t j = 0; j < in.keys_read(s); ++j) {
-      const std::int64_t at = in.key_index(s, j);
+    for (std::int64_t j = 0; j < in.keys_read(s) * in.p.k_heads; ++j) {
+      const std::int64_t at = in.key_index(s, j / in.p.k_heads, j % in.p.k_heads);
       for (std::int64_t d = 0; d < in.p.dim; ++d) {
         const double v = blocks.value(at + d);
         if (std::isnan(v) || v == 0) continue;
@@ -230,10 +264,11 @@ std::vector<std::int64_t> int_list(const json& j, const char* key) {
 
 void put_bf16(Tensor& t, std::int64_t i, double v) { t.data<std::uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); }
 
-// Every competing block max of (h, t) distinct.
-bool distinct_maxima(const Inputs& in, const std::vector<double>& k, std::int64_t t, std::int64_t h, std::int64_t nk) {
+// Every competing block max of selection u of row t distinct.
+bool distinct_maxima(const Inputs& in, const std::vector<std::vector<double>>& k, std::int64_t t, std::int64_t u,
+                     std::int64_t nk) {
   std::vector<double> s;
-  in.block_scores(k, t, h, nk, false, &s, nullptr);
+  in.block_scores(k, t, u, nk, false, &s, nullptr);
   const std::int64_t nb = static_cast<std::int64_t>(s.size());
   std::vector<double> live;
   for (std::int64_t c = 0; c < nb; ++c)
@@ -261,7 +296,9 @@ class MsaBlockIndexerDriver final : public OpDriver {
                 {"layer_idx", 0},
                 {"data", "random"},              // "random" or "exact"
                 {"ties", false},                 // exact data: every block repeats block 0's keys
-                {"nan_keys", 0}};                // key rows (among those read) given one NaN element
+                {"nan_keys", 0},                 // key rows (among those read) given one NaN element
+                {"num_k_heads", 1},
+                {"reduce_heads", false}};
   }
 
   std::vector<CaseSpec> cases() const override {
@@ -332,6 +369,31 @@ class MsaBlockIndexerDriver final : public OpDriver {
         {"minimax_shaped_random", "Hi=4, Di=128, block 16, topk 8, init 1, local 2",
          {{"seq_lens", {24, 1}}, {"prefix_lens", {150, 200}}, {"num_index_heads", 4}, {"idx_head_dim", 128},
           {"block_size", 16}, {"topk", 8}, {"local_blocks", 2}, {"scale", 0.08838834764831845}}},
+        {"grouped_k_heads_exact", "Hi=4 index heads over Hk=2 K heads (heads 0,1 read K head 0; 2,3 head 1)",
+         {{"seq_lens", {5, 3}}, {"prefix_lens", {7, 12}}, {"num_index_heads", 4}, {"num_k_heads", 2},
+          {"data", "exact"}, {"scale", 0.125}}},
+        {"grouped_k_heads_fp8_random", "Hi=8 over Hk=4 K heads, f8e4m3 cache with all 256 codes, Di=64",
+         {{"seq_lens", {9, 1}}, {"prefix_lens", {20, 41}}, {"num_index_heads", 8}, {"num_k_heads", 4},
+          {"idx_head_dim", 64}, {"block_size", 8}, {"topk", 5}, {"cache_dtype", "f8e4m3"}, {"scale", 0.125}}},
+        {"one_k_head_per_index_head_exact", "Hk = Hi = 3: every index head its own K head",
+         {{"seq_lens", {4, 6}}, {"prefix_lens", {9, 3}}, {"num_index_heads", 3}, {"num_k_heads", 3},
+          {"data", "exact"}, {"scale", 0.25}}},
+        {"reduce_heads_exact", "reduce_heads: one selection per row over the maximum of Hi=4 heads",
+         {{"seq_lens", {5, 0, 9}}, {"prefix_lens", {7, 4, 12}}, {"num_index_heads", 4}, {"reduce_heads", true},
+          {"topk", 5}, {"data", "exact"}, {"scale", 0.125}}},
+        {"reduce_heads_nan_exact", "reduce_heads with NaN keys: a NaN in any head's score makes the block NaN",
+         {{"seq_lens", {6, 4}}, {"prefix_lens", {4, 2}}, {"block_size", 2}, {"topk", 8}, {"nan_keys", 5},
+          {"num_index_heads", 3}, {"reduce_heads", true}, {"data", "exact"}, {"scale", 0.125}}},
+        {"reduce_heads_grouped_random", "reduce_heads over Hi=8 heads of Hk=2 K heads, random bf16, decode rows too",
+         {{"seq_lens", {12, 1, 1}}, {"prefix_lens", {40, 70, 3}}, {"num_index_heads", 8}, {"num_k_heads", 2},
+          {"reduce_heads", true}, {"block_size", 8}, {"topk", 6}, {"scale", 0.125}}},
+        {"reduce_heads_fp8_nan_random", "reduce_heads, f8e4m3 cache with all 256 codes and NaN keys, Hk=2",
+         {{"seq_lens", {7, 3}}, {"prefix_lens", {9, 30}}, {"num_index_heads", 4}, {"num_k_heads", 2},
+          {"reduce_heads", true}, {"block_size", 4}, {"topk", 6}, {"nan_keys", 4}, {"cache_dtype", "f8e4m3"}}},
+        {"minimax_m3_shaped_random", "MiniMax-M3 indexer semantics: Hi=8, Hk=2, reduce_heads, Di=128, block 16",
+         {{"seq_lens", {40, 1}}, {"prefix_lens", {100, 300}}, {"num_index_heads", 8}, {"num_k_heads", 2},
+          {"reduce_heads", true}, {"idx_head_dim", 128}, {"block_size", 16}, {"topk", 8}, {"local_blocks", 2},
+          {"scale", 0.08838834764831845}}},
         {"all_empty", "every sequence empty: R = 0, nothing written",
          {{"seq_lens", {0, 0}}, {"prefix_lens", {3, 0}}}},
     };
@@ -371,6 +433,15 @@ class MsaBlockIndexerDriver final : public OpDriver {
       c.knobs["cache_dtype"] = "f8e4m3";
       v.push_back(c);
     }
+    // MiniMax-M3 semantics: 2 index-K heads for 8 index heads, one selection per row.
+    for (std::size_t i : {std::size_t{7}, std::size_t{11}}) {
+      CaseSpec c = v[i];
+      c.name += "_k2_reduce";
+      c.what += ", Hk=2, reduce_heads";
+      c.knobs["num_k_heads"] = 2;
+      c.knobs["reduce_heads"] = true;
+      v.push_back(c);
+    }
     return v;
   }
 
@@ -383,6 +454,9 @@ class MsaBlockIndexerDriver final : public OpDriver {
     if (seq.size() != prefix.size())
       throw InputError(std::string(kName) + ": seq_lens and prefix_lens differ in length");
     const std::int64_t heads = k.at("num_index_heads").get<std::int64_t>();
+    const std::int64_t k_heads = k.at("num_k_heads").get<std::int64_t>();
+    if (k_heads < 1 || heads % k_heads != 0)
+      throw InputError(std::string(kName) + ": num_k_heads must divide num_index_heads");
     const std::int64_t dim = k.at("idx_head_dim").get<std::int64_t>();
     const std::int64_t bs = k.at("block_size").get<std::int64_t>();
     const std::string cache_dtype = k.at("cache_dtype").get<std::string>();
@@ -416,7 +490,7 @@ class MsaBlockIndexerDriver final : public OpDriver {
     layout.page_size = bs;
     layout.kv_dim = 1;
     layout.num_layers = k.at("num_layers").get<std::int64_t>();
-    layout.num_kv_heads = 1;
+    layout.num_kv_heads = k_heads;
     layout.head_size = dim;
     layout.dtype = fp8 ? DType::f8e4m3 : DType::bf16;
     make_paged_cache(b, "k_cache", layout, prefix, needed, rng);
@@ -430,6 +504,8 @@ class MsaBlockIndexerDriver final : public OpDriver {
                     {"scale", static_cast<double>(scale)},
                     {"layer_idx", k.at("layer_idx").get<std::uint32_t>()},
                     {"page_size", bs}};
+    if (k_heads != 1) b.params["num_k_heads"] = k_heads;
+    if (k.at("reduce_heads").get<bool>()) b.params["reduce_heads"] = true;
 
     // The cache: every element random, rows no one reads included.
     Tensor& blocks = b.at("k_cache.blocks");
@@ -471,7 +547,7 @@ class MsaBlockIndexerDriver final : public OpDriver {
     if (ties) {  // position p takes the key of position p % block_size
       for (std::int64_t s = 0; s < batch; ++s)
         for (std::int64_t p = bs; p < needed[s]; ++p)
-          std::copy_n(blocks.bytes() + in.key_index(s, p % bs) * esize, dim * esize,
+          std::copy_n(blocks.bytes() + in.key_index(s, p % bs) * esize, dim * k_heads * esize,
                       blocks.bytes() + in.key_index(s, p) * esize);
     }
     const std::int64_t nan_keys = k.at("nan_keys").get<std::int64_t>();
@@ -484,7 +560,8 @@ class MsaBlockIndexerDriver final : public OpDriver {
     for (std::int64_t n = 0; n < nan_keys && readable > 0; ++n) {
       std::int64_t r = rng.integer(0, readable - 1), s = 0;
       while (r >= in.keys_read(s)) r -= in.keys_read(s++);
-      const std::int64_t row = in.key_index(s, r), d0 = rng.integer(0, dim - 1);
+      const std::int64_t kh = k_heads > 1 ? rng.integer(0, k_heads - 1) : 0;
+      const std::int64_t row = in.key_index(s, r, kh), d0 = rng.integer(0, dim - 1);
       if (!fp8) {
         blocks.data<std::uint16_t>()[row + d0] = 0x7FC0;
         continue;
@@ -502,13 +579,14 @@ class MsaBlockIndexerDriver final : public OpDriver {
     if (exact && !ties && scale != 0) {  // with scale 0 every block ties by design
       for (std::int64_t s = 0; s < batch; ++s) {
         if (in.keys_read(s) == 0) continue;
-        const std::vector<double> keys = in.keys(s, in.keys_read(s));
+        const auto keys = in.keys(s, in.keys_read(s));
         for (std::int64_t t = in.row_begin(s); t < in.row_end(s); ++t) {
           const std::int64_t nk = prefix[s] + (t - in.row_begin(s)) + 1;
-          for (std::int64_t h = 0; h < heads; ++h) {
-            for (int attempt = 0; attempt < 200 && !distinct_maxima(in, keys, t, h, nk); ++attempt)
-              for (std::int64_t d = 0; d < dim; ++d)
-                put_bf16(q, (t * heads + h) * dim + d, static_cast<double>(rng.integer(-qmax, qmax)));
+          for (std::int64_t u = 0; u < in.p.selections(); ++u) {
+            for (int attempt = 0; attempt < 200 && !distinct_maxima(in, keys, t, u, nk); ++attempt)
+              for (std::int64_t h = in.first_head(u); h < in.end_head(u); ++h)
+                for (std::int64_t d = 0; d < dim; ++d)
+                  put_bf16(q, (t * heads + h) * dim + d, static_cast<double>(rng.integer(-qmax, qmax)));
           }
         }
       }
@@ -521,14 +599,22 @@ class MsaBlockIndexerDriver final : public OpDriver {
 
   void check_inputs(const Bundle& b) const override {
     check_tensors(kName, b, kTensors);
-    ParamReader(kName, b.params, kParams).agrees("page_size", b.at("k_cache.blocks").shape()[3], "k_cache.blocks.shape[3]");
+    const ParamReader r(kName, b.params, kParams);
+    r.agrees("page_size", b.at("k_cache.blocks").shape()[3], "k_cache.blocks.shape[3]");
+    // The readers index K heads by num_k_heads: it must divide the index heads and match the cache.
+    const Params p = params_of(b);
+    if (p.heads % p.k_heads != 0)
+      r.contradiction("num_k_heads", "must divide num_index_heads=" + std::to_string(p.heads));
+    if (b.at("k_cache.blocks").shape()[4] != p.k_heads)
+      r.contradiction("num_k_heads", "k_cache.blocks.shape[4]=" + std::to_string(b.at("k_cache.blocks").shape()[4]) +
+                                         "; expected the same value, 1 when absent");
   }
 
   void prepare_outputs(Bundle& b) const override {
     check_inputs(b);
     b.remove_outputs();
     const Params p = params_of(b);
-    b.add(kOut, DType::i32, {p.heads, b.at("q").shape()[0], p.topk}).poison();
+    b.add(kOut, DType::i32, {p.selections(), b.at("q").shape()[0], p.topk}).poison();
   }
 
   Status validate(const Bundle& b) const override {
@@ -561,6 +647,8 @@ class MsaBlockIndexerDriver final : public OpDriver {
     d.init_blocks = p.init;
     d.local_blocks = p.local;
     d.scale = p.scale;
+    d.num_k_heads = p.k_heads;
+    d.reduce_heads = p.reduce;
     return d;
   }
 
@@ -616,10 +704,10 @@ class MsaBlockIndexerDriver final : public OpDriver {
       const double p0 = static_cast<double>(in.prefix(s));
       // Σ_i (p0 + i + 1) keys per head.
       w.flops += 2.0 * static_cast<double>(in.p.heads * in.p.dim) * (n * p0 + n * (n + 1) / 2);
-      w.bytes += static_cast<double>(in.keys_read(s)) * static_cast<double>(in.p.dim) * kbytes;
+      w.bytes += static_cast<double>(in.keys_read(s) * in.p.k_heads) * static_cast<double>(in.p.dim) * kbytes;
     }
     w.bytes += static_cast<double>(b.at("q").nbytes()) +
-               static_cast<double>(in.p.heads * in.rows() * in.p.topk) * 4.0 +
+               static_cast<double>(in.p.selections() * in.rows() * in.p.topk) * 4.0 +
                static_cast<double>(b.at("input_row_offsets").nbytes() + b.at("prefix_lens").nbytes());
     return w;
   }
@@ -633,9 +721,9 @@ class MsaBlockIndexerDriver final : public OpDriver {
     cmp.kind = "selection";
     const Inputs in(b);
     const Params& p = in.p;
-    if (got.dtype() != DType::i32 || got.shape() != std::vector<std::int64_t>{p.heads, in.rows(), p.topk}) {
+    if (got.dtype() != DType::i32 || got.shape() != std::vector<std::int64_t>{p.selections(), in.rows(), p.topk}) {
       cmp.pass = false;
-      cmp.detail = name + ": dtype/shape differ from [Hi, R, topk] i32";
+      cmp.detail = name + (p.reduce ? ": dtype/shape differ from [1, R, topk] i32" : ": dtype/shape differ from [Hi, R, topk] i32");
       return cmp;
     }
     auto fail = [&](std::int64_t h, std::int64_t t, std::int64_t col, const std::string& why) {
@@ -650,10 +738,10 @@ class MsaBlockIndexerDriver final : public OpDriver {
     std::vector<char> used;
     for (std::int64_t seq = 0; seq < in.batch(); ++seq) {
       if (in.keys_read(seq) == 0) continue;
-      const std::vector<double> keys = in.keys(seq, in.keys_read(seq));
+      const auto keys = in.keys(seq, in.keys_read(seq));
       for (std::int64_t t = in.row_begin(seq); t < in.row_end(seq); ++t) {
         const std::int64_t nk = in.prefix(seq) + (t - in.row_begin(seq)) + 1;
-        for (std::int64_t h = 0; h < p.heads; ++h) {
+        for (std::int64_t h = 0; h < p.selections(); ++h) {  // h: the selection (index head, or 0 reduced)
           double amax = 0;
           in.block_scores(keys, t, h, nk, true, &s, &amax);
           const std::int64_t nb = static_cast<std::int64_t>(s.size());

@@ -32,7 +32,13 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
   Validator v(kOp, checks);
   (void)(v.positive("num_index_heads", d.num_index_heads) && v.positive("idx_head_dim", d.idx_head_dim) &&
       v.positive("block_size", d.block_size) && v.positive("topk", d.topk) &&
-      v.non_negative("init_blocks", d.init_blocks) && v.non_negative("local_blocks", d.local_blocks));
+      v.non_negative("init_blocks", d.init_blocks) && v.non_negative("local_blocks", d.local_blocks) &&
+      v.positive("num_k_heads", d.num_k_heads));
+  if (v.ok() && d.num_index_heads % d.num_k_heads != 0) {
+    std::ostringstream text;
+    text << '=' << d.num_k_heads << " (must divide num_index_heads=" << d.num_index_heads << ')';
+    v.fail("num_k_heads", text.str());
+  }
   if (v.ok() && !std::isfinite(d.scale)) {
     std::ostringstream text;
     text << '=' << float_text(d.scale) << " (must be finite)";
@@ -52,7 +58,7 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
 
   CacheExpect expect{{DType::bf16, DType::f8e4m3}};
   expect.kv_dim = 1;
-  expect.num_kv_heads = 1;
+  expect.num_kv_heads = d.num_k_heads;
   expect.head_size = d.idx_head_dim;
   expect.scales = false;
   expect.layer_idx = a.layer_idx;
@@ -70,7 +76,8 @@ Status validate_msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIn
     return v.status();
   }
 
-  if (!v.tensor("out_idxs", a.out_idxs, {DType::i32}, {d.num_index_heads, rows, d.topk})) return v.status();
+  const std::int64_t selections = d.reduce_heads ? 1 : d.num_index_heads;
+  if (!v.tensor("out_idxs", a.out_idxs, {DType::i32}, {selections, rows, d.topk})) return v.status();
 
   MemorySpace where = MemorySpace::host;
   if (!v.same_memory({{"q", &a.q}, {"k_cache.blocks", &a.k_cache.blocks}, {"out_idxs", &a.out_idxs}}, &where))

@@ -42,6 +42,8 @@ void msa_block_indexer_oracle(goldens::Bundle& b) {
   const std::int64_t local = P.at("local_blocks").get<std::int64_t>();
   const double scale = P.at("scale").get<float>();
   const std::int64_t layer = P.at("layer_idx").get<std::int64_t>();
+  const std::int64_t k_heads = P.value("num_k_heads", std::int64_t{1});
+  const bool reduce = P.value("reduce_heads", false);
 
   const goldens::Tensor& q = b.at("q");
   const goldens::Tensor& offsets = b.at("input_row_offsets");
@@ -53,7 +55,7 @@ void msa_block_indexer_oracle(goldens::Bundle& b) {
   const auto& bshape = blocks.shape();  // [num_blocks, kv_dim, layers, page, heads, Di]
   const std::int64_t layers = bshape[2], page = bshape[3];
 
-  goldens::Tensor& out = b.add("out.out_idxs", DType::i32, {heads, rows, topk});
+  goldens::Tensor& out = b.add("out.out_idxs", DType::i32, {reduce ? 1 : heads, rows, topk});
   std::fill_n(out.data<std::int32_t>(), out.numel(), -1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
@@ -63,19 +65,23 @@ void msa_block_indexer_oracle(goldens::Bundle& b) {
     if (n == 0) continue;
     const std::int64_t p0 = static_cast<std::int64_t>(prefix.value(s));
     const std::int64_t keys = p0 + n;
-    // K of the sequence, dequantized: [keys, Di].
-    Matrix k(keys, dim);
-    for (std::int64_t pos = 0; pos < keys; ++pos) {
-      const std::int64_t blk = static_cast<std::int64_t>(lut.value(s * lut.shape()[1] + pos / page));
-      const std::int64_t base = (((blk * layers) + layer) * page + pos % page) * dim;  // kv_dim = heads = 1
-      for (std::int64_t d = 0; d < dim; ++d) k.at(pos, d) = blocks.value(base + d);
-    }
+    // K of the sequence per K head, dequantized: [keys, Di] each.
+    std::vector<Matrix> k(static_cast<std::size_t>(k_heads), Matrix(keys, dim));
+    for (std::int64_t kh = 0; kh < k_heads; ++kh)
+      for (std::int64_t pos = 0; pos < keys; ++pos) {
+        const std::int64_t blk = static_cast<std::int64_t>(lut.value(s * lut.shape()[1] + pos / page));
+        const std::int64_t base = ((((blk * layers) + layer) * page + pos % page) * k_heads + kh) * dim;  // kv_dim = 1
+        for (std::int64_t d = 0; d < dim; ++d) k[kh].at(pos, d) = blocks.value(base + d);
+      }
     const std::int64_t nb_max = (keys + bs - 1) / bs;
+    // Per head: block maxima [n, nb_max] and the count of visible keys per block.
+    std::vector<Matrix> head_max;
+    Matrix bcount(n, nb_max, 0);
     for (std::int64_t h = 0; h < heads; ++h) {
       Matrix qm(n, dim);
       for (std::int64_t i = 0; i < n; ++i)
         for (std::int64_t d = 0; d < dim; ++d) qm.at(i, d) = q.value(((r0 + i) * heads + h) * dim + d);
-      Matrix scores = matmul_nt(qm, k);
+      Matrix scores = matmul_nt(qm, k[h / (heads / k_heads)]);
       // Mask: key j is visible to local row i iff j < p0 + i + 1.
       std::vector<char> visible(static_cast<std::size_t>(n * keys));
       for (std::int64_t i = 0; i < n; ++i)
@@ -85,17 +91,30 @@ void msa_block_indexer_oracle(goldens::Bundle& b) {
         }
       // Fold keys into [nb_max, bs] and reduce (NaN-propagating max over visible keys).
       Matrix bmax(n, nb_max, -std::numeric_limits<double>::infinity());
-      Matrix bcount(n, nb_max, 0);
       for (std::int64_t i = 0; i < n; ++i)
         for (std::int64_t c = 0; c < nb_max; ++c)
           for (std::int64_t o = 0; o < bs; ++o) {
             const std::int64_t j = c * bs + o;
             if (j >= keys || !visible[static_cast<std::size_t>(i * keys + j)]) continue;
-            bcount.at(i, c) += 1;
+            if (h == 0) bcount.at(i, c) += 1;
             const double x = scores.at(i, j);
             if (std::isnan(x) || std::isnan(bmax.at(i, c))) bmax.at(i, c) = nan;
             else bmax.at(i, c) = std::max(bmax.at(i, c), x);
           }
+      head_max.push_back(std::move(bmax));
+    }
+    // reduce_heads: one score row per query, the NaN-propagating maximum over heads.
+    if (reduce) {
+      for (std::int64_t h = 1; h < heads; ++h)
+        for (std::size_t e = 0; e < head_max[0].v.size(); ++e) {
+          double& m = head_max[0].v[e];
+          const double x = head_max[h].v[e];
+          m = std::isnan(m) || std::isnan(x) ? nan : std::max(m, x);
+        }
+      head_max.erase(head_max.begin() + 1, head_max.end());
+    }
+    for (std::int64_t h = 0; h < static_cast<std::int64_t>(head_max.size()); ++h) {
+      const Matrix& bmax = head_max[h];
       for (std::int64_t i = 0; i < n; ++i) {
         std::int64_t nb = 0;
         while (nb < nb_max && bcount.at(i, nb) > 0) ++nb;  // candidate blocks: those with a visible key

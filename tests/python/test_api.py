@@ -44,11 +44,12 @@ def call_api(g, backend):
         return {"out.output_indices": out}
     if g.op == "msa_block_indexer":
         q = t["q"]
-        out = poisoned((q.shape[1], q.shape[0], p["topk"]), np.int32)
+        reduce = p.get("reduce_heads", False)
+        out = poisoned((1 if reduce else q.shape[1], q.shape[0], p["topk"]), np.int32)
         mlakit.msa_block_indexer(q, t["input_row_offsets"], t["prefix_lens"], cache(t, "k_cache"),
                                  block_size=p["block_size"], topk=p["topk"], init_blocks=p["init_blocks"],
-                                 local_blocks=p["local_blocks"], scale=p["scale"], layer_idx=p["layer_idx"], out=out,
-                                 backend=backend)
+                                 local_blocks=p["local_blocks"], scale=p["scale"], reduce_heads=reduce,
+                                 layer_idx=p["layer_idx"], out=out, backend=backend)
         return {"out.out_idxs": out}
     if g.op == "mla_prefill_fp8":
         q, blocks = t["q"].copy(), t["kv_cache.blocks"].copy()

@@ -75,9 +75,11 @@ def op_args(g, device="cpu"):
     if g.op == "msa_block_indexer":
         c = torch_cache(t, "k_cache", device)
         q = tt("q")
-        out = empty((q.shape[1], q.shape[0], p["topk"]), torch.int32)
+        reduce = p.get("reduce_heads", False)
+        out = empty((1 if reduce else q.shape[1], q.shape[0], p["topk"]), torch.int32)
         args = (q, tt("input_row_offsets"), tt("prefix_lens"), c.blocks, c.lookup_table, c.cache_lengths,
-                p["block_size"], p["topk"], p["init_blocks"], p["local_blocks"], p["scale"], p["layer_idx"], out)
+                p["block_size"], p["topk"], p["init_blocks"], p["local_blocks"], p["scale"], reduce, p["layer_idx"],
+                out)
         return ops.msa_block_indexer.default, args, {"out.out_idxs": out}
     if g.op == "mla_prefill_fp8":
         c = torch_cache(t, "kv_cache", device)

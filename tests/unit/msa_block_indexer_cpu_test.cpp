@@ -27,8 +27,8 @@ struct BudgetGuard {
   ~BudgetGuard() { cpu::set_workspace_budget_bytes(0); }
 };
 
-// Many query tiles (256 flattened rows each) and many key blocks; odd head counts so tiles and
-// lane groups cut through tokens; a causal cut inside blocks; fp8 and bf16; an empty sequence.
+// Many query tiles (about 256 rows each) and many key blocks; odd head counts so lane groups cut
+// through tokens; a causal cut inside blocks; fp8 and bf16; an empty sequence.
 std::vector<BigCase> big_cases() {
   return {
       {"prefill_h8_bf16",
@@ -50,6 +50,18 @@ std::vector<BigCase> big_cases() {
       {"prefill_exact",
        {{"seq_lens", {70, 3}}, {"prefix_lens", {200, 40}}, {"num_index_heads", 5}, {"idx_head_dim", 32},
         {"block_size", 8}, {"topk", 7}, {"init_blocks", 1}, {"local_blocks", 1}, {"scale", 0.125}, {"data", "exact"}}},
+      // Grouped K heads: several token ranges of Hk tiles each; with reduce_heads the ranges must
+      // stay whole in a chunk (the one-tile budget) and each token's heads come from Hk tiles.
+      {"prefill_h8_k2_bf16",
+       {{"seq_lens", {150, 0, 21}}, {"prefix_lens", {300, 9, 5}}, {"num_index_heads", 8}, {"num_k_heads", 2},
+        {"idx_head_dim", 64}, {"block_size", 16}, {"topk", 8}, {"scale", 0.125}}},
+      {"prefill_h6_k3_reduce_fp8",
+       {{"seq_lens", {160, 45}}, {"prefix_lens", {250, 0}}, {"num_index_heads", 6}, {"num_k_heads", 3},
+        {"reduce_heads", true}, {"idx_head_dim", 40}, {"block_size", 24}, {"topk", 6}, {"init_blocks", 2},
+        {"local_blocks", 1}, {"scale", -0.2}, {"cache_dtype", "f8e4m3"}, {"nan_keys", 5}}},
+      {"decode_h8_reduce_bf16",
+       {{"seq_lens", {1, 1, 1, 1, 1}}, {"prefix_lens", {3000, 17, 64, 900, 1}}, {"num_index_heads", 8},
+        {"reduce_heads", true}, {"idx_head_dim", 128}, {"block_size", 32}, {"topk", 16}, {"scale", 0.08838834764831845}}},
   };
 }
 

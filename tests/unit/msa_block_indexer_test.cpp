@@ -39,9 +39,11 @@ TEST(MsaBlockIndexerDriver, CaseTableIsWellFormed) {
     EXPECT_TRUE(goldens::merge_knobs(driver().default_knobs(), c.knobs, &merged, &why)) << c.name << ": " << why;
   }
   EXPECT_GE(names.size(), 20u);
-  EXPECT_EQ(driver().bench_cases().size(), 14u);
+  EXPECT_EQ(driver().bench_cases().size(), 16u);
   EXPECT_EQ(driver().bench_cases()[12].name, "prefill_s4096_c28672_h8_fp8");
   EXPECT_EQ(driver().bench_cases()[13].name, "decode_b32_c131072_h8_fp8");
+  EXPECT_EQ(driver().bench_cases()[14].name, "prefill_s4096_c28672_h8_k2_reduce");
+  EXPECT_EQ(driver().bench_cases()[15].name, "decode_b32_c131072_h8_k2_reduce");
   json merged;
   std::string why;
   for (const auto& c : driver().bench_cases())

@@ -165,6 +165,35 @@ TEST_F(MsaValidation, CacheHeads) {
   reshape(args.k_cache.blocks, {num_blocks(), 1, 2, 4, 2, 4});
   expect_invalid("k_cache.blocks.shape[4]", "=2");
 }
+TEST_F(MsaValidation, CacheHeadsMustBeNumKHeads) {
+  desc.num_k_heads = 2;  // the cache holds 1 head
+  expect_invalid("k_cache.blocks.shape[4]", "=1 (num_kv_heads must be 2)");
+}
+TEST_F(MsaValidation, NumKHeadsPositive) { desc.num_k_heads = 0; expect_invalid("num_k_heads", "=0"); }
+TEST_F(MsaValidation, NumKHeadsMustDivideIndexHeads) {
+  desc.num_index_heads = 3;
+  desc.num_k_heads = 2;
+  expect_invalid("num_k_heads", "=2 (must divide num_index_heads=3)");
+}
+TEST_F(MsaValidation, GroupedKHeadsAreAccepted) {
+  // Two K heads: the cache's bytes seen as pages of 2 positions x 2 heads (index heads 0 and 1
+  // read one each), every position on block 0 of a page table twice as wide.
+  reshape(args.k_cache.blocks, {num_blocks(), 1, 2, 2, 2, 8});
+  desc.num_k_heads = 2;
+  desc.block_size = 2;
+  const Tensor& lut = b.at("k_cache.lookup_table");
+  Tensor& wide = b.add("wide_lut", DType::u32, {lut.shape()[0], lut.shape()[1] * 2});
+  std::fill_n(wide.data<std::uint32_t>(), wide.numel(), 0u);
+  args.k_cache.lookup_table = wide.view();
+  expect_accepted();
+}
+TEST_F(MsaValidation, ReduceHeadsWantsOneSelectionRow) {
+  desc.reduce_heads = true;  // out_idxs is still [2, 5, 3]
+  expect_invalid("out_idxs.shape", "=[2, 5, 3] (expected [1, 5, 3])");
+  Tensor& one = b.add("out_one", DType::i32, {1, 5, 3});
+  args.out_idxs = one.view();
+  expect_accepted();
+}
 TEST_F(MsaValidation, CacheHeadSize) {
   reshape(args.k_cache.blocks, {num_blocks(), 1, 2, 8, 1, 4});
   expect_invalid("k_cache.blocks.shape[5]", "=4");

@@ -231,5 +231,32 @@ TEST(GoldenFileParamsFusedQkv, DenseAndFp8FilesNeedNoGptqKeys) {
   EXPECT_NE(msg.find("params.group_size is missing"), std::string::npos) << msg;
 }
 
+// The grouped-head keys of the MSA indexer index the cache's heads: num_k_heads must divide the
+// index heads and match k_cache.blocks.shape[4] (1 when absent); reduce_heads is a boolean.
+TEST(GoldenFileParamsMsa, HeadKeysMustAgreeWithTheCache) {
+  const OpDriver* d = find_driver("msa_block_indexer");
+  ASSERT_NE(d, nullptr);
+  const auto refusal = [&](const char* file, const char* key, const json& value) {
+    Bundle b;
+    EXPECT_TRUE(read_safetensors((golden_dir() / file).string(), &b).ok()) << file;
+    if (value.is_null()) b.params.erase(key);
+    else b.params[key] = value;
+    const Bundle original = b;
+    const std::string msg = message_of_refusal([&] { run_golden(*d, b, RunOptions{Backend::reference}); });
+    for (const std::string& name : original.output_names())
+      EXPECT_TRUE(b.at(name).same_bytes(original.at(name))) << name << " written";
+    return msg;
+  };
+  const char* grouped = "msa_block_indexer.grouped_k_heads_exact.s1.safetensors";  // Hi 4, Hk 2
+  EXPECT_NE(refusal(grouped, "num_k_heads", 3).find("params.num_k_heads=3 (must divide num_index_heads=4)"),
+            std::string::npos);
+  EXPECT_NE(refusal(grouped, "num_k_heads", 4).find("params.num_k_heads=4 (k_cache.blocks.shape[4]=2"),
+            std::string::npos);
+  EXPECT_NE(refusal(grouped, "num_k_heads", nullptr).find("params.num_k_heads=(absent) (k_cache.blocks.shape[4]=2"),
+            std::string::npos);
+  EXPECT_NE(refusal("msa_block_indexer.reduce_heads_exact.s1.safetensors", "reduce_heads", 1).find("params.reduce_heads"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mlakit::goldens

@@ -1,7 +1,8 @@
 // Op 2 — MSA block indexer (MiniMax `msa_indexer_ragged_paged`), docs/msa_block_indexer.md.
 //
 // For each index head h and query row t (sequence b, local index i), nk = prefix_lens[b] + i + 1:
-//   s[c] = max_{j in block c, j < nk} scale · Σ_d f32(q[t,h,d]) · f32(K[j,d]),  c < nb = ceil(nk / block_size)
+//   s[c] = max_{j in block c, j < nk} scale · Σ_d f32(q[t,h,d]) · f32(K[j,h/(Hi/Hk),d]),  c < nb = ceil(nk / block_size)
+// (with reduce_heads, s[c] = IEEE max over h of those, and one selection per row t)
 // with the first init_blocks forced to 1e30 and the last local_blocks forced to 1e29 (applied
 // second, so a block that is both gets 1e29); writes the min(topk, nb) best block numbers, best
 // first, ties to the smaller block, NaN never selected (a row whose remaining candidates are all
@@ -51,15 +52,21 @@ struct MsaBlockIndexerDesc {
   std::int64_t init_blocks = 1;
   std::int64_t local_blocks = 2;
   float scale = 1.0f;
+  // Heads of the index-K cache, Hk (MiniMax-M3): index head h reads K head h / (Hi / Hk);
+  // Hk must divide Hi. 1 is the single shared index-K head.
+  std::int64_t num_k_heads = 1;
+  // One selection per query row, shared by all index heads (MiniMax-M3): block scores are the
+  // IEEE maximum over heads (a NaN head score makes the block NaN); out_idxs is [1, R, topk].
+  bool reduce_heads = false;
 };
 
 struct MsaBlockIndexerArgs {
   TensorView q;                  // bf16 [R, Hi, Di]
   TensorView input_row_offsets;  // u32 [B+1]
   TensorView prefix_lens;        // u32 [B]
-  PagedKVCacheView k_cache;      // bf16 or f8e4m3 (no scales), kv_dim 1, 1 head, head_size Di
+  PagedKVCacheView k_cache;      // bf16 or f8e4m3 (no scales), kv_dim 1, Hk heads, head_size Di
   std::uint32_t layer_idx = 0;
-  TensorView out_idxs;           // i32 [Hi, R, topk] (written)
+  TensorView out_idxs;           // i32 [Hi, R, topk], [1, R, topk] with reduce_heads (written)
 };
 
 Status msa_block_indexer(const MsaBlockIndexerDesc& desc, const MsaBlockIndexerArgs& args,
