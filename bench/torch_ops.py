@@ -258,14 +258,23 @@ def _rotate(x, cos, sin, ew):
     return round_to(y, torch.bfloat16)
 
 
-def _quantize_groups(x, bk):
+def _quantize_groups(x, bk, numerics="max"):
     """Step 4, bit-exact in f32: x [M, latent] -> decoded codes [M, G, bk] (zero-padded) and the
-    group scales sa [M, G]."""
+    group scales sa [M, G]. numerics "deepseek" / "deepseek_ue8m0": DeepSeek's act_quant (amax
+    floored at 1e-4, sa = amax·f32(1/448), for ue8m0 rounded up to a power of two; codes x / sa)."""
     M, latent = x.shape
     G = -(-latent // bk)
     x = F.pad(x.to(torch.float32), (0, G * bk - latent)).view(M, G, bk)
     a = x.abs()
     amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=2)   # NaN does not take part
+    if numerics != "max":
+        sa = amax.clamp(min=1e-4) * torch.tensor(1.0 / 448.0, dtype=torch.float32, device=x.device)
+        if numerics == "deepseek_ue8m0":
+            m, e = torch.frexp(sa)                                          # sa = m·2^e, m in [0.5, 1)
+            sa = torch.where(m == 0.5, sa, torch.ldexp(torch.ones_like(sa), e))
+            sa = torch.where(torch.isinf(amax), amax, sa)
+        xq = quantize_fp8((x / sa[..., None]).clamp(-448.0, 448.0))
+        return xq, sa
     sa = amax.clamp(max=1200.0) / 448.0
     inv = 1.0 / sa
     inv = torch.where((sa == 0) | torch.isinf(inv), torch.zeros_like(inv), inv)
@@ -304,6 +313,7 @@ def mla_prefill_fp8(t, h, p, cdt=torch.float32, budget=1 << 27):
     H, nope, rope, v, latent = p["num_heads"], p["nope"], p["rope"], p["v"], p["latent"]
     ps, bn, bk = p["page_size"], p["bn"], p["bk"]
     ew = acc_dtype(cdt)
+    numerics = p.get("numerics", "max")
     q, blocks = t["q"], t["kv_cache.blocks"]
     cache = cache_layer(blocks, p["layer_idx"])[:, :, 0]                  # [nb, ps, latent + rope]
     lut = t["kv_cache.lookup_table"]
@@ -317,8 +327,11 @@ def mla_prefill_fp8(t, h, p, cdt=torch.float32, budget=1 << 27):
     rows = cache[blk, off]                                                 # [T, latent + rope]
     x = rows[:, :latent].to(ew)
     r = 1.0 / torch.sqrt(x.square().mean(dim=1, keepdim=True) + p["epsilon"])
-    y = round_to(x * r, torch.bfloat16).to(ew)
-    normed = round_to(y * t["kv_norm_gamma"].to(ew), torch.bfloat16)
+    if numerics == "max":
+        y = round_to(x * r, torch.bfloat16).to(ew)
+        normed = round_to(y * t["kv_norm_gamma"].to(ew), torch.bfloat16)
+    else:                                                                  # DeepSeek's RMSNorm: one rounding
+        normed = round_to(t["kv_norm_gamma"].to(ew) * (x * r), torch.bfloat16)
     cache[blk, off] = torch.cat((normed, _rotate(rows[:, latent:], cos, sin, ew)), dim=1)
 
     # Step 3: gather each sequence's window of latent rows into the contiguous buffer.
@@ -328,7 +341,7 @@ def mla_prefill_fp8(t, h, p, cdt=torch.float32, budget=1 << 27):
     buf = torch.cat(parts) if parts else cache.new_empty((0, latent + rope))
 
     # Steps 4-6: quantize, block-scaled GEMM with kv_b_proj, split into K_nope and V.
-    xq, sa = _quantize_groups(buf[:, :latent], bk)
+    xq, sa = _quantize_groups(buf[:, :latent], bk, numerics)
     kv = _block_scaled_gemm(xq, sa, t["kv_b_proj"], t["kv_b_proj_scale"], bn, cdt, budget)
     kv = kv.view(-1, H, nope + v)
 
@@ -349,8 +362,23 @@ def mla_prefill_fp8(t, h, p, cdt=torch.float32, budget=1 << 27):
         vb = kvb[..., nope:].to(cdt).transpose(0, 1)[None]
         qpos = cl + torch.arange(seq, device=q.device)
         visible = co[b] + torch.arange(J, device=q.device)[None, :] <= qpos[:, None]   # [S, J]
+        if "topk_indices" in t:                                            # DeepSeek-V3.2's index mask
+            idx = t["topk_indices"][t0:t0 + seq].long() - co[b]
+            listed = torch.zeros((seq, J + 1), dtype=torch.bool, device=q.device)
+            listed.scatter_(1, torch.where((idx >= 0) & (idx < J), idx, J), True)
+            visible = visible & listed[:, :J]
+        if numerics != "max":
+            # DeepSeek: softmax normalized, rounded to bf16 (scores.type_as(x)), then P·V.
+            s_ = torch.einsum("hsd,hjd->hsj", qb[0].to(ew), kb[0].to(ew)) * p["scale"]
+            s_ = s_.masked_fill(~visible[None], float("-inf"))
+            pr = round_to(torch.softmax(s_, dim=-1), torch.bfloat16).to(ew)
+            o = torch.einsum("hsj,hjd->hsd", pr, vb[0].to(ew)).transpose(0, 1)          # [S, H, v]
+            o = torch.where(visible.any(dim=1)[:, None, None], o, torch.zeros_like(o))
+            out[t0:t0 + seq] = round_to(o, torch.bfloat16)
+            continue
         # Bottom-right aligned causal (the usual single-chunk call) lets SDPA pick a fused kernel.
-        mask = _causal_lower_right(seq, J) if cl - co[b] == J - seq and J >= seq else None
+        exact_causal = cl - co[b] == J - seq and J >= seq and "topk_indices" not in t
+        mask = _causal_lower_right(seq, J) if exact_causal else None
         if mask is None:
             mask = visible
         # Heads in chunks: where SDPA falls back to its math path (a CPU, or v_depth != qk_depth

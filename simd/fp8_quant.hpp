@@ -18,6 +18,9 @@ struct Fp8QuantKernels {
   // saturating conversion (nearest even; |y| >= 448 and ±inf to ±448, NaN to 0x7F). Saturation
   // makes this the same as converting the product clamped to [-448, 448] first.
   void (*encode_bf16)(const std::uint16_t* x, std::size_t n, float inv, std::uint8_t* codes);
+  // codes[i] = mlakit::f32_to_f8e4m3(x[i] / sa): one f32 division (nearest even), then the same
+  // saturating conversion (the deepseek profile's quantizer).
+  void (*encode_div_bf16)(const std::uint16_t* x, std::size_t n, float sa, std::uint8_t* codes);
 };
 
 }  // namespace mlakit::simd

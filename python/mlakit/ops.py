@@ -180,10 +180,13 @@ def msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache, *, block_size=
 @_operator
 def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, buffer_row_offsets, cache_offsets,
                     kv_b_proj, kv_b_proj_scale, *, buffer_length, nope=128, rope=64, v=128, bn=128, bk=128,
-                    scale=1.0, epsilon=1e-6, layer_idx=0, out=None, backend=None):
+                    scale=1.0, epsilon=1e-6, numerics="max", topk_indices=None, layer_idx=0, out=None, backend=None):
     """Op 3 (MLA prefill, FP8): rotates q's rope part and normalizes the new cache rows IN PLACE
     (q and kv_cache.blocks are written), then causal MLA over the gathered, FP8-quantized latent
-    window through the block-scaled kv_b_proj. q bf16 [T, H, nope + rope]. Returns out: bf16 [T, H, v]."""
+    window through the block-scaled kv_b_proj. q bf16 [T, H, nope + rope]. Returns out: bf16 [T, H, v].
+    numerics: "max" (the spec's), "deepseek" or "deepseek_ue8m0" (DeepSeek-V3.2's released code:
+    one-rounding RMSNorm with a bf16 or f32 gamma, act_quant, bf16 softmax weights).
+    topk_indices: optional int32 [T, top_k] key positions each query may attend (op 1's output)."""
     view = _VIEW.get()
     H = int(q.shape[1])
     writable("q", q)
@@ -191,13 +194,16 @@ def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, bu
     out = _out("out", out, q, (q.shape[0], H, v), "bf16")
     params = {"num_heads": H, "nope": int(nope), "rope": int(rope), "v": int(v), "latent": int(kv_norm_gamma.shape[0]),
               "bn": int(bn), "bk": int(bk), "scale": float(scale), "epsilon": float(epsilon),
-              "buffer_length": int(buffer_length), "layer_idx": int(layer_idx), "page_size": kv_cache.page_size}
+              "buffer_length": int(buffer_length), "layer_idx": int(layer_idx), "page_size": kv_cache.page_size,
+              "numerics": str(numerics)}
     views = [view("q", q, "bf16"), view("out.q", q, "bf16"), view("input_row_offsets", input_row_offsets, "u32"),
-             view("freqs_cis", freqs_cis), view("kv_norm_gamma", kv_norm_gamma, "bf16"),
+             view("freqs_cis", freqs_cis), view("kv_norm_gamma", kv_norm_gamma, "f32" if dtype_of(kv_norm_gamma) == "f32" else "bf16"),
              *kv_cache.views("kv_cache"), view("out.kv_cache.blocks", kv_cache.blocks, kv_cache._blocks_dtype()),
              view("buffer_row_offsets", buffer_row_offsets, "u32"), view("cache_offsets", cache_offsets, "u32"),
              view("kv_b_proj", kv_b_proj, "f8e4m3"), view("kv_b_proj_scale", kv_b_proj_scale, "f32"),
              view("out.output", out, "bf16")]
+    if topk_indices is not None:
+        views.append(view("topk_indices", topk_indices, "i32"))
     return _Call("mla_prefill_fp8", params, views, backend, q, out)
 
 

@@ -38,7 +38,7 @@ _SCHEMAS = {
         "(Tensor(a!) q, Tensor input_row_offsets, Tensor freqs_cis, Tensor kv_norm_gamma, Tensor(b!) kv_blocks, "
         "Tensor kv_lookup_table, Tensor kv_cache_lengths, Tensor buffer_row_offsets, Tensor cache_offsets, "
         "Tensor kv_b_proj, Tensor kv_b_proj_scale, int buffer_length, int nope, int rope, int v, int bn, int bk, "
-        "float scale, float epsilon, int layer_idx, Tensor(c!) out) -> ()",
+        "float scale, float epsilon, str numerics, Tensor? topk_indices, int layer_idx, Tensor(c!) out) -> ()",
     "sparse_mla_prefill":
         "(Tensor q, " + _CACHE.format(p="kv") + ", Tensor? kv_scales, int quant_granularity, Tensor indices, "
         "Tensor? topk_lengths, Tensor? attn_sink, float scale, int v_depth, int layer_idx, Tensor(a!) out, "
@@ -72,11 +72,12 @@ def _msa_block_indexer(q, input_row_offsets, prefix_lens, k_blocks, k_lookup_tab
 
 def _mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_blocks, kv_lookup_table, kv_cache_lengths,
                      buffer_row_offsets, cache_offsets, kv_b_proj, kv_b_proj_scale, buffer_length, nope, rope, v, bn,
-                     bk, scale, epsilon, layer_idx, out):
+                     bk, scale, epsilon, numerics, topk_indices, layer_idx, out):
     cache = PagedKVCache(kv_blocks, kv_lookup_table, kv_cache_lengths)
     ops.mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, cache, buffer_row_offsets, cache_offsets,
                         kv_b_proj, kv_b_proj_scale, buffer_length=buffer_length, nope=nope, rope=rope, v=v, bn=bn,
-                        bk=bk, scale=scale, epsilon=epsilon, layer_idx=layer_idx, out=out)
+                        bk=bk, scale=scale, epsilon=epsilon, numerics=numerics, topk_indices=topk_indices,
+                        layer_idx=layer_idx, out=out)
 
 
 def _sparse_mla_prefill(q, kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity, indices,
@@ -150,12 +151,12 @@ def msa_block_indexer(q, input_row_offsets, prefix_lens, k_cache, *, block_size=
 
 def mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache, buffer_row_offsets, cache_offsets,
                     kv_b_proj, kv_b_proj_scale, *, buffer_length, nope=128, rope=64, v=128, bn=128, bk=128, scale=1.0,
-                    epsilon=1e-6, layer_idx=0):
+                    epsilon=1e-6, numerics="max", topk_indices=None, layer_idx=0):
     """Op 3: bf16 [T, H, v]; q's rope part and the new cache rows are updated IN PLACE."""
     out = torch.empty((q.shape[0], q.shape[1], v), dtype=torch.bfloat16, device=q.device)
     _OPS.mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_cache.blocks, kv_cache.lookup_table,
                          kv_cache.cache_lengths, buffer_row_offsets, cache_offsets, kv_b_proj, kv_b_proj_scale,
-                         buffer_length, nope, rope, v, bn, bk, scale, epsilon, layer_idx, out)
+                         buffer_length, nope, rope, v, bn, bk, scale, epsilon, numerics, topk_indices, layer_idx, out)
     return out
 
 

@@ -2,5 +2,5 @@
 
 namespace mlakit::simd {
 extern const Fp8QuantKernels fp8_quant_generic;
-const Fp8QuantKernels fp8_quant_generic = {"generic", generic::amax_bf16, generic::encode_bf16};
+const Fp8QuantKernels fp8_quant_generic = {"generic", generic::amax_bf16, generic::encode_bf16, generic::encode_div_bf16};
 }  // namespace mlakit::simd

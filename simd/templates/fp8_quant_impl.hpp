@@ -55,5 +55,12 @@ void encode_bf16(const std::uint16_t* x, std::size_t n, float inv, std::uint8_t*
   if (p < n) istore_u8_n(codes + p, fp8_codes(fload_bf16_n(x + p, n - p) * s), n - p);
 }
 
+void encode_div_bf16(const std::uint16_t* x, std::size_t n, float sa, std::uint8_t* codes) {
+  const F s = fsplat(sa);
+  std::size_t p = 0;
+  for (; p + kLanes <= n; p += kLanes) istore_u8(codes + p, fp8_codes(fload_bf16(x + p) / s));
+  if (p < n) istore_u8_n(codes + p, fp8_codes(fload_bf16_n(x + p, n - p) / s), n - p);
+}
+
 }  // namespace
 }  // namespace mlakit::simd::MLAKIT_SIMD_NS

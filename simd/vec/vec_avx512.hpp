@@ -65,6 +65,8 @@ inline void fzip(F a, F b, F* lo, F* hi) {
 }
 inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
+// IEEE division, correctly rounded (the FP8 quantizer of the deepseek profiles divides).
+inline F operator/(F a, F b) { return {_mm512_div_ps(a.v, b.v)}; }
 inline F fmadd(F a, F b, F c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline F fmax(F a, F b) { return {_mm512_max_ps(a.v, b.v)}; }
 inline F fmin(F a, F b) { return {_mm512_min_ps(a.v, b.v)}; }

@@ -50,6 +50,8 @@ inline void fstore(float* p, F a) { std::memcpy(p, &a.v, sizeof a.v); }
 inline void fstore_n(float* p, F a, std::size_t n) { std::memcpy(p, &a.v, n * sizeof(float)); }
 inline F operator+(F a, F b) { return {a.v + b.v}; }
 inline F operator*(F a, F b) { return {a.v * b.v}; }
+// IEEE division, correctly rounded (the FP8 quantizer of the deepseek profiles divides).
+inline F operator/(F a, F b) { return {a.v / b.v}; }
 // a*b + c as a multiply and an add: the generic level is the portable baseline, and the tests
 // bound every level against exact sums, so single or double rounding are both within contract.
 inline F fmadd(F a, F b, F c) { return {a.v * b.v + c.v}; }

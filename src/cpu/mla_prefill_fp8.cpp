@@ -21,7 +21,12 @@
 //                      over the nope part and then on in the same chains over the rope part;
 //                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
 //                      tile reading the bf16 V rows widened (P stays f32: the spec allows no
-//                      rounding)
+//                      rounding). Under a deepseek profile the tile's scores are kept whole
+//                      ([64 x keys]) so that each row is normalized before its weights are
+//                      rounded to bf16, then one P·V pass. With topk_indices a byte mask per
+//                      (query, key) of the tile; key chunks no query keeps are skipped.
+// Steps 2 and 4 under a deepseek profile: DeepSeek's one-rounding RMSNorm in f64 (shared with the
+// reference: the same bits), and its act_quant (floored amax, x / sa or a power-of-two scale).
 // Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
 // writes 0 (as the reference); scores that are all -inf give NaN (as the reference's
 // exp(-inf - (-inf))). Each output depends only on its own head's fixed chunk order: the same
@@ -41,6 +46,7 @@
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
+#include "core/shared/mla_prefill_fp8_norm.hpp"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::cpu {
@@ -104,7 +110,7 @@ void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillF
   const std::int64_t page = a.kv_cache.page_size();
   auto* q = a.q.as<std::uint16_t>();
   auto* blocks = a.kv_cache.blocks.as<std::uint16_t>();
-  const auto* gamma = a.kv_norm_gamma.as<const std::uint16_t>();
+  const auto* gamma = static_cast<const std::uint16_t*>(a.kv_norm_gamma.data);  // bf16 under max
   const bool freqs_f32 = a.freqs_cis.dtype == DType::f32;
   // Each new token's position in its sequence.
   std::vector<std::int64_t> pos(static_cast<std::size_t>(iro[B]));
@@ -125,7 +131,9 @@ void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillF
       const std::int64_t blk = lut[seq[t] * lut_cols + static_cast<std::size_t>(pos[t] / page)];
       std::uint16_t* row = blocks + a.kv_cache.row_offset(blk, 0, a.layer_idx, pos[t] % page, 0);
       rn.rope_bf16(row + s.latent, 0, 1, cs, s.rope / 2);
-      rn.rms_norm_bf16(row, s.latent, gamma, d.epsilon);
+      if (d.numerics == MlaNumerics::max) rn.rms_norm_bf16(row, s.latent, gamma, d.epsilon);
+      else mla_prefill_fp8_norm::rms_norm_once(row, static_cast<std::int64_t>(s.latent), a.kv_norm_gamma.data,
+                                               a.kv_norm_gamma.dtype == DType::f32, d.epsilon);
     }
   });
 }
@@ -186,63 +194,157 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
   for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
 }
 
-// Step 7 for head h (local index hl) and queries [i0, i1) of a sequence whose query i sees keys
-// [0, visible(i)).
+// The keys a query tile may attend under topk_indices: keep[r * keys + j] for key j of tile row r
+// (inside its causal range), how many each row keeps, and whether any row keeps a key of each
+// key chunk (chunks that none keeps are skipped). Without topk_indices every causal key is kept.
+struct TileMask {
+  const std::uint8_t* keep = nullptr;  // null: no topk_indices
+  const std::uint32_t* count = nullptr;
+  const std::uint8_t* chunk_live = nullptr;
+};
+
 template <class Visible>
-void attend(const Shape& s, const simd::GemmKernels& g, const std::uint16_t* q, std::size_t h, std::size_t hl,
-            const KLayout& kl, const std::uint16_t* k, const Quantized& qz, const std::uint16_t* v, std::size_t first_t,
-            std::size_t i0, std::size_t i1, float scale, Visible visible, std::uint16_t* out) {
+TileMask tile_mask(const MlaPrefillFp8Args& a, std::size_t first_t, std::size_t i0, std::size_t i1, std::size_t keys,
+                   std::int64_t offset, Visible visible) {
+  TileMask tm;
+  if (a.topk_indices.data == nullptr) return tm;
+  const std::size_t mq = i1 - i0, top_k = static_cast<std::size_t>(a.topk_indices.shape[1]);
+  const std::size_t chunks = num_tiles(std::max<std::size_t>(1, keys), kKeyChunk);
+  auto* keep = static_cast<std::uint8_t*>(thread_scratch(mq * keys + mq * sizeof(std::uint32_t) + chunks + 64, 4));
+  auto* count = reinterpret_cast<std::uint32_t*>(keep + (mq * keys + 3) / 4 * 4);
+  auto* live = reinterpret_cast<std::uint8_t*>(count + mq);
+  std::memset(keep, 0, mq * keys);
+  std::memset(live, 0, chunks);
+  const auto* idx = a.topk_indices.as<const std::int32_t>();
+  for (std::size_t r = 0; r < mq; ++r) {
+    const std::int32_t* row = idx + (first_t + i0 + r) * top_k;
+    const std::int64_t causal = static_cast<std::int64_t>(visible(i0 + r));
+    std::uint32_t n = 0;
+    for (std::size_t e = 0; e < top_k; ++e) {
+      const std::int64_t j = static_cast<std::int64_t>(row[e]) - offset;
+      if (row[e] < 0 || j < 0 || j >= causal || keep[r * keys + j]) continue;
+      keep[r * keys + j] = 1;
+      live[j / kKeyChunk] = 1;
+      ++n;
+    }
+    count[r] = n;
+  }
+  tm.keep = keep;
+  tm.count = count;
+  tm.chunk_live = live;
+  return tm;
+}
+
+// Scores of queries [0, mq) of the tile against keys [j0, j0 + cnt) into c (ldc floats a row).
+void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, const std::uint16_t* kh,
+                 const Quantized& qz, const std::uint16_t* qt, const float* qf, std::size_t mq, std::size_t j0,
+                 std::size_t cnt, float* c, std::size_t ldc) {
+  // One chain per score over the nope part, then on over the rope part (the second call starts
+  // from the first's exact f32 sums).
+  const std::uint16_t* kn = kh + kl.nope.at(0, j0);
+  const std::uint16_t* kr = qz.rope_rows + qz.rope.at(0, j0);
+  if (kl.nope.width == 2) {
+    g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, c, ldc, false);
+    g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, c, ldc, true);
+  } else {
+    g.f32_bf16_nn(mq, cnt, s.nope, qf, s.qk, kn, kKeyChunk, c, ldc, false);
+    g.f32_bf16_nn(mq, cnt, s.rope, qf + s.nope, s.qk, kr, kKeyChunk, c, ldc, true);
+  }
+}
+
+// Step 7 for head h (local index hl) and queries [i0, i1) of a sequence whose query i sees keys
+// [0, visible(i)) (of which, with topk_indices, those the mask keeps).
+template <class Visible>
+void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a,
+            std::size_t h, std::size_t hl, const KLayout& kl, const std::uint16_t* k, const Quantized& qz,
+            const std::uint16_t* v, std::size_t first_t, std::size_t i0, std::size_t i1, std::int64_t offset,
+            Visible visible, std::uint16_t* out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const std::size_t mq = i1 - i0;
+  const float scale = d.scale;
   const std::uint16_t* kh = k + hl * kl.head_words;
-  const std::uint16_t* qt = q + ((first_t + i0) * s.H + h) * s.qk;
-  const bool pairs = kl.nope.width == 2;
+  const std::uint16_t* qt = a.q.as<const std::uint16_t>() + ((first_t + i0) * s.H + h) * s.qk;
   // Without the pair dot the scores run on f32 FMA: the tile's queries widened once.
   float* qf = nullptr;
-  if (!pairs) {
+  if (kl.nope.width != 2) {
     qf = static_cast<float*>(thread_scratch(kQueryTile * s.qk * sizeof(float), 1));
     for (std::size_t r = 0; r < mq; ++r)
       for (std::size_t e = 0; e < s.qk; ++e) qf[r * s.qk + e] = bf16_to_f32(qt[r * s.H * s.qk + e]);
   }
   const std::uint16_t* vh = v + hl * kl.rows * s.v;
+  const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
+  const TileMask tm = tile_mask(a, first_t, i0, i1, keys, offset, visible);
+  auto kept = [&](std::size_t r) { return tm.keep ? static_cast<std::size_t>(tm.count[r]) : visible(i0 + r); };
+  auto live = [&](std::size_t j0) { return tm.keep == nullptr || tm.chunk_live[j0 / kKeyChunk]; };
   auto* sbuf = static_cast<float*>(thread_scratch((kQueryTile * kKeyChunk + kQueryTile * s.v + 2 * kQueryTile) *
                                                       sizeof(float), 2));
   float* o = sbuf + kQueryTile * kKeyChunk;
   float* m = o + kQueryTile * s.v;
   float* l = m + kQueryTile;
   std::fill(o, o + mq * s.v, 0.0f);
-  std::fill(m, m + mq, -std::numeric_limits<float>::infinity());
+  std::fill(m, m + mq, kNegInf);
   std::fill(l, l + mq, 0.0f);
-  const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
-  for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
-    const std::size_t cnt = std::min(kKeyChunk, keys - j0);
-    // One chain per score over the nope part, then on over the rope part (the second call starts
-    // from the first's exact f32 sums).
-    const std::uint16_t* kn = kh + kl.nope.at(0, j0);
-    const std::uint16_t* kr = qz.rope_rows + qz.rope.at(0, j0);
-    if (pairs) {
-      g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, sbuf, kKeyChunk, false);
-      g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, sbuf, kKeyChunk, true);
-    } else {
-      g.f32_bf16_nn(mq, cnt, s.nope, qf, s.qk, kn, kKeyChunk, sbuf, kKeyChunk, false);
-      g.f32_bf16_nn(mq, cnt, s.rope, qf + s.nope, s.qk, kr, kKeyChunk, sbuf, kKeyChunk, true);
+
+  if (d.numerics == MlaNumerics::max) {
+    // Online softmax over 128-key chunks; P stays f32 (the spec allows no rounding).
+    for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
+      const std::size_t cnt = std::min(kKeyChunk, keys - j0);
+      if (!live(j0)) continue;
+      tile_scores(s, g, kl, kh, qz, qt, qf, mq, j0, cnt, sbuf, kKeyChunk);
+      for (std::size_t r = 0; r < mq; ++r) {
+        float* sr = sbuf + r * kKeyChunk;
+        const std::size_t vis_all = visible(i0 + r);
+        const std::size_t vis = vis_all <= j0 ? 0 : std::min(cnt, vis_all - j0);
+        std::fill(sr + vis, sr + cnt, 0.0f);  // keys this query does not see weigh 0
+        if (vis == 0) continue;
+        if (tm.keep == nullptr) {
+          online_softmax_step(g, sr, nullptr, scale, vis, m[r], l[r], o + r * s.v, s.v);
+        } else {
+          g.scale_max(sr, nullptr, scale, vis);
+          const float cm = mask_scores(sr, tm.keep + r * keys + j0, vis);
+          online_softmax_scaled(g, sr, cm, vis, m[r], l[r], o + r * s.v, s.v);
+        }
+      }
+      g.f32_bf16_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
     }
+  } else {
+    // deepseek: the row's weights normalized in f32, then rounded to bf16, then P·V. All scores of
+    // the tile first (a row's maximum and sum need every key), in one [mq x keys] buffer.
+    const std::size_t ld = std::max<std::size_t>(1, keys);
+    auto* sall = static_cast<float*>(thread_scratch(mq * ld * sizeof(float), 5));
+    for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk)
+      if (live(j0)) tile_scores(s, g, kl, kh, qz, qt, qf, mq, j0, std::min(kKeyChunk, keys - j0), sall + j0, ld);
     for (std::size_t r = 0; r < mq; ++r) {
-      float* sr = sbuf + r * kKeyChunk;
-      const std::size_t vis_all = visible(i0 + r);
-      const std::size_t vis = vis_all <= j0 ? 0 : std::min(cnt, vis_all - j0);
-      std::fill(sr + vis, sr + cnt, 0.0f);  // keys this query does not see weigh 0
-      if (vis > 0) online_softmax_step(g, sr, nullptr, scale, vis, m[r], l[r], o + r * s.v, s.v);
+      float* sr = sall + r * ld;
+      const std::size_t vis = visible(i0 + r);
+      if (vis == 0 || kept(r) == 0) {
+        std::fill(sr, sr + keys, 0.0f);
+        continue;
+      }
+      if (tm.keep) std::fill(sr + vis, sr + keys, 0.0f);  // chunks skipped above hold no scores
+      float cm = g.scale_max(sr, nullptr, scale, vis);
+      if (tm.keep) cm = mask_scores(sr, tm.keep + r * keys, vis);
+      std::fill(sr + vis, sr + keys, 0.0f);  // keys this query does not see weigh 0
+      m[r] = cm;
+      if (cm == kNegInf) continue;           // every score -inf: NaN below, as the reference
+      const float sum = g.exp_sum(sr, cm, vis);
+      l[r] = sum;
+      for (std::size_t j = 0; j < vis; ++j) sr[j] = round_to_bf16(sr[j] / sum);
     }
-    g.f32_bf16_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
+    for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk)
+      if (live(j0))
+        g.f32_bf16_nn(mq, s.v, std::min(kKeyChunk, keys - j0), sall + j0, ld, vh + j0 * s.v, s.v, o, s.v, true);
+    std::fill(l, l + mq, 1.0f);  // the weights are normalized already
   }
+
   for (std::size_t r = 0; r < mq; ++r) {
     std::uint16_t* dst = out + ((first_t + i0 + r) * s.H + h) * s.v;
-    if (visible(i0 + r) == 0) {
+    if (visible(i0 + r) == 0 || kept(r) == 0) {
       std::memset(dst, 0, s.v * sizeof(std::uint16_t));
-    } else if (m[r] == -std::numeric_limits<float>::infinity()) {
-      for (std::size_t d = 0; d < s.v; ++d) dst[d] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
+    } else if (m[r] == kNegInf) {
+      for (std::size_t e = 0; e < s.v; ++e) dst[e] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
     } else {
-      for (std::size_t d = 0; d < s.v; ++d) dst[d] = f32_to_bf16(o[r * s.v + d] / l[r]);
+      for (std::size_t e = 0; e < s.v; ++e) dst[e] = f32_to_bf16(o[r * s.v + e] / l[r]);
     }
   }
 }
@@ -332,7 +434,6 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   const std::size_t lut_cols = static_cast<std::size_t>(a.kv_cache.lookup_table.shape[1]);
   const std::int64_t page = a.kv_cache.page_size();
   const auto* blocks = a.kv_cache.blocks.as<const std::uint16_t>();
-  const auto* q = a.q.as<const std::uint16_t>();
   const auto* w = a.kv_b_proj.as<const std::uint8_t>();
   const auto* w_scale = a.kv_b_proj_scale.as<const float>();
   auto* out = a.output.as<std::uint16_t>();
@@ -369,8 +470,18 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
         const std::uint16_t* row = blocks + a.kv_cache.row_offset(blk, 0, a.layer_idx, pos % page, 0);
         for (std::size_t gi = 0; gi < s.groups; ++gi) {
           const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
-          const float sa = quant::group_scale(fq.amax_bf16(row + k0, kn));
-          fq.encode_bf16(row + k0, kn, quant::group_inverse(sa), codes + k0);
+          const float amax = fq.amax_bf16(row + k0, kn);
+          float sa;
+          if (d.numerics == MlaNumerics::max) {
+            sa = quant::group_scale(amax);
+            fq.encode_bf16(row + k0, kn, quant::group_inverse(sa), codes + k0);
+          } else if (d.numerics == MlaNumerics::deepseek_ue8m0) {
+            sa = quant::deepseek_scale(amax, true);
+            fq.encode_bf16(row + k0, kn, 1.0f / sa, codes + k0);  // a power of two: the same as x / sa
+          } else {
+            sa = quant::deepseek_scale(amax, false);
+            fq.encode_div_bf16(row + k0, kn, sa, codes + k0);
+          }
           qz.sa[gi * rows + j] = sa;
         }
         if (pair_gemm) dec.to_bf16(codes, qz.xb + j * s.latent, s.latent);
@@ -412,8 +523,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       parallel_for_tiles(q_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / q_tiles, i0 = (t % q_tiles) * kQueryTile;
-          attend(s, g, q, h0 + hl, hl, kl, k, qz, v, first_t, i0, std::min(seq_len, i0 + kQueryTile),
-                 d.scale, visible, out);
+          attend(s, g, d, a, h0 + hl, hl, kl, k, qz, v, first_t, i0, std::min(seq_len, i0 + kQueryTile), offset,
+                 visible, out);
         }
       });
     }

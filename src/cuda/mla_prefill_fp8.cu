@@ -17,6 +17,10 @@
 //    row over its visible keys only, O += P·V on BF16 tensor cores with P split into three bf16
 //    parts: the op 3 bound allows no bf16 rounding of P, and after three parts what is left of p is
 //    below 2^-24·p. Tiles past a block's last visible key are never loaded (causal skipping).
+//    Under a deepseek numerics profile the key tiles are walked twice: the first pass finds each
+//    row's maximum and sum, the second forms p = bf16(exp(s - m) / l) and multiplies P·V with that
+//    single bf16 part. With topk_indices, mask_kernel first sets one bit per (query, window row)
+//    the query's row names, and a key counts only where its bit is set.
 #include <algorithm>
 #include <cstdint>
 
@@ -72,7 +76,8 @@ struct NormParams {
   int B;
   const void* freqs;
   bool freqs_f32;
-  const std::uint16_t* gamma;
+  const void* gamma;  // bf16, or f32 when gamma_f32
+  bool gamma_f32, deepseek;
   DevPagedCache cache;
   int layer, H, nope, rope, latent;
   float eps;
@@ -111,8 +116,15 @@ __global__ void __launch_bounds__(kNormThreads) rope_norm_kernel(NormParams p) {
   const float sum_sq = block_sum(part, scratch);  // every read of the row precedes this barrier
   const float r = 1.0f / sqrtf(sum_sq / static_cast<float>(p.latent) + p.eps);
   for (int k = threadIdx.x; k < p.latent; k += kNormThreads) {
+    if (p.deepseek) {  // DeepSeek's RMSNorm: gamma · (x · r), rounded once
+      const float g = p.gamma_f32 ? static_cast<const float*>(p.gamma)[k]
+                                  : bf16_to_f32(static_cast<const std::uint16_t*>(p.gamma)[k]);
+      row[k] = f32_to_bf16(g * (bf16_to_f32(row[k]) * r));
+      continue;
+    }
     const float y = round_to_bf16(bf16_to_f32(row[k]) * r);
-    row[k] = f32_to_bf16(y * bf16_to_f32(p.gamma[k]));  // a product of two bf16 values: exact in f32
+    // a product of two bf16 values: exact in f32
+    row[k] = f32_to_bf16(y * bf16_to_f32(static_cast<const std::uint16_t*>(p.gamma)[k]));
   }
 }
 
@@ -122,6 +134,7 @@ struct GatherParams {
   int B;
   DevPagedCache cache;
   int layer, latent, rope, bk, groups;
+  MlaNumerics numerics;
   std::uint8_t* xq;      // [BL, latent]
   float* sa;             // [BL, groups]
   std::uint16_t* kr;     // [BL, rope]
@@ -165,8 +178,16 @@ __global__ void __launch_bounds__(kQuantThreads) gather_quant_kernel(GatherParam
       if (a > amax) amax = a;
     }
     amax = block_amax(amax, scratch);
-    const float sa = quant::group_scale(amax);
-    const float inv = quant::group_inverse(sa);
+    if (p.numerics == MlaNumerics::deepseek) {  // codes from x / sa
+      const float sa = quant::deepseek_scale(amax, false);
+      for (int k = k0 + threadIdx.x; k < k1; k += kQuantThreads)
+        codes[k] = quant::quantize_value_div(bf16_to_f32(row[k]), sa);
+      if (threadIdx.x == 0) p.sa[r * p.groups + g] = sa;
+      continue;
+    }
+    const float sa = p.numerics == MlaNumerics::max ? quant::group_scale(amax) : quant::deepseek_scale(amax, true);
+    // ue8m0: sa is a power of two, so x · (1/sa) is x / sa
+    const float inv = p.numerics == MlaNumerics::max ? quant::group_inverse(sa) : 1.0f / sa;
     for (int k = k0 + threadIdx.x; k < k1; k += kQuantThreads) codes[k] = quant::quantize_value(bf16_to_f32(row[k]), inv);
     if (threadIdx.x == 0) p.sa[r * p.groups + g] = sa;
   }
@@ -288,7 +309,34 @@ struct AttnParams {
   int H, h_first, nope, rope, v, qk, qkp;
   float scale;
   bool vector_loads;  // 16-byte loads: every row and column boundary is a multiple of 8 elements
+  bool round_p;       // deepseek profiles: two passes, P = bf16(normalized weights)
+  const std::uint32_t* keep;  // topk_indices: bit j of row t's words = window row j is named; null: none
+  std::int64_t keep_words;    // words per query row
 };
+
+// ---- topk_indices as a bitmap -------------------------------------------------------------------
+struct MaskParams {
+  const std::int32_t* topk;  // [T, top_k]
+  std::int64_t top_k, words;
+  const std::uint32_t *iro, *bro, *coff, *lens;
+  int B;
+  std::uint32_t* keep;  // [T, words]
+};
+
+// One block per query row: its words cleared, then a bit set for every named position inside
+// its sequence's window (positions outside it, -1 and other negatives select nothing).
+__global__ void __launch_bounds__(kQuantThreads) mask_kernel(MaskParams p) {
+  const std::int64_t t = blockIdx.x;
+  std::uint32_t* w = p.keep + t * p.words;
+  for (std::int64_t i = threadIdx.x; i < p.words; i += kQuantThreads) w[i] = 0;
+  __syncthreads();
+  const int b = find_sequence(p.iro, p.B, t);
+  const std::int64_t rows = rows_needed(p.iro, p.bro, p.coff, p.lens, b), offset = p.coff[b];
+  for (std::int64_t e = threadIdx.x; e < p.top_k; e += kQuantThreads) {
+    const std::int64_t pos = p.topk[t * p.top_k + e], j = pos - offset;
+    if (pos >= 0 && j >= 0 && j < rows) atomicOr(w + j / 32, 1u << (j % 32));
+  }
+}
 
 struct AttnLayout {
   std::size_t row_b, row_vis, qs, ks, vt, bytes;
@@ -367,6 +415,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
 
   const int rows[2] = {warp * 16 + g, warp * 16 + g + 8};  // the two query rows of this thread
   float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.0f, 0.0f};  // l: this thread's keys only
+  bool kept_any[2] = {false, false};                                  // a key passed the mask (this thread's)
   float o[kVTiles][4];
 #pragma unroll
   for (int i = 0; i < kVTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -381,120 +430,171 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
     std::int64_t vis[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) vis[hr] = rows[hr] >= seg && rows[hr] < seg_end ? row_vis[rows[hr]] : 0;
-
-    for (std::int64_t kt = 0; kt < n_keys; kt += kKeys) {
-      // K = [K_nope ; rope part] and Vᵀ of keys kt .. kt+63 (zero past n_keys).
-      if (p.vector_loads) {
-        const int vecs = qkp / 8;
-        for (int e = tid; e < kKeys * vecs; e += kAttnThreads) {
-          const int kk = e / vecs, d = (e % vecs) * 8;
-          const std::int64_t j = kt + kk, br = first_row + j;
-          uint4 x = make_uint4(0, 0, 0, 0);
-          if (j < n_keys && d < qk)
-            x = d < nope ? *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + d)
-                         : *reinterpret_cast<const uint4*>(p.kr + br * p.rope + (d - nope));
-          *reinterpret_cast<uint4*>(ks + kk * ld + d) = x;
-        }
-        for (int e = tid; e < kKeys * (kVCols / 8); e += kAttnThreads) {
-          const int kk = e % kKeys, d = (e / kKeys) * 8;  // neighbouring threads: neighbouring keys
-          const std::int64_t j = kt + kk, br = first_row + j;
-          uint4 x = make_uint4(0, 0, 0, 0);
-          if (j < n_keys && d < vcols) x = *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + nope + vc0 + d);
-          const std::uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    const std::uint32_t* keep_row[2] = {nullptr, nullptr};
+    if (p.keep)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            vt[(d + 2 * i) * kLdV + kk] = static_cast<std::uint16_t>(w[i] & 0xffffu);
-            vt[(d + 2 * i + 1) * kLdV + kk] = static_cast<std::uint16_t>(w[i] >> 16);
+      for (int hr = 0; hr < 2; ++hr)
+        if (t0 + rows[hr] < p.T) keep_row[hr] = p.keep + (t0 + rows[hr]) * p.keep_words;
+
+    // deepseek: pass 0 finds each row's maximum and sum, pass 1 accumulates bf16(p)·V.
+    float l_total[2] = {1.0f, 1.0f};
+    for (int pass = p.round_p ? 0 : 1; pass < 2; ++pass) {
+      const bool load_v = pass == 1;
+      if (p.round_p && pass == 1)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float l = l_part[hr];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          l_total[hr] = l;
+        }
+      for (std::int64_t kt = 0; kt < n_keys; kt += kKeys) {
+        // K = [K_nope ; rope part] and Vᵀ of keys kt .. kt+63 (zero past n_keys).
+        if (p.vector_loads) {
+          const int vecs = qkp / 8;
+          for (int e = tid; e < kKeys * vecs; e += kAttnThreads) {
+            const int kk = e / vecs, d = (e % vecs) * 8;
+            const std::int64_t j = kt + kk, br = first_row + j;
+            uint4 x = make_uint4(0, 0, 0, 0);
+            if (j < n_keys && d < qk)
+              x = d < nope ? *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + d)
+                           : *reinterpret_cast<const uint4*>(p.kr + br * p.rope + (d - nope));
+            *reinterpret_cast<uint4*>(ks + kk * ld + d) = x;
+          }
+          for (int e = tid; load_v && e < kKeys * (kVCols / 8); e += kAttnThreads) {
+            const int kk = e % kKeys, d = (e / kKeys) * 8;  // neighbouring threads: neighbouring keys
+            const std::int64_t j = kt + kk, br = first_row + j;
+            uint4 x = make_uint4(0, 0, 0, 0);
+            if (j < n_keys && d < vcols) x = *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + nope + vc0 + d);
+            const std::uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              vt[(d + 2 * i) * kLdV + kk] = static_cast<std::uint16_t>(w[i] & 0xffffu);
+              vt[(d + 2 * i + 1) * kLdV + kk] = static_cast<std::uint16_t>(w[i] >> 16);
+            }
+          }
+        } else {
+          for (int e = tid; e < kKeys * qkp; e += kAttnThreads) {
+            const int kk = e / qkp, d = e % qkp;
+            const std::int64_t j = kt + kk, br = first_row + j;
+            std::uint16_t x = 0;
+            if (j < n_keys && d < qk) x = d < nope ? p.kv[br * p.Nc + kv_col + d] : p.kr[br * p.rope + (d - nope)];
+            ks[kk * ld + d] = x;
+          }
+          for (int e = tid; load_v && e < kKeys * kVCols; e += kAttnThreads) {
+            const int kk = e % kKeys, d = e / kKeys;
+            const std::int64_t j = kt + kk, br = first_row + j;
+            vt[d * kLdV + kk] = (j < n_keys && d < vcols) ? p.kv[br * p.Nc + kv_col + nope + vc0 + d] : std::uint16_t{0};
           }
         }
-      } else {
-        for (int e = tid; e < kKeys * qkp; e += kAttnThreads) {
-          const int kk = e / qkp, d = e % qkp;
-          const std::int64_t j = kt + kk, br = first_row + j;
-          std::uint16_t x = 0;
-          if (j < n_keys && d < qk) x = d < nope ? p.kv[br * p.Nc + kv_col + d] : p.kr[br * p.rope + (d - nope)];
-          ks[kk * ld + d] = x;
-        }
-        for (int e = tid; e < kKeys * kVCols; e += kAttnThreads) {
-          const int kk = e % kKeys, d = e / kKeys;
-          const std::int64_t j = kt + kk, br = first_row + j;
-          vt[d * kLdV + kk] = (j < n_keys && d < vcols) ? p.kv[br * p.Nc + kv_col + nope + vc0 + d] : std::uint16_t{0};
-        }
-      }
-      __syncthreads();
+        __syncthreads();
 
-      // S = scale · Q·Kᵀ for this warp's 16 rows x 64 keys; keys a row cannot see are -inf.
-      float s[kKeys / 8][4];
+        // S = scale · Q·Kᵀ for this warp's 16 rows x 64 keys; keys a row cannot see are -inf.
+        float s[kKeys / 8][4];
 #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      for (int k0 = 0; k0 < qkp; k0 += 16) {
-        std::uint32_t af[4];
-        load_a_rowmajor(af, qs, ld, warp * 16, k0);
+        for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int k0 = 0; k0 < qkp; k0 += 16) {
+          std::uint32_t af[4];
+          load_a_rowmajor(af, qs, ld, warp * 16, k0);
 #pragma unroll
-        for (int j = 0; j < kKeys / 8; ++j) {
-          std::uint32_t bf[2];
-          load_b_nmajor(bf, ks, ld, j * 8, k0);
-          mma_bf16_16816(s[j], af, bf);
+          for (int j = 0; j < kKeys / 8; ++j) {
+            std::uint32_t bf[2];
+            load_b_nmajor(bf, ks, ld, j * 8, k0);
+            mma_bf16_16816(s[j], af, bf);
+          }
         }
-      }
-      float tile_max[2] = {-INFINITY, -INFINITY};
+        float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
+        for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hr = e >> 1;
-          const std::int64_t key = kt + j * 8 + 2 * c + (e & 1);
-          const float x = key < vis[hr] ? p.scale * s[j][e] : -INFINITY;
-          s[j][e] = x;
-          tile_max[hr] = fmaxf(tile_max[hr], x);
+          for (int e = 0; e < 4; ++e) {
+            const int hr = e >> 1;
+            const std::int64_t key = kt + j * 8 + 2 * c + (e & 1);
+            bool seen = key < vis[hr];
+            if (seen && keep_row[hr]) seen = (keep_row[hr][key / 32] >> (key % 32)) & 1u;
+            kept_any[hr] = kept_any[hr] || seen;
+            const float x = seen ? p.scale * s[j][e] : -INFINITY;
+            s[j][e] = x;
+            tile_max[hr] = fmaxf(tile_max[hr], x);
+          }
+        if (pass == 1 && p.round_p) {
+          // The row's final maximum and sum: p = bf16(exp(s - m) / l), one bf16 part.
+#pragma unroll
+          for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int hr = e >> 1;
+              s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_run[hr]) / l_total[hr];
+            }
+#pragma unroll
+          for (int kc = 0; kc < kKeys / 16; ++kc) {
+            const std::uint32_t pa[4] = {pack_bf16x2(f32_to_bf16(s[2 * kc][0]), f32_to_bf16(s[2 * kc][1])),
+                                         pack_bf16x2(f32_to_bf16(s[2 * kc][2]), f32_to_bf16(s[2 * kc][3])),
+                                         pack_bf16x2(f32_to_bf16(s[2 * kc + 1][0]), f32_to_bf16(s[2 * kc + 1][1])),
+                                         pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]))};
+#pragma unroll
+            for (int i = 0; i < kVTiles; ++i) {
+              if (i * 8 >= vcols) break;
+              std::uint32_t bf[2];
+              load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
+              mma_bf16_16816(o[i], pa, bf);
+            }
+          }
+          __syncthreads();  // the next tile overwrites ks and vt
+          continue;
         }
-      // Online softmax in f32; the four lanes of a quad hold one row's keys.
-      float alpha[2];
+        // Online softmax in f32; the four lanes of a quad hold one row's keys.
+        float alpha[2];
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float tm = tile_max[hr];
-        tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
-        tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
-        const float m_new = fmaxf(m_run[hr], tm);
-        alpha[hr] = m_new == -INFINITY ? 1.0f : expf(m_run[hr] - m_new);
-        m_run[hr] = m_new;
-        l_part[hr] *= alpha[hr];
-      }
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hr = e >> 1;
-          const float pe = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_run[hr]);
-          s[j][e] = pe;
-          l_part[hr] += pe;
+        for (int hr = 0; hr < 2; ++hr) {
+          float tm = tile_max[hr];
+          tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+          tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+          const float m_new = fmaxf(m_run[hr], tm);
+          alpha[hr] = m_new == -INFINITY ? 1.0f : expf(m_run[hr] - m_new);
+          m_run[hr] = m_new;
+          l_part[hr] *= alpha[hr];
         }
 #pragma unroll
-      for (int i = 0; i < kVTiles; ++i) {
-        o[i][0] *= alpha[0];
-        o[i][1] *= alpha[0];
-        o[i][2] *= alpha[1];
-        o[i][3] *= alpha[1];
-      }
-      // O += P·V with P as three bf16 parts (smallest first).
+        for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
-      for (int kc = 0; kc < kKeys / 16; ++kc) {
-        std::uint32_t hi[4], mid[4], lo[4];
-        split_bf16(s[2 * kc][0], s[2 * kc][1], hi[0], mid[0], lo[0]);
-        split_bf16(s[2 * kc][2], s[2 * kc][3], hi[1], mid[1], lo[1]);
-        split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], hi[2], mid[2], lo[2]);
-        split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], hi[3], mid[3], lo[3]);
+          for (int e = 0; e < 4; ++e) {
+            const int hr = e >> 1;
+            const float pe = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_run[hr]);
+            s[j][e] = pe;
+            l_part[hr] += pe;
+          }
+        if (pass == 0) {  // deepseek's first pass: the maximum and the sum only
+          __syncthreads();
+          continue;
+        }
 #pragma unroll
         for (int i = 0; i < kVTiles; ++i) {
-          if (i * 8 >= vcols) break;
-          std::uint32_t bf[2];
-          load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
-          mma_bf16_16816(o[i], lo, bf);
-          mma_bf16_16816(o[i], mid, bf);
-          mma_bf16_16816(o[i], hi, bf);
+          o[i][0] *= alpha[0];
+          o[i][1] *= alpha[0];
+          o[i][2] *= alpha[1];
+          o[i][3] *= alpha[1];
         }
+        // O += P·V with P as three bf16 parts (smallest first).
+#pragma unroll
+        for (int kc = 0; kc < kKeys / 16; ++kc) {
+          std::uint32_t hi[4], mid[4], lo[4];
+          split_bf16(s[2 * kc][0], s[2 * kc][1], hi[0], mid[0], lo[0]);
+          split_bf16(s[2 * kc][2], s[2 * kc][3], hi[1], mid[1], lo[1]);
+          split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], hi[2], mid[2], lo[2]);
+          split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], hi[3], mid[3], lo[3]);
+#pragma unroll
+          for (int i = 0; i < kVTiles; ++i) {
+            if (i * 8 >= vcols) break;
+            std::uint32_t bf[2];
+            load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
+            mma_bf16_16816(o[i], lo, bf);
+            mma_bf16_16816(o[i], mid, bf);
+            mma_bf16_16816(o[i], hi, bf);
+          }
+        }
+        __syncthreads();  // the next tile overwrites ks and vt
       }
-      __syncthreads();  // the next tile overwrites ks and vt
     }
     seg = seg_end;
   }
@@ -504,16 +604,21 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
     float l = l_part[hr];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+    int any_kept = kept_any[hr] ? 1 : 0;
+    any_kept |= __shfl_xor_sync(0xffffffffu, any_kept, 1);
+    any_kept |= __shfl_xor_sync(0xffffffffu, any_kept, 2);
     const int r = rows[hr];
     const std::int64_t t = t0 + r;
     if (t >= p.T) continue;
-    const bool any = row_vis[r] > 0;
+    const bool any = row_vis[r] > 0 && any_kept != 0;
+    // deepseek: the weights were normalized (every score -inf leaves NaN, as exp(-inf - -inf)).
+    const float div = p.round_p ? (m_run[hr] == -INFINITY ? NAN : 1.0f) : l;
     std::uint16_t* out = p.out + (t * p.H + h) * vdim + vc0;
 #pragma unroll
     for (int i = 0; i < kVTiles; ++i) {
       const int col = i * 8 + 2 * c;
-      if (col < vcols) out[col] = any ? f32_to_bf16(o[i][2 * hr] / l) : std::uint16_t{0};
-      if (col + 1 < vcols) out[col + 1] = any ? f32_to_bf16(o[i][2 * hr + 1] / l) : std::uint16_t{0};
+      if (col < vcols) out[col] = any ? f32_to_bf16(o[i][2 * hr] / div) : std::uint16_t{0};
+      if (col + 1 < vcols) out[col + 1] = any ? f32_to_bf16(o[i][2 * hr + 1] / div) : std::uint16_t{0};
     }
   }
 }
@@ -522,7 +627,6 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
 
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, const MlaPrefillFp8Args& host,
                        const core::DeviceLaunch& launch) {
-  (void)host;
   const cudaStream_t stream = as_stream(launch.stream);
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
@@ -551,7 +655,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   np.B = B;
   np.freqs = a.freqs_cis.data;
   np.freqs_f32 = a.freqs_cis.dtype == DType::f32;
-  np.gamma = static_cast<const std::uint16_t*>(a.kv_norm_gamma.data);
+  np.gamma = a.kv_norm_gamma.data;
+  np.gamma_f32 = a.kv_norm_gamma.dtype == DType::f32;
+  np.deepseek = d.numerics != MlaNumerics::max;
   np.cache = cache;
   np.layer = static_cast<int>(a.layer_idx);
   np.H = H;
@@ -580,12 +686,36 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     gp.rope = rope;
     gp.bk = static_cast<int>(d.bk);
     gp.groups = static_cast<int>(groups);
+    gp.numerics = d.numerics;
     gp.xq = xq.as<std::uint8_t>();
     gp.sa = sa.as<float>();
     gp.kr = kr.as<std::uint16_t>();
     gp.needed = needed.as<std::uint8_t>();
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "gather_quant_kernel", gather_quant_kernel, static_cast<unsigned>(BL),
                                     kQuantThreads, 0, stream, gp));
+  }
+
+  // topk_indices as one bit per (query, window row).
+  DeviceBuffer keep;
+  std::int64_t keep_words = 0;
+  if (a.topk_indices.data != nullptr) {
+    std::int64_t max_window = 1;
+    const auto* host_bro = static_cast<const std::uint32_t*>(host.buffer_row_offsets.data);
+    for (int b = 0; b < B; ++b)
+      max_window = std::max<std::int64_t>(max_window, static_cast<std::int64_t>(host_bro[b + 1]) - host_bro[b]);
+    keep_words = ceil_div(max_window, 32);
+    MLAKIT_STATUS_TRY(keep.allocate(kOp, "the topk_indices mask", static_cast<std::size_t>(T * keep_words * 4), stream));
+    MaskParams mp;
+    mp.topk = static_cast<const std::int32_t*>(a.topk_indices.data);
+    mp.top_k = a.topk_indices.shape[1];
+    mp.words = keep_words;
+    mp.iro = iro;
+    mp.bro = bro;
+    mp.coff = coff;
+    mp.lens = cache.cache_lengths;
+    mp.B = B;
+    mp.keep = keep.as<std::uint32_t>();
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "mask_kernel", mask_kernel, static_cast<unsigned>(T), kQuantThreads, 0, stream, mp));
   }
 
   // 3 + 4 per chunk of heads.
@@ -641,6 +771,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.qk = qk;
     ap.qkp = qkp;
     ap.scale = d.scale;
+    ap.round_p = d.numerics != MlaNumerics::max;
+    ap.keep = keep_words > 0 ? keep.as<std::uint32_t>() : nullptr;
+    ap.keep_words = keep_words;
     ap.vector_loads = qk % 8 == 0 && nope % 8 == 0 && rope % 8 == 0 && vdim % 8 == 0 &&
                       reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0;
     if (hc > 65535)

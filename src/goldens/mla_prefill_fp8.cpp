@@ -45,6 +45,7 @@ constexpr ParamSpec kParams[] = {
     size_param("v"),              size_param("latent"),       size_param("bn"),
     size_param("bk"),             float_param("scale"),       float_param("epsilon"),
     size_param("buffer_length", 0), size_param("layer_idx", 0), size_param("page_size", 1, false),
+    {"numerics", ParamKind::text, false, 0, 0, "max|deepseek|deepseek_ue8m0"},
 };
 
 constexpr TensorSpec kTensors[] = {
@@ -60,6 +61,7 @@ constexpr TensorSpec kTensors[] = {
     {"cache_offsets", 1},
     {"kv_b_proj", 2},
     {"kv_b_proj_scale", 2},
+    {"topk_indices", 2, false},
     {"out.output", 3, false},
     {"out.q", 3, false},
     {"out.kv_cache.blocks", 6, false},
@@ -77,6 +79,9 @@ MlaPrefillFp8Desc desc_from_params(const json& params) {
   d.bk = p.integer("bk");
   d.scale = static_cast<float>(p.number("scale"));
   d.epsilon = static_cast<float>(p.number("epsilon"));
+  const std::string numerics = p.text_or("numerics", "max");
+  d.numerics = numerics == "deepseek" ? MlaNumerics::deepseek
+               : numerics == "deepseek_ue8m0" ? MlaNumerics::deepseek_ue8m0 : MlaNumerics::max;
   return d;
 }
 
@@ -96,6 +101,7 @@ MlaPrefillFp8Args args_from_bundle(const Bundle& b, const std::string& q_name, c
   a.buffer_length = param_integer(b, "buffer_length");
   a.kv_b_proj = b.at("kv_b_proj").view();
   a.kv_b_proj_scale = b.at("kv_b_proj_scale").view();
+  if (b.has("topk_indices")) a.topk_indices = b.at("topk_indices").view();
   a.output = output.view();
   return a;
 }
@@ -235,6 +241,10 @@ class MlaPrefillFp8Driver final : public OpDriver {
         {"padding_garbage", false},    // gathered rows past the last new token hold NaN / inf
         {"quant_edges", false},        // old rows with values > 1200 and all-zero groups; an all-zero new row
         {"new_row_sigma", 3.0},        // spread of the new tokens' raw latent values
+        {"numerics", "max"},           // "max", "deepseek", "deepseek_ue8m0"
+        {"gamma_dtype", "bf16"},       // "bf16" or "f32" (f32 needs a deepseek profile)
+        {"topk", 0},                   // > 0: topk_indices [T, topk] of random causal positions (and a
+                                       // future one, -1 padding, the first query of sequence 0 with none)
     };
   }
 
@@ -284,6 +294,24 @@ class MlaPrefillFp8Driver final : public OpDriver {
         {"wide_v_long_rows", "v = 136 (two column chunks of a GPU block, the second partial), 70 new tokens after 60 "
                              "cached: several key tiles per query row, a query tile split across them",
          {{"num_heads", 2}, {"nope", 16}, {"rope", 8}, {"v", 136}, {"seq_lens", {70}}, {"cache_lens", {60}}}},
+        {"numerics_deepseek", "deepseek profile: one-rounding RMSNorm, amax floor 1e-4 and x / sa codes, bf16 weights",
+         {{"numerics", "deepseek"}, {"seq_lens", {6, 4}}, {"cache_lens", {5, 9}}}},
+        {"numerics_deepseek_quant_edges", "deepseek profile with values > 1200 (no cap) and all-zero groups (floor)",
+         {{"numerics", "deepseek"}, {"quant_edges", true}, {"seq_lens", {4}}, {"cache_lens", {12}}}},
+        {"numerics_ue8m0_f32_gamma", "deepseek_ue8m0 (power-of-two scales) with an f32 norm weight, chunked windows",
+         {{"numerics", "deepseek_ue8m0"}, {"gamma_dtype", "f32"}, {"quant_edges", true}, {"cache_offsets", "chunked"},
+          {"seq_lens", {5, 7}}, {"cache_lens", {12, 20}}}},
+        {"numerics_ue8m0_sharp", "deepseek_ue8m0, scale 2: peaked weights where bf16 rounding of P matters most",
+         {{"numerics", "deepseek_ue8m0"}, {"scale", 2.0}, {"seq_lens", {9}}, {"cache_lens", {7}}}},
+        {"topk_indices", "topk_indices of 6 (random causal positions, a future one, -1; one query with none)",
+         {{"topk", 6}, {"seq_lens", {7, 5}}, {"cache_lens", {9, 3}}}},
+        {"topk_indices_chunked", "topk_indices with windows inside the prefix: positions below the window select nothing",
+         {{"topk", 5}, {"cache_offsets", "chunked"}, {"seq_lens", {6, 4}}, {"cache_lens", {12, 20}}}},
+        {"topk_indices_ue8m0", "DeepSeek-V3.2 prefill: deepseek_ue8m0 with topk_indices, 2 heads, long rows",
+         {{"numerics", "deepseek_ue8m0"}, {"topk", 24}, {"num_heads", 2}, {"nope", 16}, {"rope", 8}, {"v", 24},
+          {"seq_lens", {70}}, {"cache_lens", {150}}}},
+        {"topk_indices_wide", "top_k above every query's position: all causal keys selected (as without the mask)",
+         {{"topk", 64}, {"seq_lens", {5, 3}}, {"cache_lens", {4, 6}}}},
         {"deepseek_dims", "DeepSeek dimensions (nope 128, rope 64, v 128, latent 512, bn=bk=128, page 64), few tokens",
          {{"num_heads", 2}, {"nope", 128}, {"rope", 64}, {"v", 128}, {"latent", 512}, {"bn", 128}, {"bk", 128},
           {"page_size", 64}, {"seq_lens", {3, 2}}, {"cache_lens", {2, 5}}}},
@@ -324,6 +352,12 @@ class MlaPrefillFp8Driver final : public OpDriver {
     k["seq_lens"] = {4096};
     k["cache_lens"] = {4096};
     v.push_back({"h128_b1_s4096_c4096_page128", "DeepSeek-V3 dimensions, page 128", k});
+    // DeepSeek-V3.2's own numerics, then its prefill over the indexer's 2048 keys per query.
+    json ds = v[8].knobs;  // h16_b1_s4096_c4096
+    ds["numerics"] = "deepseek_ue8m0";
+    v.push_back({"h16_b1_s4096_c4096_ue8m0", "DeepSeek-V3.2 numerics (deepseek_ue8m0), H=16, page 64", ds});
+    ds["topk"] = 2048;
+    v.push_back({"h16_b1_s4096_c4096_ue8m0_topk2048", "DeepSeek-V3.2 prefill: ue8m0 and topk_indices of 2048", ds});
     return v;
   }
 
@@ -389,7 +423,13 @@ class MlaPrefillFp8Driver final : public OpDriver {
         }
       }
     }
-    Tensor& gamma = b.add("kv_norm_gamma", DType::bf16, {latent});
+    const std::string numerics = k["numerics"];
+    if (numerics != "max" && numerics != "deepseek" && numerics != "deepseek_ue8m0")
+      throw InputError("mla_prefill_fp8: numerics must be max, deepseek or deepseek_ue8m0");
+    const bool f32_gamma = k["gamma_dtype"] == "f32";
+    if (!f32_gamma && k["gamma_dtype"] != "bf16") throw InputError("mla_prefill_fp8: gamma_dtype must be bf16 or f32");
+    if (f32_gamma && numerics == "max") throw InputError("mla_prefill_fp8: gamma_dtype f32 needs a deepseek numerics profile");
+    Tensor& gamma = b.add("kv_norm_gamma", f32_gamma ? DType::f32 : DType::bf16, {latent});
     fill_uniform(gamma, rng, 0.25, 1.75);
 
     CacheLayout layout;
@@ -468,6 +508,29 @@ class MlaPrefillFp8Driver final : public OpDriver {
                                              : static_cast<float>(k["scale"].get<double>());
     int64_t buffer_length = 0;
     for (int64_t x : window) buffer_length += x;
+
+    const int64_t top_k = k["topk"].get<int64_t>();
+    if (top_k < 0) throw InputError("mla_prefill_fp8: topk must be >= 0");
+    if (top_k > 0) {
+      // Per query: distinct random positions of its sequence up to its own (some below the window
+      // when cache_offsets > 0), one future position (never visible), the rest -1.
+      Tensor& idx = b.add("topk_indices", DType::i32, {T, top_k});
+      std::fill_n(idx.data<std::int32_t>(), idx.numel(), -1);
+      int64_t t = 0;
+      for (int64_t s = 0; s < B; ++s)
+        for (int64_t i = 0; i < seq[s]; ++i, ++t) {
+          if (s == 0 && i == 0) continue;  // a query that selects nothing: output 0
+          const int64_t pos = cache_len[s] + i;
+          std::vector<int64_t> pool(static_cast<std::size_t>(pos + 1));
+          for (int64_t p = 0; p <= pos; ++p) pool[p] = p;
+          const int64_t want = std::min<int64_t>(top_k - 1, pos + 1);
+          for (int64_t e = 0; e < want; ++e) {
+            std::swap(pool[e], pool[rng.integer(e, pos)]);
+            idx.data<std::int32_t>()[t * top_k + e] = static_cast<std::int32_t>(pool[e]);
+          }
+          idx.data<std::int32_t>()[t * top_k + want] = static_cast<std::int32_t>(pos + 1 + rng.integer(0, 3));
+        }
+    }
     b.params = json{{"num_heads", H},
                     {"nope", nope},
                     {"rope", rope},
@@ -480,6 +543,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
                     {"buffer_length", buffer_length},
                     {"layer_idx", layer},
                     {"page_size", ps}};
+    if (numerics != "max") b.params["numerics"] = numerics;
     return b;
   }
 
@@ -550,7 +614,7 @@ class MlaPrefillFp8Driver final : public OpDriver {
   json tolerance(const Bundle& b) const override {
     const MlaPrefillFp8Desc d = desc_from_params(b.params);
     const double groups = static_cast<double>((d.latent + d.bk - 1) / d.bk);
-    return json{
+    json t{
         {"out.q",
          {{"untouched", "exact"},
           {"rope_ulps", 1},
@@ -577,6 +641,11 @@ class MlaPrefillFp8Driver final : public OpDriver {
                      "rounding boundary counts one bf16 step), of the scores (score_eps, through exp(±2Δ)) "
                      "and of the softmax sums; each (token, head) row by cosine"}}},
     };
+    if (d.numerics != MlaNumerics::max)
+      t["out.output"]["reason"] = t["out.output"]["reason"].get<std::string>() +
+                                  ". deepseek profile: a softmax weight near a bf16 rounding boundary may round either "
+                                  "way, its bf16 step times |V| joins the bound";
+    return t;
   }
 
   std::vector<Comparison> compare(const Bundle& expected, const Bundle& candidate) const override {
@@ -668,12 +737,29 @@ class MlaPrefillFp8Driver final : public OpDriver {
     const double N = H * static_cast<double>(d.nope + d.v);
     const double BL = static_cast<double>(param_integer(b, "buffer_length"));
     const double T = static_cast<double>(b.at("q").shape()[0]);
+    // (query, key) pairs attended: the causal window, or with topk_indices the distinct listed
+    // positions inside it.
+    const Tensor* topk = b.has("topk_indices") ? &b.at("topk_indices") : nullptr;
+    std::vector<char> listed;
     double pairs = 0;
     for (int64_t s = 0; s + 1 < iro.numel(); ++s) {
       const int64_t window = static_cast<int64_t>(u32(bro, s + 1)) - u32(bro, s);
       for (int64_t i = 0; i < static_cast<int64_t>(u32(iro, s + 1)) - u32(iro, s); ++i) {
         const int64_t pos = static_cast<int64_t>(u32(lens, s)) + i;
-        pairs += static_cast<double>(std::clamp<int64_t>(pos - u32(co, s) + 1, 0, window));
+        const int64_t causal = std::clamp<int64_t>(pos - u32(co, s) + 1, 0, window);
+        if (topk == nullptr) {
+          pairs += static_cast<double>(causal);
+          continue;
+        }
+        listed.assign(static_cast<std::size_t>(causal), 0);
+        const int64_t k = topk->shape()[1], t = static_cast<int64_t>(u32(iro, s)) + i;
+        for (int64_t e = 0; e < k; ++e) {
+          const int64_t j = static_cast<int64_t>(topk->data<std::int32_t>()[t * k + e]) - u32(co, s);
+          if (topk->data<std::int32_t>()[t * k + e] >= 0 && j >= 0 && j < causal && !listed[j]) {
+            listed[j] = 1;
+            pairs += 1;
+          }
+        }
       }
     }
     Work w;

@@ -27,6 +27,8 @@ bool check_dims(Validator& v, const MlaPrefillFp8Desc& d) {
   for (const auto& [name, value] : dims)
     if (!v.positive(name, value) || !v.at_most(name, value, "2^24", kMaxDim)) return false;
   if (d.rope % 2 != 0) return v.fail("rope", "=" + str(d.rope) + " (must be even: RoPE rotates interleaved pairs)");
+  if (d.numerics != MlaNumerics::max && d.numerics != MlaNumerics::deepseek && d.numerics != MlaNumerics::deepseek_ue8m0)
+    return v.fail("numerics", "=" + str(static_cast<int>(d.numerics)) + " (expected max, deepseek or deepseek_ue8m0)");
   if (!std::isfinite(d.scale)) return v.fail("scale", "=" + std::to_string(d.scale) + " (must be finite)");
   if (!std::isfinite(d.epsilon) || !(d.epsilon > 0))
     return v.fail("epsilon", "=" + std::to_string(d.epsilon) +
@@ -99,7 +101,8 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
                                         {"buffer_row_offsets", &a.buffer_row_offsets},
                                         {"cache_offsets", &a.cache_offsets},
                                         {"kv_b_proj", &a.kv_b_proj},
-                                        {"kv_b_proj_scale", &a.kv_b_proj_scale}};
+                                        {"kv_b_proj_scale", &a.kv_b_proj_scale},
+                                        {"topk_indices", &a.topk_indices}};
   const Validator::NamedView writes[] = {{"kv_cache.blocks", &a.kv_cache.blocks}, {"q", &a.q}, {"output", &a.output}};
   if (!v.same_memory(writes, reads, space)) return v.status();
 
@@ -109,7 +112,12 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
   if (!v.row_offsets("input_row_offsets", a.input_row_offsets, T)) return v.status();
   const std::int64_t B = a.input_row_offsets.shape[0] - 1;
   if (!v.tensor("freqs_cis", a.freqs_cis, {DType::bf16, DType::f32}, {kAnyDim, d.rope})) return v.status();
-  if (!v.tensor("kv_norm_gamma", a.kv_norm_gamma, {DType::bf16}, {d.latent})) return v.status();
+  // DeepSeek's checkpoints keep the norm weight in bf16 or f32; the spec's own profile has bf16.
+  if (d.numerics == MlaNumerics::max) {
+    if (!v.tensor("kv_norm_gamma", a.kv_norm_gamma, {DType::bf16}, {d.latent})) return v.status();
+  } else if (!v.tensor("kv_norm_gamma", a.kv_norm_gamma, {DType::bf16, DType::f32}, {d.latent})) {
+    return v.status();
+  }
   CacheExpect expect{{DType::bf16}};
   expect.kv_dim = 1;
   expect.num_kv_heads = 1;
@@ -142,6 +150,7 @@ Status validate_mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8A
   if (!v.tensor("kv_b_proj_scale", a.kv_b_proj_scale, {DType::f32},
                 {(kv_rows + d.bn - 1) / d.bn, (d.latent + d.bk - 1) / d.bk}))
     return v.status();
+  if (!v.optional_tensor("topk_indices", a.topk_indices, {DType::i32}, {T, kAnyDim})) return v.status();
   if (!v.tensor("output", a.output, {DType::bf16}, {T, H, d.v})) return v.status();
 
   if (v.reads_metadata() && !check_positions(v, a, B)) return v.status();
@@ -168,6 +177,7 @@ struct MlaTraits {
             {"cache_offsets", &a.cache_offsets, Role::metadata},
             {"kv_b_proj", &a.kv_b_proj, Role::data},
             {"kv_b_proj_scale", &a.kv_b_proj_scale, Role::data},
+            {"topk_indices", &a.topk_indices, Role::data},
             {"output", &a.output, Role::written}};
   }
   static Status validate(const Desc& d, const Args& a, MemorySpace* space, Checks c) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/shared/mla_prefill_fp8_norm.hpp"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::reference {
@@ -14,17 +15,7 @@ namespace {
 
 using std::int64_t;
 
-// f64 -> bf16 with a single rounding (nearest, ties to even). Going through f32 with plain
-// rounding could round twice; rounding to f32 "to odd" first keeps the result exact, because f32
-// carries more than two bits beyond bf16's precision.
-std::uint16_t bf16_once(double d) {
-  float f = static_cast<float>(d);
-  if (std::isnan(d)) return f32_to_bf16(f);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);  // toward zero
-  std::uint32_t bits = f32_to_bits(f);
-  if (static_cast<double>(f) != d) bits |= 1u;  // inexact: make the last bit odd
-  return f32_to_bf16(bits_to_f32(bits));
-}
+using mla_prefill_fp8_norm::bf16_once;
 
 double bf16_value(std::uint16_t b) { return static_cast<double>(bf16_to_f32(b)); }
 double bf16_round(double d) { return bf16_value(bf16_once(d)); }
@@ -115,7 +106,10 @@ void mla_prefill_fp8_update(const MlaPrefillFp8Desc& desc, const MlaPrefillFp8Ar
       for (int64_t h = 0; h < c.H; ++h) rotate(c, q + (t * c.H + h) * c.qk + c.nope, pos);
       std::uint16_t* row = c.cache_row(b, pos);
       rotate(c, row + c.latent, pos);
-      normalize(c, row);
+      if (desc.numerics == MlaNumerics::max) normalize(c, row);
+      else
+        mla_prefill_fp8_norm::rms_norm_once(row, c.latent, args.kv_norm_gamma.data,
+                                            args.kv_norm_gamma.dtype == DType::f32, desc.epsilon);
     }
   }
 }
@@ -132,6 +126,9 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
   const auto* w = args.kv_b_proj.as<const std::uint8_t>();
   const auto* w_scale = args.kv_b_proj_scale.as<const float>();
   const double scale = desc.scale;
+  const bool round_p = desc.numerics != MlaNumerics::max;  // deepseek: weights normalized, then bf16
+  const auto* topk = args.topk_indices.as<const std::int32_t>();
+  const int64_t top_k = topk ? args.topk_indices.shape[1] : 0;
 
   double fp8[256];
   for (int i = 0; i < 256; ++i) fp8[i] = f8e4m3_to_f32(static_cast<std::uint8_t>(i));
@@ -158,7 +155,11 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
       for (int64_t k = 0; k < c.latent; ++k) x[k] = bf16_to_f32(row[k]);
       for (int64_t g = 0; g < c.groups; ++g) {
         const int64_t k0 = g * c.bk, n = std::min(c.bk, c.latent - k0);
-        sa[j * c.groups + g] = quant::quantize_group(x.data() + k0, n, codes.data() + k0);
+        sa[j * c.groups + g] = desc.numerics == MlaNumerics::max
+                                   ? quant::quantize_group(x.data() + k0, n, codes.data() + k0)
+                                   : quant::quantize_group_deepseek(x.data() + k0, n,
+                                                                    desc.numerics == MlaNumerics::deepseek_ue8m0,
+                                                                    codes.data() + k0);
       }
       for (int64_t k = 0; k < c.latent; ++k) xq[j * c.latent + k] = fp8[codes[k]];
       for (int64_t r = 0; r < c.rope; ++r) k_rope[j * c.rope + r] = bf16_value(row[c.latent + r]);
@@ -195,11 +196,23 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
       // Step 7: causal attention of this sequence's queries over the visible buffer rows.
       std::vector<double> score(static_cast<std::size_t>(rows)), score_err(static_cast<std::size_t>(rows));
       std::vector<double> qd(static_cast<std::size_t>(c.qk));
+      std::vector<char> chosen(static_cast<std::size_t>(rows));
+      std::vector<int64_t> keys;  // the visible keys of the query, ascending
       for (int64_t i = 0; i < seq_len; ++i) {
         const int64_t t = first_t + i, pos = cache_len + i;
         std::uint16_t* o = out + (t * c.H + h) * c.v;
         double* o_bound = want_bound ? bound + (t * c.H + h) * c.v : nullptr;
-        const int64_t visible = pos < offset ? 0 : std::min(rows, pos - offset + 1);
+        const int64_t causal = pos < offset ? 0 : std::min(rows, pos - offset + 1);
+        // topk_indices: only the keys whose position the query's row names.
+        std::fill(chosen.begin(), chosen.end(), static_cast<char>(topk == nullptr));
+        for (int64_t e = 0; e < top_k; ++e) {
+          const int64_t j = static_cast<int64_t>(topk[t * top_k + e]) - offset;
+          if (topk[t * top_k + e] >= 0 && j >= 0 && j < rows) chosen[j] = 1;
+        }
+        keys.clear();
+        for (int64_t j = 0; j < causal; ++j)
+          if (chosen[j]) keys.push_back(j);
+        const int64_t visible = static_cast<int64_t>(keys.size());
         if (visible == 0) {  // no key to attend to: the output row is 0
           for (int64_t e = 0; e < c.v; ++e) {
             o[e] = bf16_once(0.0);
@@ -209,7 +222,8 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
         }
         for (int64_t e = 0; e < c.qk; ++e) qd[e] = bf16_value(q[(t * c.H + h) * c.qk + e]);
         double max_score = -INFINITY, max_abs_sum = 0;
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t n = 0; n < visible; ++n) {
+          const int64_t j = keys[n];
           const double* kr = kv.data() + j * c.kv_cols;
           double dot = 0, abs_sum = 0, spread = 0;
           for (int64_t e = 0; e < c.nope; ++e) dot += qd[e] * kr[e];
@@ -230,29 +244,39 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
         }
         // Softmax in f64. A NaN score makes the sum NaN and with it the whole row (propagation).
         double denom = 0;
-        for (int64_t j = 0; j < visible; ++j) {
+        for (const int64_t j : keys) {
           score[j] = std::exp(score[j] - max_score);
           denom += score[j];
         }
         double delta = 0;
         if (want_bound)
-          for (int64_t j = 0; j < visible; ++j) delta = std::max(delta, score_err[j] + model->score_eps * max_abs_sum);
+          for (const int64_t j : keys) delta = std::max(delta, score_err[j] + model->score_eps * max_abs_sum);
+        const double sm = want_bound ? model->softmax_eps_per_key * static_cast<double>(visible) + model->softmax_eps_fixed : 0;
+        const double grow = want_bound ? std::exp(2 * delta) * (1 + sm) : 1;
+        // deepseek: p_j = bf16(exp(s_j - max) / denom), P·V over those weights, no later division.
+        // Another back-end's p_j is within (grow - 1)·p_j of the exact one, so its bf16 weight may
+        // round to a neighbour: that spread, times |V_jd|, joins the bound.
+        if (round_p)
+          for (const int64_t j : keys) {
+            const double p = score[j] / denom;
+            score_err[j] = want_bound ? rounding_spread(p, (grow - 1) * p) : 0;  // reused: the weight's spread
+            score[j] = bf16_round(p);
+          }
+        const double norm = round_p ? 1.0 : denom;
         for (int64_t e = 0; e < c.v; ++e) {
-          double acc = 0, weighted_abs = 0, weighted_spread = 0;
-          for (int64_t j = 0; j < visible; ++j) {
+          double acc = 0, weighted_abs = 0, weighted_spread = 0, weight_spread = 0;
+          for (const int64_t j : keys) {
             const double vj = kv[j * c.kv_cols + c.nope + e];
             acc += score[j] * vj;
             if (want_bound) {
               weighted_abs += score[j] * std::fabs(vj);
               weighted_spread += score[j] * kv_spread[j * c.kv_cols + c.nope + e];
+              if (round_p) weight_spread += score_err[j] * std::fabs(vj);
             }
           }
-          o[e] = bf16_once(acc / denom);
-          if (o_bound) {
-            const double sm = model->softmax_eps_per_key * static_cast<double>(visible) + model->softmax_eps_fixed;
-            const double grow = std::exp(2 * delta) * (1 + sm);
-            o_bound[e] = grow * (weighted_spread / denom) + (grow - 1) * (weighted_abs / denom);
-          }
+          o[e] = bf16_once(acc / norm);
+          if (o_bound)
+            o_bound[e] = grow * (weighted_spread / norm) + (grow - 1) * (weighted_abs / norm) + weight_spread;
         }
       }
     }

@@ -1,6 +1,6 @@
 // FP8 group quantization kernels at every level against the scalar definitions: the encoder
 // over every bf16 bit pattern times factors from 0 to 2^40 (inf and NaN included) against
-// mlakit::f32_to_f8e4m3 of the f32 product, bit for bit; the group maximum on rows with NaN,
+// mlakit::f32_to_f8e4m3 of the f32 product, bit for bit, and the dividing encoder likewise; the group maximum on rows with NaN,
 // ±inf and -0; sizes around the vector width, unaligned, nothing written past n.
 #include <gtest/gtest.h>
 
@@ -41,6 +41,34 @@ TEST_P(Fp8Quant, EncodesEveryBf16PatternAsTheScalarConversion) {
     if (inv == 1.0f) {
       EXPECT_EQ(seen.size(), 255u) << "every code but 0xFF (NaN encodes as 0x7F)";
     }
+  }
+}
+
+// The deepseek quantizer divides: every bf16 pattern over scales from subnormal to inf (a
+// power of two and the general amax·f32(1/448) kind), against the scalar f32 division.
+TEST_P(Fp8Quant, DividingEncoderMatchesTheScalarDivisionOnEveryBf16Pattern) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  std::vector<std::uint16_t> x(1 + 65536);
+  for (std::uint32_t b = 0; b < 65536; ++b) x[1 + b] = static_cast<std::uint16_t>(b);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float sa : {1.0f, 3.7f * (1.0f / 448.0f), 1e-4f * (1.0f / 448.0f), 0x1p-20f, 0x1p-140f, 0x1p100f, 0.0f, inf, nan,
+                   -2.5f}) {
+    std::vector<std::uint8_t> codes(1 + 65536 + 1, 0xA5);
+    table().encode_div_bf16(x.data() + 1, 65536, sa, codes.data() + 1);
+    for (std::uint32_t b = 0; b < 65536; ++b) {
+      const std::uint8_t want = f32_to_f8e4m3(bf16_to_f32(static_cast<std::uint16_t>(b)) / sa);
+      ASSERT_EQ(codes[1 + b], want) << table().level << " bf16 " << b << " sa " << sa;
+    }
+    EXPECT_EQ(codes[0], 0xA5);
+    EXPECT_EQ(codes[65537], 0xA5);
+  }
+  for (std::size_t n = 0; n <= 40; ++n) {  // short rows: nothing written past them
+    std::vector<std::uint8_t> codes(n + 3, 0x5A);
+    table().encode_div_bf16(x.data() + 1 + 1000 * n, n, 0.37f, codes.data() + 1);
+    EXPECT_EQ(codes[0], 0x5A) << n;
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(codes[1 + i], f32_to_f8e4m3(bf16_to_f32(x[1 + 1000 * n + i]) / 0.37f)) << table().level << " n " << n;
+    EXPECT_EQ(codes[n + 1], 0x5A) << n;
   }
 }
 

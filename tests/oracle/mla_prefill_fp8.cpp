@@ -6,6 +6,7 @@
 #include <complex>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace mlakit::oracle {
@@ -40,11 +41,24 @@ struct GroupQuant {
   std::vector<int> codes;
 };
 
-GroupQuant quantize(const std::vector<double>& x) {
+GroupQuant quantize(const std::vector<double>& x, const std::string& numerics) {
   double amax = 0;
   for (double e : x)
     if (!std::isnan(e)) amax = std::fmax(amax, std::fabs(e));
   GroupQuant g;
+  if (numerics != "max") {
+    // DeepSeek's act_quant: floor 1e-4, times f32(1/448); ue8m0: up to the next power of two (log2
+    // and ceil, as the source writes it); codes from x / sa.
+    const float a = static_cast<float>(std::fmax(amax, static_cast<double>(1e-4f)));
+    g.sa = static_cast<float>(static_cast<double>(a) * static_cast<double>(static_cast<float>(1.0 / 448.0)));
+    if (numerics == "deepseek_ue8m0") g.sa = static_cast<float>(std::exp2(std::ceil(std::log2(static_cast<double>(g.sa)))));
+    for (double e : x) {
+      float y = static_cast<float>(e / static_cast<double>(g.sa));
+      if (!std::isnan(y)) y = std::fmin(std::fmax(y, -448.0f), 448.0f);
+      g.codes.push_back(nearest_fp8_code(y));
+    }
+    return g;
+  }
   g.sa = static_cast<float>(std::fmin(amax, 1200.0) / 448.0);
   float inv = 0;
   if (g.sa != 0) {
@@ -90,6 +104,8 @@ void mla_prefill_fp8(Bundle& b) {
   const int64_t H = p.at("num_heads"), nope = p.at("nope"), rope = p.at("rope"), v = p.at("v"),
                 latent = p.at("latent"), bn = p.at("bn"), bk = p.at("bk"), layer = p.at("layer_idx");
   const double scale = p.at("scale").get<double>(), eps = p.at("epsilon").get<double>();
+  const std::string numerics = p.value("numerics", std::string("max"));
+  const bool deepseek = numerics != "max";
   const int64_t qk = nope + rope, hs = latent + rope, N = H * (nope + v);
 
   Tensor& q = b.copy_to_output("q");
@@ -130,7 +146,8 @@ void mla_prefill_fp8(Bundle& b) {
       for (int64_t k = 0; k < latent; ++k) mean_sq += bits_to_double(r[k]) * bits_to_double(r[k]) / static_cast<double>(latent);
       const double rms = std::sqrt(mean_sq + eps);
       for (int64_t k = 0; k < latent; ++k)
-        r[k] = round_to_bf16_bits(bf16_of(bits_to_double(r[k]) / rms) * gamma.value(k));
+        r[k] = deepseek ? round_to_bf16_bits(gamma.value(k) * (bits_to_double(r[k]) / rms))  // one rounding
+                        : round_to_bf16_bits(bf16_of(bits_to_double(r[k]) / rms) * gamma.value(k));
     }
   }
 
@@ -152,7 +169,7 @@ void mla_prefill_fp8(Bundle& b) {
       for (int64_t g = 0; g * bk < latent; ++g) {
         std::vector<double> vals;
         for (int64_t k = g * bk; k < std::min(latent, (g + 1) * bk); ++k) vals.push_back(bits_to_double(r[k]));
-        const GroupQuant qg = quantize(vals);
+        const GroupQuant qg = quantize(vals, numerics);
         for (std::size_t i = 0; i < vals.size(); ++i)
           x(j, g * bk + static_cast<int64_t>(i)) = fp8_code_value(qg.codes[i]) * static_cast<double>(qg.sa);
       }
@@ -170,9 +187,16 @@ void mla_prefill_fp8(Bundle& b) {
     for (int64_t h = 0; h < H; ++h) {
       Mat S(sl, nb), P(sl, nb);
       std::vector<std::vector<bool>> visible(static_cast<std::size_t>(sl), std::vector<bool>(static_cast<std::size_t>(nb)));
+      const Tensor* topk = b.has("topk_indices") ? &b.at("topk_indices") : nullptr;
       for (int64_t i = 0; i < sl; ++i)
         for (int64_t j = 0; j < nb; ++j) {
           visible[i][j] = off + j <= cl + i;
+          if (topk) {  // DeepSeek-V3.2's index mask: the position must be one of the query's top-k
+            bool listed = false;
+            for (int64_t e = 0; e < topk->shape()[1]; ++e)
+              listed = listed || topk->data<std::int32_t>()[(first + i) * topk->shape()[1] + e] == off + j;
+            visible[i][j] = visible[i][j] && listed;
+          }
           double dot = 0;
           for (int64_t e = 0; e < qk; ++e) {
             const double qe = q.value(((first + i) * H + h) * qk + e);
@@ -193,7 +217,7 @@ void mla_prefill_fp8(Bundle& b) {
         double sum = 0;
         for (int64_t j = 0; j < nb; ++j)
           if (visible[i][j]) sum += (P(i, j) = nan ? std::nan("") : std::exp(S(i, j) - mx));
-        for (int64_t j = 0; j < nb; ++j) P(i, j) /= sum;
+        for (int64_t j = 0; j < nb; ++j) P(i, j) = deepseek ? bf16_of(P(i, j) / sum) : P(i, j) / sum;
         for (int64_t d = 0; d < v; ++d) {
           double o = 0;
           for (int64_t j = 0; j < nb; ++j)

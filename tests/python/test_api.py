@@ -58,6 +58,7 @@ def call_api(g, backend):
                                cache(t, "kv_cache", blocks), t["buffer_row_offsets"], t["cache_offsets"], t["kv_b_proj"],
                                t["kv_b_proj_scale"], buffer_length=p["buffer_length"], nope=p["nope"], rope=p["rope"],
                                v=p["v"], bn=p["bn"], bk=p["bk"], scale=p["scale"], epsilon=p["epsilon"],
+                               numerics=p.get("numerics", "max"), topk_indices=t.get("topk_indices"),
                                layer_idx=p["layer_idx"], out=out, backend=backend)
         return {"out.output": out, "out.q": q, "out.kv_cache.blocks": blocks}
     if g.op == "sparse_mla_prefill":

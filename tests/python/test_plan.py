@@ -22,10 +22,12 @@ def planned_call(g):
                 {"out.output_indices": out})
     if g.op == "msa_block_indexer":
         q = t["q"]
-        out = poisoned((q.shape[1], q.shape[0], p["topk"]), np.int32)
+        reduce = p.get("reduce_heads", False)
+        out = poisoned((1 if reduce else q.shape[1], q.shape[0], p["topk"]), np.int32)
         return (mlakit.msa_block_indexer, (q, t["input_row_offsets"], t["prefix_lens"], cache(t, "k_cache")),
                 dict(block_size=p["block_size"], topk=p["topk"], init_blocks=p["init_blocks"],
-                     local_blocks=p["local_blocks"], scale=p["scale"], layer_idx=p["layer_idx"], out=out),
+                     local_blocks=p["local_blocks"], scale=p["scale"], reduce_heads=reduce, layer_idx=p["layer_idx"],
+                     out=out),
                 {"out.out_idxs": out})
     if g.op == "mla_prefill_fp8":
         q, blocks = t["q"].copy(), t["kv_cache.blocks"].copy()
@@ -34,7 +36,8 @@ def planned_call(g):
                 (q, t["input_row_offsets"], t["freqs_cis"], t["kv_norm_gamma"], cache(t, "kv_cache", blocks),
                  t["buffer_row_offsets"], t["cache_offsets"], t["kv_b_proj"], t["kv_b_proj_scale"]),
                 dict(buffer_length=p["buffer_length"], nope=p["nope"], rope=p["rope"], v=p["v"], bn=p["bn"],
-                     bk=p["bk"], scale=p["scale"], epsilon=p["epsilon"], layer_idx=p["layer_idx"], out=out),
+                     bk=p["bk"], scale=p["scale"], epsilon=p["epsilon"], numerics=p.get("numerics", "max"),
+                     topk_indices=t.get("topk_indices"), layer_idx=p["layer_idx"], out=out),
                 {"out.output": out, "out.q": q, "out.kv_cache.blocks": blocks})
     if g.op == "sparse_mla_prefill":
         q = t["q"]

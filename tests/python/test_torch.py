@@ -88,7 +88,7 @@ def op_args(g, device="cpu"):
         args = (q, tt("input_row_offsets"), tt("freqs_cis"), tt("kv_norm_gamma"), c.blocks, c.lookup_table,
                 c.cache_lengths, tt("buffer_row_offsets"), tt("cache_offsets"), tt("kv_b_proj"), tt("kv_b_proj_scale"),
                 p["buffer_length"], p["nope"], p["rope"], p["v"], p["bn"], p["bk"], p["scale"], p["epsilon"],
-                p["layer_idx"], out)
+                p.get("numerics", "max"), tt("topk_indices") if "topk_indices" in t else None, p["layer_idx"], out)
         return ops.mla_prefill_fp8.default, args, {"out.output": out, "out.q": q, "out.kv_cache.blocks": c.blocks}
     if g.op == "sparse_mla_prefill":
         c = torch_cache(t, "kv_cache", device)

@@ -30,6 +30,9 @@ enum class Flaw {
   epsilon_ignored,       // RMSNorm without epsilon
   gather_before_update,  // attention reads the cache rows as they were before steps 1-2
   kv_scale_group_shift,  // activation group scale of the next group (wrapping)
+  topk_ignored,          // topk_indices not applied: every causal key attended
+  p_not_rounded,         // deepseek profiles: softmax weights kept in f32 (not rounded to bf16)
+  ue8m0_not_pow2,        // deepseek_ue8m0 quantized as deepseek (scale not rounded up to 2^k)
 };
 
 const char* flaw_name(Flaw f) {
@@ -42,6 +45,9 @@ const char* flaw_name(Flaw f) {
     case Flaw::epsilon_ignored: return "epsilon_ignored";
     case Flaw::gather_before_update: return "gather_before_update";
     case Flaw::kv_scale_group_shift: return "kv_scale_group_shift";
+    case Flaw::topk_ignored: return "topk_ignored";
+    case Flaw::p_not_rounded: return "p_not_rounded";
+    case Flaw::ue8m0_not_pow2: return "ue8m0_not_pow2";
   }
   return "?";
 }
@@ -58,6 +64,9 @@ void f32_model(Bundle& b, Flaw flaw, bool bump_amax = false) {
   const float scale = static_cast<float>(p.at("scale").get<double>());
   const float eps = flaw == Flaw::epsilon_ignored ? 0.0f : static_cast<float>(p.at("epsilon").get<double>());
   const int64_t qk = nope + rope, hs = latent + rope, N = H * (nope + v), groups = (latent + bk - 1) / bk;
+  const std::string numerics = p.value("numerics", std::string("max"));
+  const bool deepseek = numerics != "max";
+  const bool ue8m0 = numerics == "deepseek_ue8m0" && flaw != Flaw::ue8m0_not_pow2;
   b.remove_outputs();
   Tensor& q = b.copy_to_output("q");
   Tensor& blocks = b.copy_to_output("kv_cache.blocks");
@@ -88,8 +97,10 @@ void f32_model(Bundle& b, Flaw flaw, bool bump_amax = false) {
       float ss = 0;
       for (int64_t k = 0; k < latent; ++k) ss += bf(r[k]) * bf(r[k]);
       const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(latent) + eps);
-      for (int64_t k = 0; k < latent; ++k)
-        r[k] = f32_to_bf16(round_to_bf16(bf(r[k]) * inv_rms) * static_cast<float>(b.at("kv_norm_gamma").value(k)));
+      for (int64_t k = 0; k < latent; ++k) {
+        const float g = static_cast<float>(b.at("kv_norm_gamma").value(k));
+        r[k] = deepseek ? f32_to_bf16(g * (bf(r[k]) * inv_rms)) : f32_to_bf16(round_to_bf16(bf(r[k]) * inv_rms) * g);
+      }
     }
 
   for (int64_t s = 0; bump_amax && s < B; ++s) {
@@ -124,6 +135,8 @@ void f32_model(Bundle& b, Flaw flaw, bool bump_amax = false) {
           const float inv = quant::group_inverse(s_nocap);
           for (int64_t k = k0; k < k0 + n; ++k) codes[j * latent + k] = quant::quantize_value(x[k], inv);
           sa[j * groups + g] = s_nocap;
+        } else if (deepseek) {
+          sa[j * groups + g] = quant::quantize_group_deepseek(x.data() + k0, n, ue8m0, codes.data() + j * latent + k0);
         } else {
           sa[j * groups + g] = quant::quantize_group(x.data() + k0, n, codes.data() + j * latent + k0);
         }
@@ -144,33 +157,45 @@ void f32_model(Bundle& b, Flaw flaw, bool bump_amax = false) {
         }
         kv[j * N + n] = round_to_bf16(acc);
       }
+    const Tensor* topk = b.has("topk_indices") && flaw != Flaw::topk_ignored ? &b.at("topk_indices") : nullptr;
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < sl; ++i) {
         const int64_t pos = cl + i;
-        int64_t visible = pos < off ? 0 : std::min(rows, pos - off + 1);
-        if (flaw == Flaw::mask_excludes_self && visible > 0 && off + visible - 1 == pos) --visible;
+        int64_t causal = pos < off ? 0 : std::min(rows, pos - off + 1);
+        if (flaw == Flaw::mask_excludes_self && causal > 0 && off + causal - 1 == pos) --causal;
+        std::vector<int64_t> keys;
+        for (int64_t j = 0; j < causal; ++j) {
+          bool chosen = topk == nullptr;
+          for (int64_t e = 0; topk && e < topk->shape()[1]; ++e)
+            chosen = chosen || topk->data<std::int32_t>()[(first + i) * topk->shape()[1] + e] == off + j;
+          if (chosen) keys.push_back(j);
+        }
         std::uint16_t* o = out.data<std::uint16_t>() + ((first + i) * H + h) * v;
-        if (visible == 0) {
+        if (keys.empty()) {
           for (int64_t e = 0; e < v; ++e) o[e] = 0;
           continue;
         }
         const std::uint16_t* qr = q.data<std::uint16_t>() + ((first + i) * H + h) * qk;
-        std::vector<float> sc(static_cast<std::size_t>(visible));
+        std::vector<float> sc(keys.size());
         float mx = -INFINITY;
-        for (int64_t j = 0; j < visible; ++j) {
+        for (std::size_t n = 0; n < keys.size(); ++n) {
+          const int64_t j = keys[n];
           const std::uint16_t* kr = source.data<std::uint16_t>() + row_index(s, off + j) + latent;
           float dot = 0;
           for (int64_t e = 0; e < nope; ++e) dot += bf(qr[e]) * kv[j * N + h * (nope + v) + e];
           for (int64_t e = 0; e < rope; ++e) dot += bf(qr[nope + e]) * bf(kr[e]);
-          sc[j] = scale * dot;
-          if (sc[j] > mx) mx = sc[j];
+          sc[n] = scale * dot;
+          if (sc[n] > mx) mx = sc[n];
         }
         float sum = 0;
         for (auto& e : sc) sum += (e = std::exp(e - mx));
+        const bool round_p = deepseek && flaw != Flaw::p_not_rounded;
+        if (deepseek)  // weights normalized in f32 first, then (the profile) rounded to bf16
+          for (auto& e : sc) e = round_p ? round_to_bf16(e / sum) : e / sum;
         for (int64_t e = 0; e < v; ++e) {
           float acc = 0;
-          for (int64_t j = 0; j < visible; ++j) acc += sc[j] * kv[j * N + h * (nope + v) + nope + e];
-          o[e] = f32_to_bf16(acc / sum);
+          for (std::size_t n = 0; n < keys.size(); ++n) acc += sc[n] * kv[keys[n] * N + h * (nope + v) + nope + e];
+          o[e] = f32_to_bf16(deepseek ? acc : acc / sum);
         }
       }
   }
@@ -277,7 +302,8 @@ TEST_P(MlaPrefillFp8FlawedModel, IsCaught) {
 INSTANTIATE_TEST_SUITE_P(Flaws, MlaPrefillFp8FlawedModel,
                          ::testing::Values(Flaw::mask_excludes_self, Flaw::no_amax_cap, Flaw::rope_reversed,
                                            Flaw::weight_scale_row0, Flaw::epsilon_ignored, Flaw::gather_before_update,
-                                           Flaw::kv_scale_group_shift),
+                                           Flaw::kv_scale_group_shift, Flaw::topk_ignored, Flaw::p_not_rounded,
+                                           Flaw::ue8m0_not_pow2),
                          [](const ::testing::TestParamInfo<Flaw>& info) { return std::string(flaw_name(info.param)); });
 
 }  // namespace

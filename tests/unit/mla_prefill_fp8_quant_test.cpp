@@ -116,5 +116,51 @@ TEST(MlaPrefillFp8Quant, AgreesWithAnIndependentDerivation) {
   EXPECT_GT(checked, 50000);
 }
 
+// ---- the deepseek profiles (DeepSeek's act_quant) -------------------------------------------------
+TEST(MlaPrefillFp8QuantDeepseek, ScaleIsTheFlooredAmaxTimesTheF32Reciprocal) {
+  const float r = static_cast<float>(1.0 / 448.0);
+  for (float amax : {0.0f, 1e-5f, 1e-4f, 0.3f, 448.0f, 1199.0f, 5000.0f, 3.0e38f}) {
+    const float want = (amax > 1e-4f ? amax : 1e-4f) * r;
+    EXPECT_EQ(quant::deepseek_scale(amax, false), want) << amax;  // no cap at 1200
+  }
+  EXPECT_EQ(quant::deepseek_scale(std::numeric_limits<float>::infinity(), false), std::numeric_limits<float>::infinity());
+}
+
+TEST(MlaPrefillFp8QuantDeepseek, Ue8m0RoundsTheScaleUpToAPowerOfTwo) {
+  goldens::Rng rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const float amax = static_cast<float>(std::ldexp(rng.uniform(1, 2), static_cast<int>(rng.integer(-20, 100))));
+    const float s = quant::deepseek_scale(amax, false), p = quant::deepseek_scale(amax, true);
+    // DeepSeek's kernel: 2^ceil(log2(s)), in f64 here.
+    EXPECT_EQ(static_cast<double>(p), std::exp2(std::ceil(std::log2(static_cast<double>(s))))) << amax;
+  }
+  EXPECT_EQ(quant::deepseek_scale(448.0f * 4.0f, true), 4.0f);  // an exact power of two stays
+  EXPECT_EQ(quant::deepseek_scale(0.0f, true), std::exp2(std::ceil(std::log2(static_cast<double>(1e-4f * static_cast<float>(1.0 / 448.0))))));
+  EXPECT_EQ(quant::deepseek_scale(std::numeric_limits<float>::infinity(), true), std::numeric_limits<float>::infinity());
+}
+
+TEST(MlaPrefillFp8QuantDeepseek, CodesComeFromADivision) {
+  // x / sa and x · (1/sa) differ for some x when sa is not a power of two; the profile divides.
+  const float x[4] = {1.0f, 3.0f, 7.0f, 11.0f};
+  std::uint8_t codes[4];
+  const float sa = quant::quantize_group_deepseek(x, 4, false, codes);
+  EXPECT_EQ(sa, 11.0f * static_cast<float>(1.0 / 448.0));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(codes[i], f32_to_f8e4m3(x[i] / sa)) << i;
+  goldens::Rng rng(9);
+  int differs = 0;
+  for (int i = 0; i < 100000; ++i) {  // values whose quotient sits at a tie between two FP8 codes
+    const float s = static_cast<float>(rng.uniform(0.01, 3));
+    const float v = static_cast<float>((1.0625 + static_cast<double>(rng.integer(0, 6)) * 0.125) * s);
+    differs += quant::quantize_value_div(v, s) != quant::quantize_value(v, 1.0f / s);
+  }
+  EXPECT_GT(differs, 0) << "the division is never told from the multiply";
+  // ue8m0: the power-of-two scale makes both the same, inf and NaN included.
+  const float y[3] = {std::numeric_limits<float>::infinity(), -2.5f, std::numeric_limits<float>::quiet_NaN()};
+  std::uint8_t c2[3];
+  const float p = quant::quantize_group_deepseek(y, 3, true, c2);
+  EXPECT_EQ(p, std::numeric_limits<float>::infinity());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c2[i], quant::quantize_value_div(y[i], p)) << i;
+}
+
 }  // namespace
 }  // namespace mlakit

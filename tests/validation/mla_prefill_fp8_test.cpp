@@ -275,6 +275,63 @@ TEST_F(MlaPrefillFp8Validation, OutputShape) {
   expect_rejected("output.shape", "=[7, 3, 17]");
 }
 
+// ---- numerics profiles and topk_indices (DeepSeek's own code) ------------------------------------
+TEST_F(MlaPrefillFp8Validation, NumericsMustBeAProfile) {
+  d.numerics = static_cast<MlaNumerics>(7);
+  expect_rejected("numerics", "=7 (expected max, deepseek or deepseek_ue8m0)");
+}
+TEST_F(MlaPrefillFp8Validation, F32GammaNeedsADeepseekProfile) {
+  Tensor& g32 = extra_.emplace_back(DType::f32, std::vector<int64_t>{d.latent});
+  for (int64_t k = 0; k < d.latent; ++k) g32.data<float>()[k] = 1.0f;
+  a.kv_norm_gamma = g32.view();
+  expect_rejected("kv_norm_gamma.dtype", "=f32 (expected bf16)");
+  for (MlaNumerics n : {MlaNumerics::deepseek, MlaNumerics::deepseek_ue8m0}) {
+    d.numerics = n;
+    const Status s = mla_prefill_fp8(d, a);
+    EXPECT_TRUE(s.ok()) << s.message;
+  }
+}
+TEST_F(MlaPrefillFp8Validation, GammaOtherDtypesStayRefused) {
+  d.numerics = MlaNumerics::deepseek;
+  a.kv_norm_gamma.dtype = DType::f16;
+  expect_rejected("kv_norm_gamma.dtype", "=f16 (expected bf16 or f32)");
+}
+TEST_F(MlaPrefillFp8Validation, TopkIndicesDtype) {
+  a.topk_indices = scratch(DType::u32, {a.q.shape[0], 4});
+  expect_rejected("topk_indices.dtype", "=u32 (expected i32)");
+}
+TEST_F(MlaPrefillFp8Validation, TopkIndicesRows) {
+  a.topk_indices = scratch(DType::i32, {a.q.shape[0] + 1, 4});
+  expect_rejected("topk_indices.shape", "=[8, 4] (expected [7, *])");
+}
+TEST_F(MlaPrefillFp8Validation, TopkIndicesRank) {
+  a.topk_indices = scratch(DType::i32, {a.q.shape[0] * 4});
+  expect_rejected("topk_indices.rank", "=1");
+}
+TEST_F(MlaPrefillFp8Validation, TopkIndicesInDeviceMemory) {
+  a.topk_indices = scratch(DType::i32, {a.q.shape[0], 4});
+  a.topk_indices.memory = MemorySpace::device;
+  expect_rejected("topk_indices", "device memory");
+}
+TEST_F(MlaPrefillFp8Validation, OutputMustNotOverlapTopkIndices) {
+  // topk_indices moved alone into a buffer with room for the whole output.
+  const TensorView idx = scratch(DType::i32, {a.q.shape[0], 4});
+  Tensor& room = extra_.emplace_back();
+  a.topk_indices = idx;
+  a.output.data = test_support::move_alone(a.topk_indices, room, a.output.size_bytes());
+  expect_rejected("output", "overlaps topk_indices");
+}
+TEST_F(MlaPrefillFp8Validation, AnyTopkValuesAreValid) {
+  // Positions outside the window, in the future, -1 and other negatives select nothing.
+  const TensorView idx = scratch(DType::i32, {a.q.shape[0], 5});
+  const std::int32_t junk[5] = {-1, -7, 1 << 30, 3, 0};
+  for (int64_t t = 0; t < a.q.shape[0]; ++t)
+    for (int e = 0; e < 5; ++e) static_cast<std::int32_t*>(idx.data)[t * 5 + e] = junk[e];
+  a.topk_indices = idx;
+  const Status s = mla_prefill_fp8(d, a);
+  EXPECT_TRUE(s.ok()) << s.message;
+}
+
 // ---- memory: one space, no aliasing of written buffers -------------------------------------------
 TEST_F(MlaPrefillFp8Validation, OneMemorySpace) {
   a.kv_b_proj.memory = MemorySpace::device;

@@ -9,8 +9,8 @@
 // * Phases: steps 1-2 finish for every new token of the call before any row is gathered, so a window
 //   always sees the rotated, normalized rows. Two new tokens may not map to the same physical cache
 //   row (a page shared between sequences, or listed twice): such a call is rejected.
-// * A query whose position is below cache_offsets[b], or whose window is empty, has no visible key:
-//   its output row is 0 (not NaN). New tokens outside their window are still rotated and normalized.
+// * A query whose position is below cache_offsets[b], or whose window is empty, or whose
+//   topk_indices row selects no visible key, has no visible key: its output row is 0 (not NaN). New tokens outside their window are still rotated and normalized.
 // * Window rows at positions past cache_lengths[b] + seq_len[b] - 1 are never attended; their contents
 //   (NaN or inf included) never reach the output. Their KV need not be computed.
 // * NaN codes (0x7F/0xFF) in kv_b_proj propagate: a NaN in head h's K rows makes every output of h
@@ -22,7 +22,7 @@
 // * Accuracy of other back-ends against the reference: see the mla_prefill_fp8 driver's tolerance.
 // * The cpu back-end computes steps 1-2 with the reference's f64 arithmetic (the same bf16 values,
 //   bit for bit, in simd kernels over the new tokens in parallel), keeps the
-//   softmax weights in f32 (nothing here allows rounding them) and accumulates in f32 in a fixed
+//   softmax weights in f32 under `max` (nothing there allows rounding them) and accumulates in f32 in a fixed
 //   order: its results depend neither on the thread count nor on the workspace budget. The call's
 //   keys, values and laid-out weights live in buffers that the calling thread keeps for its next
 //   calls (their size follows MLAKIT_WORKSPACE_MB: head groups are sized to fit it).
@@ -38,6 +38,13 @@
 
 namespace mlakit {
 
+// Numerics of steps 2, 4 and 7 (docs/mla_prefill_fp8.md §9). `max`: the spec's two-rounding
+// RMSNorm, the capped amax/448 quantizer, f32 softmax weights. `deepseek` / `deepseek_ue8m0`:
+// DeepSeek's released inference code: one-rounding RMSNorm (bf16 or f32 gamma), the act_quant
+// quantizer (amax floored at 1e-4, sa = amax·f32(1/448), rounded up to a power of two for ue8m0,
+// codes from an f32 division), softmax weights normalized in f32 then rounded to bf16 before P·V.
+enum class MlaNumerics : std::uint8_t { max, deepseek, deepseek_ue8m0 };
+
 struct MlaPrefillFp8Desc {
   std::int64_t num_heads = 128;  // H
   std::int64_t nope = 128;
@@ -48,13 +55,14 @@ struct MlaPrefillFp8Desc {
   std::int64_t bk = 128;         // weight-scale block columns = activation group
   float scale = 1.0f;            // softmax scale
   float epsilon = 1e-6f;         // RMSNorm epsilon (> 0)
+  MlaNumerics numerics = MlaNumerics::max;
 };
 
 struct MlaPrefillFp8Args {
   TensorView q;                   // bf16 [T, H, nope + rope]; rope part rotated in place
   TensorView input_row_offsets;   // u32 [B+1]
   TensorView freqs_cis;           // bf16 or f32 [max_pos, rope], interleaved (cos, sin) pairs
-  TensorView kv_norm_gamma;       // bf16 [latent]
+  TensorView kv_norm_gamma;       // bf16 [latent]; bf16 or f32 with a deepseek numerics profile
   PagedKVCacheView kv_cache;      // bf16 MLA cache, kv_dim 1, 1 head, head_size latent + rope; new rows updated in place
   std::uint32_t layer_idx = 0;
   TensorView buffer_row_offsets;  // u32 [B+1]
@@ -62,6 +70,10 @@ struct MlaPrefillFp8Args {
   std::int64_t buffer_length = 0; // must equal buffer_row_offsets[B]
   TensorView kv_b_proj;           // f8e4m3 [H·(nope+v), latent]
   TensorView kv_b_proj_scale;     // f32 [ceil(H·(nope+v)/bn), ceil(latent/bk)]
+  // Optional (DeepSeek-V3.2 prefill): i32 [T, top_k], the logical key positions each query may
+  // attend (op 1's output), -1 = none. Key j of query t is then visible iff it is causally visible
+  // and cache_offsets[b] + j appears in row t; any other value selects nothing.
+  TensorView topk_indices;
   TensorView output;              // bf16 [T, H, v] (written)
 };
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 #include "simd/gemm.hpp"
@@ -19,10 +20,18 @@ namespace mlakit::cpu {
 // s[0, n): the chunk's scores before scaling, times f[i] (when f is not null) and `scale`, replaced
 // by the weights; m, l: the row's running maximum and sum (start at -inf and 0); o[0, width): the
 // row's output so far, rescaled when m grows.
+inline void online_softmax_scaled(const simd::GemmKernels& g, float* s, float cm, std::size_t n, float& m, float& l,
+                                  float* o, std::size_t width);
+
 inline void online_softmax_step(const simd::GemmKernels& g, float* s, const float* f, float scale, std::size_t n,
                                 float& m, float& l, float* o, std::size_t width) {
+  online_softmax_scaled(g, s, g.scale_max(s, f, scale, n), n, m, l, o, width);
+}
+
+// The same step on scores already scaled, whose maximum (NaN if any is NaN) is cm.
+inline void online_softmax_scaled(const simd::GemmKernels& g, float* s, float cm, std::size_t n, float& m, float& l,
+                                  float* o, std::size_t width) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const float cm = g.scale_max(s, f, scale, n);
   const float mn = std::isnan(m) || std::isnan(cm) ? std::numeric_limits<float>::quiet_NaN() : std::max(m, cm);
   if (mn == kNegInf) {
     std::fill(s, s + n, 0.0f);
@@ -33,6 +42,18 @@ inline void online_softmax_step(const simd::GemmKernels& g, float* s, const floa
   m = mn;
   if (alpha != 1.0f)
     for (std::size_t j = 0; j < width; ++j) o[j] *= alpha;
+}
+
+// Scaled scores s[0, n) of which only those with keep[j] count: the others become -inf (weight 0,
+// whatever their score, NaN included). Returns the maximum of the kept ones (NaN if one is NaN).
+inline float mask_scores(float* s, const std::uint8_t* keep, std::size_t n) {
+  float cm = -std::numeric_limits<float>::infinity();
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!keep[j]) s[j] = -std::numeric_limits<float>::infinity();
+    else if (std::isnan(s[j]) || std::isnan(cm)) cm = std::numeric_limits<float>::quiet_NaN();
+    else cm = std::max(cm, s[j]);
+  }
+  return cm;
 }
 
 }  // namespace mlakit::cpu

@@ -82,7 +82,7 @@ struct ThreadBuffers {
   }
   ~ThreadBuffers() { release(); }
 };
-using ThreadScratch = ThreadBuffers<4>;
+using ThreadScratch = ThreadBuffers<8>;
 using CallBuffers = ThreadBuffers<8>;
 
 CallBuffers& call_buffers() {

@@ -104,7 +104,7 @@ void set_workspace_budget_bytes(std::size_t bytes);
 std::size_t items_within_budget(std::size_t bytes_per_item, std::size_t total, std::size_t min_items = 1);
 
 // Per-thread scratch memory, 64-byte aligned, reused across calls: valid until the next call with
-// the same slot on the same thread. Slots 0..3 let one kernel hold a few buffers at once.
+// the same slot on the same thread. Slots 0..7 let one kernel hold a few buffers at once.
 void* thread_scratch(std::size_t bytes, int slot = 0);
 
 // ---- buffers of an operator call ----------------------------------------------------------------
