@@ -104,6 +104,11 @@ struct GemmKernels {
   // 2 ulp, results below 2^-124 (x[i] - m < -86.5) flushed to 0, NaN kept. Returns the f32 sum of
   // the results (kLanes partial sums in order, then a fixed tree).
   float (*exp_sum)(float* x, float m, std::size_t n);
+  // x[j] kept where bit j of bits (32 a word, low bit first) is set, else `fill`, for j < n.
+  void (*mask_select)(float* x, const std::uint32_t* bits, std::size_t n, float fill);
+  // x[i] = f32(bf16(x[i] * f)) for i < n: one f32 multiply, then rounded to bf16 (nearest even,
+  // NaN quieted) and kept as f32.
+  void (*scale_round_bf16)(float* x, std::size_t n, float f);
   // Where bf16_dot is true (null elsewhere), P·V on the bf16 pair dot: bf16_nn is f32_nn with A and
   // B in bf16 and B as zipped row pairs, Bz[q*ldb + 2j + e] = B[2q + e][j] (zip_rows_bf16 writes
   // them; a missing last row as 0), one f32 chain of pair dots per output; to_bf16_scaled rounds

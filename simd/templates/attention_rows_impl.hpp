@@ -226,6 +226,37 @@ void round_bf16(const float* x, std::uint16_t* dst, std::size_t n) {
 alignas(64) constexpr std::int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 inline M first_lanes(std::size_t n) { return cmpgt(isplat(static_cast<std::int32_t>(n)), iload(kLaneIndex)); }
 
+// Bit j of a 32-bit mask word, lane by lane: the lanes of k-th vector of a word hold bits k·kLanes...
+alignas(64) constexpr std::int32_t kLaneBit[32] = {
+    1 << 0,  1 << 1,  1 << 2,  1 << 3,  1 << 4,  1 << 5,  1 << 6,  1 << 7,  1 << 8,  1 << 9,  1 << 10,
+    1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15, 1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 21,
+    1 << 22, 1 << 23, 1 << 24, 1 << 25, 1 << 26, 1 << 27, 1 << 28, 1 << 29, 1 << 30, static_cast<std::int32_t>(1u << 31)};
+
+void mask_select(float* x, const std::uint32_t* bits, std::size_t n, float fill) {
+  const F fv = fsplat(fill);
+  const I zero = isplat(0);
+  for (std::size_t w = 0; w * 32 < n; ++w) {
+    const I word = isplat(static_cast<std::int32_t>(bits[w]));
+    for (std::size_t k = 0; k < 32; k += kLanes) {
+      const std::size_t j = w * 32 + k;
+      if (j >= n) break;
+      const M clear = cmpeq(word & iload(kLaneBit + k), zero);
+      if (j + kLanes <= n) {
+        fstore(x + j, select(clear, fv, fload(x + j)));
+      } else {
+        fstore_n(x + j, select(clear, fv, fload_n(x + j, n - j)), n - j);
+      }
+    }
+  }
+}
+
+void scale_round_bf16(float* x, std::size_t n, float f) {
+  const F fs = fsplat(f);
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) fstore(x + i, floats(shl<16>(bf16_round_bits(bits(fload(x + i) * fs)))));
+  if (i < n) fstore_n(x + i, floats(shl<16>(bf16_round_bits(bits(fload_n(x + i, n - i) * fs)))), n - i);
+}
+
 float scale_max(float* x, const float* f, float c, std::size_t n) {
   const F cs = fsplat(c);
   F mx = fsplat(-__builtin_inff());

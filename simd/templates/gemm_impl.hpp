@@ -30,6 +30,8 @@ constexpr GemmKernels make_gemm_kernels() {
                      &transpose_bf16,
                      &scale_max,
                      &exp_sum,
+                     &mask_select,
+                     &scale_round_bf16,
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
                      &gemm_nn<std::uint16_t, std::uint16_t>,
                      &zip_rows_bf16,

@@ -23,8 +23,9 @@
 //                      tile reading the bf16 V rows widened (P stays f32: the spec allows no
 //                      rounding). Under a deepseek profile the tile's scores are kept whole
 //                      ([64 x keys]) so that each row is normalized before its weights are
-//                      rounded to bf16, then one P·V pass. With topk_indices a byte mask per
-//                      (query, key) of the tile; key chunks no query keeps are skipped.
+//                      rounded to bf16, then one P·V pass. With topk_indices one bit per
+//                      (query, window row), built once per sequence for every head; key chunks
+//                      that no query of a tile keeps are skipped.
 // Steps 2 and 4 under a deepseek profile: DeepSeek's one-rounding RMSNorm in f64 (shared with the
 // reference: the same bits), and its act_quant (floored amax, x / sa or a power-of-two scale).
 // Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
@@ -97,7 +98,7 @@ struct Quantized {
   KeyRows rope;
   std::uint16_t* rope_rows;
 };
-enum CallSlot { kSlotK, kSlotV, kSlotWeights, kSlotCodes, kSlotScales, kSlotRope };
+enum CallSlot { kSlotK, kSlotV, kSlotWeights, kSlotCodes, kSlotScales, kSlotRope, kSlotMask };
 
 // Steps 1-2 on every new token, in place.
 void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
@@ -194,45 +195,86 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
   for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
 }
 
-// The keys a query tile may attend under topk_indices: keep[r * keys + j] for key j of tile row r
-// (inside its causal range), how many each row keeps, and whether any row keeps a key of each
-// key chunk (chunks that none keeps are skipped). Without topk_indices every causal key is kept.
-struct TileMask {
-  const std::uint8_t* keep = nullptr;  // null: no topk_indices
-  const std::uint32_t* count = nullptr;
-  const std::uint8_t* chunk_live = nullptr;
+// The keys each query of a sequence may attend under topk_indices, built once per sequence and
+// shared by every head: bit j of a query's `words` is window row j (inside its causal range) named
+// by its row of topk_indices, `count` how many it keeps, `live[tile · chunks + c]` whether any query
+// of a 64-query tile keeps a key of 128-key chunk c (chunks none keeps are skipped).
+struct SeqMask {
+  std::size_t words = 0, chunks = 0;
+  std::uint32_t* bits = nullptr;   // [seq_len x words]; null: no topk_indices
+  std::uint32_t* count = nullptr;  // [seq_len]
+  std::uint8_t* live = nullptr;    // [query tiles x chunks]
+
+  static std::size_t bytes(std::size_t seq_len, std::size_t rows) {
+    const std::size_t words = (rows + 31) / 32, chunks = num_tiles(std::max<std::size_t>(1, rows), kKeyChunk);
+    return seq_len * (words + 1) * sizeof(std::uint32_t) + num_tiles(seq_len, kQueryTile) * chunks + 64;
+  }
+  bool keeps(std::size_t i, std::size_t j) const { return (bits[i * words + j / 32] >> (j % 32)) & 1u; }
 };
 
 template <class Visible>
-TileMask tile_mask(const MlaPrefillFp8Args& a, std::size_t first_t, std::size_t i0, std::size_t i1, std::size_t keys,
-                   std::int64_t offset, Visible visible) {
-  TileMask tm;
-  if (a.topk_indices.data == nullptr) return tm;
-  const std::size_t mq = i1 - i0, top_k = static_cast<std::size_t>(a.topk_indices.shape[1]);
-  const std::size_t chunks = num_tiles(std::max<std::size_t>(1, keys), kKeyChunk);
-  auto* keep = static_cast<std::uint8_t*>(thread_scratch(mq * keys + mq * sizeof(std::uint32_t) + chunks + 64, 4));
-  auto* count = reinterpret_cast<std::uint32_t*>(keep + (mq * keys + 3) / 4 * 4);
-  auto* live = reinterpret_cast<std::uint8_t*>(count + mq);
-  std::memset(keep, 0, mq * keys);
-  std::memset(live, 0, chunks);
+SeqMask seq_mask(const MlaPrefillFp8Args& a, std::size_t first_t, std::size_t seq_len, std::size_t rows,
+                 std::int64_t offset, Visible visible) {
+  SeqMask m;
+  if (a.topk_indices.data == nullptr) return m;
+  m.words = (rows + 31) / 32;
+  m.chunks = num_tiles(std::max<std::size_t>(1, rows), kKeyChunk);
+  auto* base = call_buffer_of<std::uint32_t>(SeqMask::bytes(seq_len, rows) / sizeof(std::uint32_t) + 1, kSlotMask);
+  m.bits = base;
+  m.count = base + seq_len * m.words;
+  m.live = reinterpret_cast<std::uint8_t*>(m.count + seq_len);
+  const std::size_t top_k = static_cast<std::size_t>(a.topk_indices.shape[1]);
   const auto* idx = a.topk_indices.as<const std::int32_t>();
-  for (std::size_t r = 0; r < mq; ++r) {
-    const std::int32_t* row = idx + (first_t + i0 + r) * top_k;
-    const std::int64_t causal = static_cast<std::int64_t>(visible(i0 + r));
-    std::uint32_t n = 0;
-    for (std::size_t e = 0; e < top_k; ++e) {
-      const std::int64_t j = static_cast<std::int64_t>(row[e]) - offset;
-      if (row[e] < 0 || j < 0 || j >= causal || keep[r * keys + j]) continue;
-      keep[r * keys + j] = 1;
-      live[j / kKeyChunk] = 1;
-      ++n;
+  parallel_for_tiles(num_tiles(seq_len, kQueryTile), 1, [&](std::size_t q0, std::size_t q1) {
+    for (std::size_t qt = q0; qt < q1; ++qt) {
+      std::uint8_t* live = m.live + qt * m.chunks;
+      std::memset(live, 0, m.chunks);
+      for (std::size_t i = qt * kQueryTile; i < std::min(seq_len, (qt + 1) * kQueryTile); ++i) {
+        std::uint32_t* w = m.bits + i * m.words;
+        std::memset(w, 0, m.words * sizeof(std::uint32_t));
+        const std::int32_t* row = idx + (first_t + i) * top_k;
+        const std::int64_t causal = static_cast<std::int64_t>(visible(i));
+        std::uint32_t n = 0;
+        for (std::size_t e = 0; e < top_k; ++e) {
+          const std::int64_t j = static_cast<std::int64_t>(row[e]) - offset;
+          if (row[e] < 0 || j < 0 || j >= causal || ((w[j / 32] >> (j % 32)) & 1u)) continue;
+          w[j / 32] |= 1u << (j % 32);
+          live[static_cast<std::size_t>(j) / kKeyChunk] = 1;
+          ++n;
+        }
+        m.count[i] = n;
+      }
     }
-    count[r] = n;
+  });
+  return m;
+}
+
+// Raw (unscaled) scores s[0, n) of keys [j0, j0 + n) of query i: the ones its mask does not keep
+// become `fill`, chosen so that times the softmax scale they are -inf (weight 0 whatever their score,
+// NaN included): -inf for a positive scale, +inf for a negative one. Branch-free, so that it
+// vectorizes; a zero scale (where no fill works: inf · 0 is NaN) takes masked_scaled_max instead.
+inline void mask_raw_scores(const simd::GemmKernels& g, float* s, const SeqMask& m, std::size_t i, std::size_t j0,
+                            std::size_t n, float fill) {
+  g.mask_select(s, m.bits + i * m.words + j0 / 32, n, fill);  // j0: a multiple of the 128-key chunk
+}
+
+// The scaled scores of query i's keys [j0, j0 + n) in place, masked keys -inf; returns the maximum
+// of the kept ones (NaN if one is NaN), as scale_max does without a mask.
+inline float masked_scaled_max(const simd::GemmKernels& g, float* s, const SeqMask& m, std::size_t i, std::size_t j0,
+                               std::size_t n, float scale) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (scale != 0.0f) {
+    mask_raw_scores(g, s, m, i, j0, n, scale > 0.0f ? -kInf : kInf);
+    return g.scale_max(s, nullptr, scale, n);
   }
-  tm.keep = keep;
-  tm.count = count;
-  tm.chunk_live = live;
-  return tm;
+  g.scale_max(s, nullptr, scale, n);
+  float cm = -kInf;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!m.keeps(i, j0 + j)) s[j] = -kInf;
+    else if (std::isnan(s[j]) || std::isnan(cm)) cm = std::numeric_limits<float>::quiet_NaN();
+    else cm = std::max(cm, s[j]);
+  }
+  return cm;
 }
 
 // Scores of queries [0, mq) of the tile against keys [j0, j0 + cnt) into c (ldc floats a row).
@@ -257,7 +299,7 @@ void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, 
 template <class Visible>
 void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a,
             std::size_t h, std::size_t hl, const KLayout& kl, const std::uint16_t* k, const Quantized& qz,
-            const std::uint16_t* v, std::size_t first_t, std::size_t i0, std::size_t i1, std::int64_t offset,
+            const std::uint16_t* v, std::size_t first_t, std::size_t i0, std::size_t i1, const SeqMask& sm,
             Visible visible, std::uint16_t* out) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const std::size_t mq = i1 - i0;
@@ -273,9 +315,9 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   }
   const std::uint16_t* vh = v + hl * kl.rows * s.v;
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
-  const TileMask tm = tile_mask(a, first_t, i0, i1, keys, offset, visible);
-  auto kept = [&](std::size_t r) { return tm.keep ? static_cast<std::size_t>(tm.count[r]) : visible(i0 + r); };
-  auto live = [&](std::size_t j0) { return tm.keep == nullptr || tm.chunk_live[j0 / kKeyChunk]; };
+  const bool masked = sm.bits != nullptr;
+  auto kept = [&](std::size_t r) { return masked ? static_cast<std::size_t>(sm.count[i0 + r]) : visible(i0 + r); };
+  auto live = [&](std::size_t j0) { return !masked || sm.live[(i0 / kQueryTile) * sm.chunks + j0 / kKeyChunk]; };
   auto* sbuf = static_cast<float*>(thread_scratch((kQueryTile * kKeyChunk + kQueryTile * s.v + 2 * kQueryTile) *
                                                       sizeof(float), 2));
   float* o = sbuf + kQueryTile * kKeyChunk;
@@ -297,11 +339,10 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
         const std::size_t vis = vis_all <= j0 ? 0 : std::min(cnt, vis_all - j0);
         std::fill(sr + vis, sr + cnt, 0.0f);  // keys this query does not see weigh 0
         if (vis == 0) continue;
-        if (tm.keep == nullptr) {
+        if (!masked) {
           online_softmax_step(g, sr, nullptr, scale, vis, m[r], l[r], o + r * s.v, s.v);
         } else {
-          g.scale_max(sr, nullptr, scale, vis);
-          const float cm = mask_scores(sr, tm.keep + r * keys + j0, vis);
+          const float cm = masked_scaled_max(g, sr, sm, i0 + r, j0, vis, scale);
           online_softmax_scaled(g, sr, cm, vis, m[r], l[r], o + r * s.v, s.v);
         }
       }
@@ -321,15 +362,14 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
         std::fill(sr, sr + keys, 0.0f);
         continue;
       }
-      if (tm.keep) std::fill(sr + vis, sr + keys, 0.0f);  // chunks skipped above hold no scores
-      float cm = g.scale_max(sr, nullptr, scale, vis);
-      if (tm.keep) cm = mask_scores(sr, tm.keep + r * keys, vis);
+      // Skipped chunks hold junk: masked here with everything the query does not keep.
+      const float cm = masked ? masked_scaled_max(g, sr, sm, i0 + r, 0, vis, scale) : g.scale_max(sr, nullptr, scale, vis);
       std::fill(sr + vis, sr + keys, 0.0f);  // keys this query does not see weigh 0
       m[r] = cm;
       if (cm == kNegInf) continue;           // every score -inf: NaN below, as the reference
       const float sum = g.exp_sum(sr, cm, vis);
       l[r] = sum;
-      for (std::size_t j = 0; j < vis; ++j) sr[j] = round_to_bf16(sr[j] / sum);
+      g.scale_round_bf16(sr, vis, 1.0f / sum);  // normalized as torch's softmax does: times 1/sum
     }
     for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk)
       if (live(j0))
@@ -403,6 +443,8 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
     sizes.grow(kSlotScales, rows * s.groups * sizeof(float));
     sizes.grow(kSlotCodes, rows * s.latent * (pair_gemm ? sizeof(std::uint16_t) : sizeof(float)));
     sizes.grow(kSlotRope, rope.words(rows) * sizeof(std::uint16_t));
+    if (a.topk_indices.data != nullptr)
+      sizes.grow(kSlotMask, (SeqMask::bytes(iro[b + 1] - iro[b], rows) / sizeof(std::uint32_t) + 1) * sizeof(std::uint32_t));
     const std::size_t head_words = nope.words(rows);
     const std::size_t hg = head_group(s, head_words, rows, wz_bytes);
     sizes.grow(kSlotK, hg * head_words * sizeof(std::uint16_t));
@@ -456,6 +498,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       const std::int64_t pos = cache_len + static_cast<std::int64_t>(i);
       return pos < offset ? 0 : std::min<std::size_t>(rows, static_cast<std::size_t>(pos - offset + 1));
     };
+
+    const SeqMask mask = seq_mask(a, first_t, seq_len, rows, offset, visible);
 
     // Steps 3-4.
     qz.sa = call_buffer_of<float>(rows * s.groups, kSlotScales);
@@ -523,7 +567,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       parallel_for_tiles(q_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / q_tiles, i0 = (t % q_tiles) * kQueryTile;
-          attend(s, g, d, a, h0 + hl, hl, kl, k, qz, v, first_t, i0, std::min(seq_len, i0 + kQueryTile), offset,
+          attend(s, g, d, a, h0 + hl, hl, kl, k, qz, v, first_t, i0, std::min(seq_len, i0 + kQueryTile), mask,
                  visible, out);
         }
       });

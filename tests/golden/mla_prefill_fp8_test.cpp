@@ -84,7 +84,12 @@ TEST_P(MlaPrefillFp8Oracle, ReferenceMatchesOracle) {
     const bool both_nan = std::isnan(a.value(i)) && std::isnan(b.value(i));
     if (!both_nan && bits(a, i) != bits(b, i)) ++differ;
   }
-  EXPECT_EQ(differ, 0) << "of " << a.numel() << " output elements";
+  // With scale 0 every weight is 1/n: the exact output Σ V / n can sit on a bf16 tie (Σ V / 3 with
+  // Σ V a multiple of 3), where the two f64 orders round to different sides. The tolerance check
+  // above still holds those cases.
+  if (ref.params["scale"].get<double>() != 0.0) {
+    EXPECT_EQ(differ, 0) << "of " << a.numel() << " output elements";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MlaPrefillFp8Oracle, ::testing::ValuesIn(oracle_params()),

@@ -4,6 +4,8 @@
 // tile. fp8 operands are decoded exactly (one-hot products reproduce every code).
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -521,6 +523,38 @@ TEST_P(Gemm, ScaleMaxScalesInPlaceAndFindsTheMaximum) {
         if (nan) EXPECT_TRUE(std::isnan(got)) << "n=" << n;
         else EXPECT_EQ(bits_of(got), bits_of(want)) << "n=" << n << " special " << special;
       }
+}
+
+// mask_select keeps exactly the lanes whose bit is set (NaN and inf included), writes fill
+// elsewhere, and nothing past n; scale_round_bf16 is f32_to_bf16 of the f32 product, NaN quieted.
+TEST_P(Gemm, MaskSelectAndScaleRoundFollowTheScalarDefinitions) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  constexpr float kPoison = -7.25e30f;
+  std::mt19937 gen(17);
+  for (std::size_t n : {0, 1, 5, 8, 16, 31, 32, 33, 63, 64, 100, 128, 129}) {
+    std::vector<float> x(n + 2, kPoison);
+    std::vector<std::uint32_t> bits((n + 31) / 32 + 1);
+    for (auto& w : bits) w = static_cast<std::uint32_t>(gen());
+    for (std::size_t i = 0; i < n; ++i) x[i + 1] = static_cast<float>(static_cast<int>(gen() % 2001) - 1000) / 7.0f;
+    if (n > 2) x[2] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 3) x[3] = std::numeric_limits<float>::infinity();
+    const std::vector<float> x0 = x;
+    for (float fill : {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()}) {
+      x = x0;
+      table().mask_select(x.data() + 1, bits.data(), n, fill);
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool keep = (bits[i / 32] >> (i % 32)) & 1u;
+        ASSERT_EQ(bits_of(x[i + 1]), bits_of(keep ? x0[i + 1] : fill)) << "n=" << n << " at " << i;
+      }
+      EXPECT_EQ(bits_of(x[0]), bits_of(kPoison));
+      EXPECT_EQ(bits_of(x[n + 1]), bits_of(kPoison)) << "n=" << n;
+    }
+    x = x0;
+    table().scale_round_bf16(x.data() + 1, n, 0.013f);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(bits_of(x[i + 1]), bits_of(bf16_to_f32(f32_to_bf16(x0[i + 1] * 0.013f)))) << "n=" << n << " at " << i;
+    EXPECT_EQ(bits_of(x[n + 1]), bits_of(kPoison)) << "n=" << n;
+  }
 }
 
 // exp(x - m) within 2 ulp of the exact value over the whole range that matters ([-86.5, 0], at

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 #include <limits>
 
 #include "simd/gemm.hpp"
@@ -42,18 +41,6 @@ inline void online_softmax_scaled(const simd::GemmKernels& g, float* s, float cm
   m = mn;
   if (alpha != 1.0f)
     for (std::size_t j = 0; j < width; ++j) o[j] *= alpha;
-}
-
-// Scaled scores s[0, n) of which only those with keep[j] count: the others become -inf (weight 0,
-// whatever their score, NaN included). Returns the maximum of the kept ones (NaN if one is NaN).
-inline float mask_scores(float* s, const std::uint8_t* keep, std::size_t n) {
-  float cm = -std::numeric_limits<float>::infinity();
-  for (std::size_t j = 0; j < n; ++j) {
-    if (!keep[j]) s[j] = -std::numeric_limits<float>::infinity();
-    else if (std::isnan(s[j]) || std::isnan(cm)) cm = std::numeric_limits<float>::quiet_NaN();
-    else cm = std::max(cm, s[j]);
-  }
-  return cm;
 }
 
 }  // namespace mlakit::cpu
