@@ -36,5 +36,7 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
 void register_op_benchmarks();
 // Registers the plan / run overhead benchmarks (plan_run_bench.cpp): plan_run/<op>/<case>/<way>.
 void register_plan_run_benchmarks();
+// Registers op 1 on the DeepGEMM indexer cache layout beside mlakit's (engine_layout_bench.cpp).
+void register_engine_layout_benchmarks();
 
 }  // namespace mlakit::bench

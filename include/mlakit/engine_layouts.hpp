@@ -1,0 +1,32 @@
+// Engines' own cache buffers as mlakit cache views, read in place (spec 06 §B, docs/engine-layouts.md).
+#pragma once
+
+#include <cstdint>
+
+#include "mlakit/paged_kv_cache.hpp"
+#include "mlakit/status.hpp"
+#include "mlakit/tensor_view.hpp"
+
+namespace mlakit {
+
+// The FP8 indexer K cache of DeepGEMM's fp8_paged_mqa_logits, SGLang and vLLM (DeepSeek-V3.2): per
+// block, first the page_size·head_dim f8e4m3 codes of its tokens (token-major), then the page_size
+// f32 scales, one per token. Blocks are block_stride_bytes apart (0: exactly page_size·(head_dim + 4),
+// 8448 bytes for 64 x 128), layers layer_stride_bytes apart (0: num_blocks blocks). The views are
+// op 1's k_cache.blocks [num_blocks, 1, num_layers, page_size, 1, head_dim] and k_cache.scales
+// [..., 1] with quant_granularity = head_dim.
+struct IndexerCacheLayout {
+  std::int64_t num_blocks = 0;
+  std::int64_t page_size = 64;
+  std::int64_t head_dim = 128;
+  std::int64_t block_stride_bytes = 0;
+  std::int64_t num_layers = 1;
+  std::int64_t layer_stride_bytes = 0;
+};
+
+// Fills out->blocks, out->scales and out->quant_granularity (the page table and lengths stay the
+// caller's). Refuses, naming the field, a layout whose blocks would overlap or whose scales would
+// not be 4-byte aligned; nothing is written then.
+Status indexer_cache_views(void* data, MemorySpace memory, const IndexerCacheLayout& layout, PagedKVCacheView* out);
+
+}  // namespace mlakit

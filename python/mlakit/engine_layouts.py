@@ -1,0 +1,71 @@
+"""Engines' own cache buffers as mlakit caches, read in place (docs/engine-layouts.md)."""
+from .ops import PagedKVCache
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _flat(buffer):
+    """The buffer as one flat uint8 array or tensor (a view: no copy)."""
+    if _is_torch(buffer):
+        import torch
+        if buffer.dtype != torch.uint8 or not buffer.is_contiguous():
+            raise ValueError("indexer_cache: buffer must be a contiguous uint8 tensor, got "
+                             f"{buffer.dtype}{'' if buffer.is_contiguous() else ' (strided)'}")
+        return buffer.reshape(-1)
+    import numpy as np
+    if buffer.dtype != np.uint8 or not buffer.flags.c_contiguous:
+        raise ValueError(f"indexer_cache: buffer must be a C-contiguous uint8 array, got {buffer.dtype}")
+    return buffer.reshape(-1)
+
+
+def _strided(flat, dtype_bytes, offset_bytes, shape, strides_elems):
+    """A view of `flat` (uint8) as elements of dtype_bytes bytes from offset_bytes on."""
+    if _is_torch(flat):
+        import torch
+        base = flat if dtype_bytes == 1 else flat[: flat.numel() // 4 * 4].view(torch.float32)
+        return base.as_strided(shape, strides_elems, offset_bytes // dtype_bytes)
+    import numpy as np
+    base = flat if dtype_bytes == 1 else flat[: flat.size // 4 * 4].view(np.float32)
+    return np.lib.stride_tricks.as_strided(base[offset_bytes // dtype_bytes:], shape,
+                                           tuple(s * dtype_bytes for s in strides_elems), writeable=False)
+
+
+def indexer_cache(buffer, lookup_table, cache_lengths, *, num_blocks, page_size=64, head_dim=128,
+                  block_stride_bytes=0, num_layers=1, layer_stride_bytes=0):
+    """The FP8 indexer K cache of DeepGEMM's fp8_paged_mqa_logits, SGLang and vLLM (DeepSeek-V3.2)
+    as op 1's k_cache, read in place: per block, the page_size·head_dim f8e4m3 codes of its tokens
+    (token-major), then page_size f32 scales; blocks block_stride_bytes apart (0: page_size·(head_dim
+    + 4), 8448 for 64 x 128), layers layer_stride_bytes apart (0: num_blocks blocks). `buffer` is the
+    engine's uint8 array or tensor; the views share its memory."""
+    def need(ok, field, value, expected):
+        if not ok:
+            raise ValueError(f"indexer_cache: {field}={value} ({expected})")
+
+    for field, v in (("num_blocks", num_blocks), ("page_size", page_size), ("head_dim", head_dim),
+                     ("num_layers", num_layers)):
+        need(int(v) >= 1, field, v, "expected >= 1")
+    codes = page_size * head_dim
+    packed = codes + 4 * page_size
+    block = block_stride_bytes or packed
+    need(block >= packed, "block_stride_bytes", block_stride_bytes,
+         f"expected 0 or at least page_size·(head_dim + 4) = {packed}")
+    need(block % 4 == 0, "block_stride_bytes", block, "expected a multiple of 4: the f32 scales of every block")
+    need(codes % 4 == 0, "head_dim", head_dim, "page_size·head_dim must be a multiple of 4")
+    layer = layer_stride_bytes or num_blocks * block
+    need(num_layers == 1 or layer >= num_blocks * block, "layer_stride_bytes", layer_stride_bytes,
+         f"expected 0 or at least num_blocks·block_stride = {num_blocks * block}")
+    need(layer % 4 == 0, "layer_stride_bytes", layer, "expected a multiple of 4")
+    flat = _flat(buffer)
+    size = flat.numel() if _is_torch(flat) else flat.size
+    end = (num_layers - 1) * layer + (num_blocks - 1) * block + packed
+    need(size >= end, "buffer.size", size, f"expected at least {end} bytes for this layout")
+    blocks = _strided(flat, 1, 0, (num_blocks, 1, num_layers, page_size, 1, head_dim),
+                      (block, codes, layer, head_dim, head_dim, 1))
+    scales = _strided(flat, 4, codes, (num_blocks, 1, num_layers, page_size, 1, 1),
+                      (block // 4, 1, layer // 4, 1, 1, 1))
+    if not _is_torch(flat):
+        import ml_dtypes
+        blocks = blocks.view(ml_dtypes.float8_e4m3fn)
+    return PagedKVCache(blocks, lookup_table, cache_lengths, scales, head_dim)
