@@ -362,6 +362,20 @@ __device__ __forceinline__ void split_bf16(float x0, float x1, std::uint32_t& hi
   lo = pack_bf16x2(f32_to_bf16(r0 - bf16_to_f32(m0)), f32_to_bf16(r1 - bf16_to_f32(m1)));
 }
 
+// O += P·V over the kc-th 16 keys of the tile, P as kParts bf16 fragments added in the order given.
+template <int kParts>
+__device__ __forceinline__ void pv_mma(float (&o)[kVTiles][4], const std::uint32_t (&parts)[kParts][4],
+                                       const std::uint16_t* vt, int kc, int vcols) {
+#pragma unroll
+  for (int i = 0; i < kVTiles; ++i) {
+    if (i * 8 >= vcols) break;
+    std::uint32_t bf[2];
+    load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
+#pragma unroll
+    for (int q = 0; q < kParts; ++q) mma_bf16_16816(o[i], parts[q], bf);
+  }
+}
+
 // One block per 64 query rows, head and 128 columns of v; warp w owns query rows [16w, 16w+16).
 // Scores, the online softmax and the output accumulators stay in registers (the C fragment of
 // Q·Kᵀ is the A fragment of P·V); K and V tiles of 64 keys go through shared memory, V transposed
@@ -528,17 +542,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
             }
 #pragma unroll
           for (int kc = 0; kc < kKeys / 16; ++kc) {
-            const std::uint32_t pa[4] = {pack_bf16x2(f32_to_bf16(s[2 * kc][0]), f32_to_bf16(s[2 * kc][1])),
-                                         pack_bf16x2(f32_to_bf16(s[2 * kc][2]), f32_to_bf16(s[2 * kc][3])),
-                                         pack_bf16x2(f32_to_bf16(s[2 * kc + 1][0]), f32_to_bf16(s[2 * kc + 1][1])),
-                                         pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]))};
-#pragma unroll
-            for (int i = 0; i < kVTiles; ++i) {
-              if (i * 8 >= vcols) break;
-              std::uint32_t bf[2];
-              load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
-              mma_bf16_16816(o[i], pa, bf);
-            }
+            const std::uint32_t pa[1][4] = {{pack_bf16x2(f32_to_bf16(s[2 * kc][0]), f32_to_bf16(s[2 * kc][1])),
+                                             pack_bf16x2(f32_to_bf16(s[2 * kc][2]), f32_to_bf16(s[2 * kc][3])),
+                                             pack_bf16x2(f32_to_bf16(s[2 * kc + 1][0]), f32_to_bf16(s[2 * kc + 1][1])),
+                                             pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]))}};
+            pv_mma(o, pa, vt, kc, vcols);
           }
           __syncthreads();  // the next tile overwrites ks and vt
           continue;
@@ -578,20 +586,12 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
         // O += P·V with P as three bf16 parts (smallest first).
 #pragma unroll
         for (int kc = 0; kc < kKeys / 16; ++kc) {
-          std::uint32_t hi[4], mid[4], lo[4];
-          split_bf16(s[2 * kc][0], s[2 * kc][1], hi[0], mid[0], lo[0]);
-          split_bf16(s[2 * kc][2], s[2 * kc][3], hi[1], mid[1], lo[1]);
-          split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], hi[2], mid[2], lo[2]);
-          split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], hi[3], mid[3], lo[3]);
-#pragma unroll
-          for (int i = 0; i < kVTiles; ++i) {
-            if (i * 8 >= vcols) break;
-            std::uint32_t bf[2];
-            load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
-            mma_bf16_16816(o[i], lo, bf);
-            mma_bf16_16816(o[i], mid, bf);
-            mma_bf16_16816(o[i], hi, bf);
-          }
+          std::uint32_t parts[3][4];  // lo, mid, hi: the smallest first
+          split_bf16(s[2 * kc][0], s[2 * kc][1], parts[2][0], parts[1][0], parts[0][0]);
+          split_bf16(s[2 * kc][2], s[2 * kc][3], parts[2][1], parts[1][1], parts[0][1]);
+          split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], parts[2][2], parts[1][2], parts[0][2]);
+          split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], parts[2][3], parts[1][3], parts[0][3]);
+          pv_mma(o, parts, vt, kc, vcols);
         }
         __syncthreads();  // the next tile overwrites ks and vt
       }
