@@ -2,7 +2,8 @@
 //
 // Work. The query rows of one sequence that read one K head (Hk heads; index head h reads K head
 // h / G, G = Hi / Hk), flattened (token, head of the group) -> token * G + j, are cut into query
-// tiles of whole tokens, about kTileRows rows; the Hk tiles of one token range are consecutive. Each query tile's rows are packed once (simd
+// tiles of whole tokens, about kTileRows rows; the Hk tiles of one token range are consecutive.
+// Each query tile's rows are packed once (simd
 // block_score pack_q: groups of `lanes` rows, transposed, f32 or bf16 pairs by level) and scored
 // against the key blocks its last row sees, in key ranges of a few blocks: a work tile is (query
 // tile, block range). For each block the block_score kernel converts the page's keys once per
