@@ -147,6 +147,35 @@ def test_params_and_backends_are_checked():
     assert e.value.field == "backend"
 
 
+def test_real_model_options_are_checked_and_write_nothing():
+    # mla_prefill_fp8: an unknown numerics profile, a topk_indices of the wrong rows; nothing written.
+    g = golden.load(next(p for p in golden_files() if p.name.startswith("mla_prefill_fp8.numerics_deepseek")))
+    t, p = g.inputs, g.params
+    for numerics, topk, field in (("bogus", None, "params.numerics"),
+                                  ("deepseek", np.zeros((t["q"].shape[0] + 1, 3), np.int32), "topk_indices.shape")):
+        q, blocks = t["q"].copy(), t["kv_cache.blocks"].copy()
+        out = poisoned((q.shape[0], q.shape[1], p["v"]), ml_dtypes.bfloat16)
+        before = (q.copy(), blocks.copy(), out.copy())
+        with pytest.raises(mlakit.InvalidArgument, match=field.replace(".", r"\.")):
+            mlakit.mla_prefill_fp8(q, t["input_row_offsets"], t["freqs_cis"], t["kv_norm_gamma"],
+                                   cache(t, "kv_cache", blocks), t["buffer_row_offsets"], t["cache_offsets"],
+                                   t["kv_b_proj"], t["kv_b_proj_scale"], buffer_length=p["buffer_length"],
+                                   nope=p["nope"], rope=p["rope"], v=p["v"], bn=p["bn"], bk=p["bk"],
+                                   scale=p["scale"], epsilon=p["epsilon"], numerics=numerics, topk_indices=topk,
+                                   out=out)
+        assert all(same_bits(a, b) for a, b in zip((q, blocks, out), before)), "a refused call wrote"
+    # msa_block_indexer: reduce_heads gives one selection row; index heads that Hk does not divide
+    # are refused.
+    g = golden.load(next(p for p in golden_files() if p.name.startswith("msa_block_indexer.grouped_k_heads_exact")))
+    t, p = g.inputs, g.params
+    out = mlakit.msa_block_indexer(t["q"], t["input_row_offsets"], t["prefix_lens"], cache(t, "k_cache"),
+                                   block_size=p["block_size"], topk=p["topk"], scale=p["scale"], reduce_heads=True)
+    assert out.shape == (1, t["q"].shape[0], p["topk"])
+    with pytest.raises(mlakit.InvalidArgument, match="num_k_heads=2 \\(must divide num_index_heads=3\\)"):
+        mlakit.msa_block_indexer(t["q"][:, :3].copy(), t["input_row_offsets"], t["prefix_lens"], cache(t, "k_cache"),
+                                 block_size=p["block_size"], topk=p["topk"], scale=p["scale"])
+
+
 def test_raw_bits_and_int32_metadata_are_accepted_and_wrong_dtypes_are_not():
     g, t = indexer_case()
     want = g.outputs["out.output_indices"]
