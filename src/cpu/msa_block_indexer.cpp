@@ -162,7 +162,7 @@ void select_tile(const Plan& p, const QueryTile& qt, float* scores) {
 // reduce_heads: the Hk tiles [first, first + Hk) of one token range hold every head of its tokens.
 // Each token's head rows are folded into its first row of the first tile (IEEE maximum, NaN
 // sticking; heads in ascending order, though the result does not depend on it), then selected.
-void select_reduced(const Plan& p, const QueryTile* tiles, float* const* scores) {
+void select_reduced(const Plan& p, const QueryTile* tiles, float* chunk_scores) {
   const QueryTile& qt = tiles[0];
   const std::size_t want_max = std::min<std::size_t>(static_cast<std::size_t>(p.d->topk), qt.blocks);
   void* scratch = thread_scratch(simd::topk_scratch_bytes(qt.blocks, want_max), 2);
@@ -170,10 +170,10 @@ void select_reduced(const Plan& p, const QueryTile* tiles, float* const* scores)
   const std::size_t group = static_cast<std::size_t>(p.group);
   for (std::size_t r = 0; r < qt.rows; r += group) {
     const std::size_t nb = p.blocks_of(p.visible(qt, r));
-    float* s = scores[0] + r * qt.blocks;
+    float* s = chunk_scores + tiles[0].s_at + r * qt.blocks;
     for (std::int64_t g = 0; g < p.k_heads; ++g)
       for (std::size_t j = g == 0 ? 1 : 0; j < group; ++j) {
-        const float* x = scores[g] + (r + j) * qt.blocks;
+        const float* x = chunk_scores + tiles[g].s_at + (r + j) * qt.blocks;
         for (std::size_t c = 0; c < nb; ++c)
           if (!(s[c] != s[c]) && (x[c] != x[c] || x[c] > s[c])) s[c] = x[c];
       }
@@ -322,10 +322,7 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
     if (p.reduce) {
       const std::size_t range = static_cast<std::size_t>(p.k_heads);
       parallel_for_each((t1 - t0) / range, [&](std::size_t i) {
-        const QueryTile* first = &tiles[t0 + i * range];
-        std::vector<float*> heads(range);
-        for (std::size_t g = 0; g < range; ++g) heads[g] = scores + first[g].s_at;
-        select_reduced(p, first, heads.data());
+        select_reduced(p, &tiles[t0 + i * range], scores);
       });
     } else {
       parallel_for_each(t1 - t0, [&](std::size_t i) {

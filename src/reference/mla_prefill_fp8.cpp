@@ -195,6 +195,7 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
 
       // Step 7: causal attention of this sequence's queries over the visible buffer rows.
       std::vector<double> score(static_cast<std::size_t>(rows)), score_err(static_cast<std::size_t>(rows));
+      std::vector<double> weight_err(round_p && want_bound ? static_cast<std::size_t>(rows) : 0);  // bf16 weights' spread
       std::vector<double> qd(static_cast<std::size_t>(c.qk));
       std::vector<char> chosen(static_cast<std::size_t>(rows));
       std::vector<int64_t> keys;  // the visible keys of the query, ascending
@@ -259,7 +260,7 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
         if (round_p)
           for (const int64_t j : keys) {
             const double p = score[j] / denom;
-            score_err[j] = want_bound ? rounding_spread(p, (grow - 1) * p) : 0;  // reused: the weight's spread
+            if (want_bound) weight_err[j] = rounding_spread(p, (grow - 1) * p);
             score[j] = bf16_round(p);
           }
         const double norm = round_p ? 1.0 : denom;
@@ -271,7 +272,7 @@ void mla_prefill_fp8_attention(const MlaPrefillFp8Desc& desc, const MlaPrefillFp
             if (want_bound) {
               weighted_abs += score[j] * std::fabs(vj);
               weighted_spread += score[j] * kv_spread[j * c.kv_cols + c.nope + e];
-              if (round_p) weight_spread += score_err[j] * std::fabs(vj);
+              if (round_p) weight_spread += weight_err[j] * std::fabs(vj);
             }
           }
           o[e] = bf16_once(acc / norm);
