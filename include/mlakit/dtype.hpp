@@ -16,14 +16,15 @@
 
 namespace mlakit {
 
-enum class DType : std::uint8_t { f32, f64, bf16, f16, f8e4m3, i32, u32, u8 };
+// e8m0: an unsigned power-of-two scale byte (OCP MX "E8M0"): value 2^(e - 127), 0xFF is NaN.
+enum class DType : std::uint8_t { f32, f64, bf16, f16, f8e4m3, i32, u32, u8, e8m0 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
     case DType::f64: return 8;
     case DType::f32: case DType::i32: case DType::u32: return 4;
     case DType::bf16: case DType::f16: return 2;
-    case DType::f8e4m3: case DType::u8: return 1;
+    case DType::f8e4m3: case DType::u8: case DType::e8m0: return 1;
   }
   return 0;
 }
@@ -38,6 +39,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::u32: return "u32";
     case DType::u8: return "u8";
+    case DType::e8m0: return "e8m0";
   }
   return "?";
 }
@@ -107,6 +109,14 @@ MLAKIT_HD std::uint16_t f32_to_f16(float f) {
   std::uint32_t v = a - 0x38000000u;  // rebias exponent 127 -> 15
   v += 0xFFFu + ((v >> 13) & 1u);
   return std::uint16_t(sign | (v >> 13));
+}
+
+// ---- e8m0 (scale bytes) -----------------------------------------------------
+// Exact: 2^(e - 127) for e < 255 (e = 0 is the f32 subnormal 2^-127), NaN for 0xFF.
+MLAKIT_HD float e8m0_to_f32(std::uint8_t e) {
+  if (e == 0xFFu) return bits_to_f32(0x7FC00000u);
+  if (e == 0) return bits_to_f32(0x00400000u);
+  return bits_to_f32(std::uint32_t(e) << 23);
 }
 
 // ---- f8e4m3 (OCP "fn") ------------------------------------------------------

@@ -38,7 +38,7 @@ using Refusal = std::tuple<std::string, std::string, std::string, std::string>; 
 using NamedView = std::tuple<std::string, ViewSpec>;
 
 bool dtype_from_name(const std::string& name, DType* out) {
-  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::f8e4m3, DType::i32, DType::u32, DType::u8}) {
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::f8e4m3, DType::i32, DType::u32, DType::u8, DType::e8m0}) {
     if (dtype_name(t) == name) {
       *out = t;
       return true;

@@ -5,7 +5,11 @@
 // softmax):
 //   gather   the chunk's cache rows once for every head of the tile: K rows in the score tile's
 //            compute type (bf16 where the level has vdpbf16ps: bf16 copied, fp8 decoded exactly;
-//            else f32), V rows (the first v_depth columns) as f32; an fp8 row's scale kept aside
+//            else f32), V rows (the first v_depth columns) as f32; an fp8 row's scale kept aside.
+//            A row with several scales or a bf16 tail (FlashMLA's V32 / MODEL1 caches) is
+//            dequantized instead, code · scale in f32 (one rounding, within the dot bound), and
+//            runs in f32 at every level: a bf16 copy of code · scale would round it coarser than
+//            the spec allows
 //   S        = Q·Kᵀ on the simd dot tiles (Q read in place when it is already the compute type),
 //            then scale (· row scale) and the chunk maximum (simd scale_max)
 //   softmax  running maximum m and sum l per head; P = exp(S - m) in f32 (simd exp_sum, 2 ulp),
@@ -31,6 +35,7 @@
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
+#include "core/shared/cache_rows.hpp"
 #include "mlakit/dtype.hpp"
 
 namespace mlakit::cpu {
@@ -47,31 +52,58 @@ struct Plan {
   std::size_t T, Hq, qk, vd, stride, head_tile, ldk, ldv;
   std::int64_t page, num_rows;
   bool fp8;
+  bool grouped;  // fp8 rows with several scales or a tail: dequantized into f32 rows
+  std::size_t wq, wt, gran;
+};
+
+// The valid slots of one query token: element offsets of each row's codes, scales and tail, and
+// its one scale (1 for a bf16 cache or a grouped one, whose scales are applied when it is gathered).
+struct SlotRows {
+  std::int64_t* base;
+  std::int64_t* scale_at;
+  std::int64_t* tail_at;
+  float* rscale;
+  static std::size_t bytes(std::size_t n) { return n * (3 * sizeof(std::int64_t) + sizeof(float)); }
+  explicit SlotRows(void* mem, std::size_t n)
+      : base(static_cast<std::int64_t*>(mem)), scale_at(base + n), tail_at(scale_at + n),
+        rscale(reinterpret_cast<float*>(tail_at + n)) {}
 };
 
 void bf16_row_to_f32(const std::uint16_t* s, float* d, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
 }
 
-// The valid slots of token t, in slot order (duplicates kept): cache element offsets and row
-// scales (1 for a bf16 cache). Returns their number.
-std::size_t valid_rows(const Plan& p, std::size_t t, std::int64_t* base, float* rscale) {
+// The valid slots of token t, in slot order (duplicates kept). Returns their number.
+std::size_t valid_rows(const Plan& p, std::size_t t, SlotRows rows) {
   const SparseMlaPrefillArgs& a = *p.a;
   const PagedKVCacheView& c = a.kv_cache;
   std::size_t len = p.stride;
   if (a.topk_lengths.present()) len = std::min<std::size_t>(len, a.topk_lengths.as<const std::uint32_t>()[t]);
   const auto* idx = static_cast<const std::int32_t*>(a.indices.data) + t * p.stride;  // u32: the same bits
-  const float* scales = p.fp8 ? c.scales.as<const float>() : nullptr;
   std::size_t n = 0;
   for (std::size_t s = 0; s < len; ++s) {
     const std::int64_t r = idx[s];
     if (r < 0 || r >= p.num_rows) continue;
-    const std::int64_t blk = r / p.page, off = r % p.page;
-    base[n] = c.row_offset(blk, 0, a.layer_idx, off, 0);
-    rscale[n] = scales ? scales[c.scale_offset(blk, 0, a.layer_idx, off, 0)] : 1.0f;
+    const core::CacheRow at = core::cache_row(c, r / p.page, 0, a.layer_idx, r % p.page, 0);
+    rows.base[n] = at.codes;
+    rows.scale_at[n] = at.scales;
+    rows.tail_at[n] = at.tail;
+    rows.rscale[n] = p.fp8 && !p.grouped ? core::cache_scale(c, at.scales) : 1.0f;
     ++n;
   }
   return n;
+}
+
+// Row i of the slots, dequantized into f32: codes · their group's scale, then the tail.
+void dequantize_row(const Plan& p, const SlotRows& rows, std::size_t i, float* dst) {
+  const PagedKVCacheView& c = p.a->kv_cache;
+  p.fp8dec->to_f32(c.blocks.as<const std::uint8_t>() + rows.base[i], dst, p.wq);
+  for (std::size_t g0 = 0, j = 0; g0 < p.wq; g0 += p.gran, ++j) {
+    const float sc = core::cache_scale(c, rows.scale_at[i] + static_cast<std::int64_t>(j));
+    const std::size_t g1 = std::min(p.wq, g0 + p.gran);
+    for (std::size_t k = g0; k < g1; ++k) dst[k] *= sc;
+  }
+  if (p.wt > 0) bf16_row_to_f32(c.tail.as<const std::uint16_t>() + rows.tail_at[i], dst + p.wq, p.wt);
 }
 
 template <class CT>
@@ -81,9 +113,10 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
   const std::size_t qk = p.qk, vd = p.vd, ldk = p.ldk, ldv = p.ldv;
   constexpr bool kBf16 = std::is_same_v<CT, std::uint16_t>;
 
-  auto* base = static_cast<std::int64_t*>(thread_scratch(p.stride * (sizeof(std::int64_t) + sizeof(float)), 0));
-  auto* rscale = reinterpret_cast<float*>(base + p.stride);
-  const std::size_t n = valid_rows(p, t, base, rscale);
+  const SlotRows rows(thread_scratch(SlotRows::bytes(p.stride), 0), p.stride);
+  const std::int64_t* base = rows.base;
+  const float* rscale = rows.rscale;
+  const std::size_t n = valid_rows(p, t, rows);
 
   auto* out = a.output.as<std::uint16_t>() + (t * p.Hq + h0) * vd;
   float* lse = a.lse.present() ? a.lse.as<float>() + t * p.Hq + h0 : nullptr;
@@ -131,7 +164,7 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
   const auto* blocks8 = a.kv_cache.blocks.as<const std::uint8_t>();
   const auto* blocks16 = a.kv_cache.blocks.as<const std::uint16_t>();
   const float scale = p.d->scale;
-  const std::size_t row_bytes = qk * (p.fp8 ? 1 : 2);
+  const std::size_t row_bytes = p.wq * (p.fp8 ? 1 : 2);
   for (std::size_t c0 = 0; c0 < n; c0 += kSlotChunk) {
     const std::size_t cnt = std::min(kSlotChunk, n - c0);
     for (std::size_t i = 0; i < cnt; ++i) {
@@ -148,6 +181,9 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
       if constexpr (kBf16) {  // V: zipped from these rows below
         if (p.fp8) p.fp8dec->to_bf16(blocks8 + b, kr, qk);
         else std::memcpy(kr, blocks16 + b, qk * sizeof(std::uint16_t));
+      } else if (p.grouped) {
+        dequantize_row(p, rows, c0 + i, kr);
+        std::memcpy(vr, kr, vd * sizeof(float));
       } else if (p.fp8) {
         p.fp8dec->to_f32(blocks8 + b, kr, qk);
         p.fp8dec->to_f32(blocks8 + b, vr, vd);
@@ -161,10 +197,11 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
 
     for (std::size_t h = 0; h < hn; ++h) {
       float* s = sbuf + h * kSlotChunk;
-      online_softmax_step(g, s, p.fp8 ? rscale + c0 : nullptr, scale, cnt, m[h], l[h], obuf + h * ldv, vd);
+      const float* rs = p.fp8 && !p.grouped ? rscale + c0 : nullptr;
+      online_softmax_step(g, s, rs, scale, cnt, m[h], l[h], obuf + h * ldv, vd);
       if constexpr (kBf16) {
-        g.to_bf16_scaled(s, p.fp8 ? rscale + c0 : nullptr, pbuf + h * kSlotChunk, cnt);
-      } else if (p.fp8) {
+        g.to_bf16_scaled(s, rs, pbuf + h * kSlotChunk, cnt);
+      } else if (rs) {
         for (std::size_t i = 0; i < cnt; ++i) s[i] *= rscale[c0 + i];
       }
     }
@@ -210,6 +247,10 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.page = a.kv_cache.page_size();
   p.num_rows = a.kv_cache.num_blocks() * p.page;
   p.fp8 = a.kv_cache.blocks.dtype == DType::f8e4m3;
+  p.wq = static_cast<std::size_t>(a.kv_cache.quantized_size());
+  p.wt = static_cast<std::size_t>(a.kv_cache.tail_size());
+  p.gran = p.fp8 ? static_cast<std::size_t>(a.kv_cache.quant_granularity) : p.wq;
+  p.grouped = p.fp8 && (p.wt > 0 || p.gran < p.wq);
   p.ldk = round_up(p.qk, 32);  // 64-byte rows in bf16, 128-byte in f32
   p.ldv = round_up(p.vd, 16);
   if (p.T == 0 || p.Hq == 0) return Status::success();
@@ -218,7 +259,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.head_tile = std::min(kHeadTile, p.Hq);
   while (p.head_tile > 16 && p.T * ((p.Hq + p.head_tile - 1) / p.head_tile) < want_tiles) p.head_tile /= 2;
   const std::size_t groups = (p.Hq + p.head_tile - 1) / p.head_tile;
-  const bool bf16 = p.gemm->bf16_dot;
+  const bool bf16 = p.gemm->bf16_dot && !p.grouped;
   parallel_for_tiles(p.T * groups, 1, [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
       const std::size_t t = i / groups, h0 = (i % groups) * p.head_tile;

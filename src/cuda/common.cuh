@@ -98,18 +98,26 @@ inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a
 struct DevPagedCache {
   const void* blocks = nullptr;
   void* blocks_rw = nullptr;
-  const float* scales = nullptr;
+  const float* scales = nullptr;                // f32 scales (null for e8m0 or none)
+  const std::uint8_t* scales_e8m0 = nullptr;    // e8m0 scale bytes (FlashMLA MODEL1), else null
+  const std::uint16_t* tail = nullptr;          // bf16 tail of split rows, else null
   const std::uint32_t* lut = nullptr;
   const std::uint32_t* cache_lengths = nullptr;
   std::int64_t num_blocks = 0, kv_dim = 0, num_layers = 0, page_size = 0, heads = 0, head_size = 0;
-  std::int64_t scales_per_row = 0, lut_cols = 0;
-  std::int64_t stride[5] = {}, scale_stride[5] = {};  // element strides of blocks and scales (dims 0-4)
+  std::int64_t scales_per_row = 0, lut_cols = 0, quantized_size = 0, tail_size = 0, granularity = 0;
+  std::int64_t stride[5] = {}, scale_stride[5] = {}, tail_stride[5] = {};  // element strides (dims 0-4)
 
   static DevPagedCache from(const PagedKVCacheView& c) {
     DevPagedCache d;
     d.blocks = c.blocks.data;
     d.blocks_rw = c.blocks.data;
-    d.scales = static_cast<const float*>(c.scales.data);
+    const bool e8m0 = c.scales.dtype == DType::e8m0;
+    d.scales = e8m0 ? nullptr : static_cast<const float*>(c.scales.data);
+    d.scales_e8m0 = e8m0 ? static_cast<const std::uint8_t*>(c.scales.data) : nullptr;
+    d.tail = static_cast<const std::uint16_t*>(c.tail.data);
+    d.quantized_size = c.quantized_size();
+    d.tail_size = c.tail_size();
+    d.granularity = c.quant_granularity;
     d.lut = static_cast<const std::uint32_t*>(c.lookup_table.data);
     d.cache_lengths = static_cast<const std::uint32_t*>(c.cache_lengths.data);
     d.num_blocks = c.num_blocks();
@@ -123,6 +131,7 @@ struct DevPagedCache {
     for (int i = 0; i < 5; ++i) {
       d.stride[i] = c.blocks.strides[i];
       d.scale_stride[i] = c.scales.data != nullptr ? c.scales.strides[i] : 0;
+      d.tail_stride[i] = c.tail.data != nullptr ? c.tail.strides[i] : 0;
     }
     return d;
   }
@@ -136,6 +145,15 @@ struct DevPagedCache {
                                                 std::int64_t off, std::int64_t head) const {
     return blk * scale_stride[0] + kv * scale_stride[1] + layer * scale_stride[2] + off * scale_stride[3] +
            head * scale_stride[4];
+  }
+  __host__ __device__ std::int64_t tail_offset(std::int64_t blk, std::int64_t kv, std::int64_t layer,
+                                               std::int64_t off, std::int64_t head) const {
+    return blk * tail_stride[0] + kv * tail_stride[1] + layer * tail_stride[2] + off * tail_stride[3] +
+           head * tail_stride[4];
+  }
+  // The scale at element offset i of the scales: f32, or an e8m0 byte.
+  __device__ float scale_at(std::int64_t i) const {
+    return scales_e8m0 != nullptr ? e8m0_to_f32(scales_e8m0[i]) : scales[i];
   }
   // Physical block of token position `pos` of sequence b (validated to exist).
   __device__ std::int64_t block_of(std::int64_t b, std::int64_t pos) const {

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
           if (j < k_end) {
             const std::int64_t blk = p.cache.block_of(b, j), off = j % p.cache.page_size;
             kbase[tid] = p.cache.row_offset(blk, 0, p.layer, off, 0);
-            kscale[tid] = p.cache.scales[p.cache.scale_offset(blk, 0, p.layer, off, 0)];
+            kscale[tid] = p.cache.scale_at(p.cache.scale_offset(blk, 0, p.layer, off, 0));
           } else {
             kbase[tid] = -1;
             kscale[tid] = 0.0f;

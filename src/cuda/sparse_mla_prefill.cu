@@ -13,6 +13,11 @@
 //              allows; for the fp8 cache P carries the row scale: bf16(exp(s - m)·scale_row), so V
 //              stays the exact codes); warp w: head tile w/4, columns [128·(w%4), +128) of the chunk,
 //              accumulators in registers.
+// Rows with several scales or a bf16 tail (FlashMLA's V32 / MODEL1 caches, spec 06 §B) keep the
+// codes exact in shared memory (the tail's bf16 values after them) and each slot's group scales
+// aside: S sums the per-group tensor-core dots times the group's scale (a 16-column step lies in one
+// group), and P·V takes, per 8-column tile, P = bf16(exp(s - m)·scale of that tile's group) — the
+// single-scale rounding, once per group.
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf. Invalid slots (past topk_lengths, negative,
 // >= num_rows) are skipped, duplicates count.
@@ -42,6 +47,8 @@ struct Params {
   const std::uint16_t* q;
   DevPagedCache cache;
   bool fp8, vector_loads;
+  bool grouped;  // fp8 rows with several scale groups or a tail
+  int wq, gran, groups;  // quantized width, columns per scale, scales per row (grouped rows)
   int layer;
   const std::int32_t* indices;
   const std::uint32_t* topk_lengths;  // null: indices_stride
@@ -56,12 +63,14 @@ struct Params {
 };
 
 struct Layout {
-  std::size_t rowbase, rscale, valid, m, l, alpha, table, S, P, qs, ks, bytes;
-  __host__ __device__ explicit Layout(int Dp) {
+  std::size_t rowbase, tailbase, rscale, gscale, valid, m, l, alpha, table, S, P, qs, ks, bytes;
+  __host__ __device__ Layout(int Dp, int groups) {
     const std::size_t ld = static_cast<std::size_t>(Dp + 8);
     rowbase = 0;
-    rscale = rowbase + kSlots * sizeof(std::int64_t);
-    valid = rscale + kSlots * sizeof(float);
+    tailbase = rowbase + kSlots * sizeof(std::int64_t);
+    rscale = tailbase + kSlots * sizeof(std::int64_t);
+    gscale = rscale + kSlots * sizeof(float);  // [kSlots][groups]: grouped rows only
+    valid = gscale + kSlots * static_cast<std::size_t>(groups) * sizeof(float);
     m = valid + kSlots * sizeof(int);
     l = m + kHeads * sizeof(float);
     alpha = l + kHeads * sizeof(float);
@@ -76,9 +85,11 @@ struct Layout {
 
 __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
   MLAKIT_DYNAMIC_SHARED(smem);
-  const Layout L(p.Dp);
+  const Layout L(p.Dp, p.groups);
   auto* rowbase = reinterpret_cast<std::int64_t*>(smem + L.rowbase);
+  auto* tailbase = reinterpret_cast<std::int64_t*>(smem + L.tailbase);
   auto* rscale = reinterpret_cast<float*>(smem + L.rscale);
+  auto* gscale = reinterpret_cast<float*>(smem + L.gscale);
   auto* valid = reinterpret_cast<int*>(smem + L.valid);
   auto* m_run = reinterpret_cast<float*>(smem + L.m);
   auto* l_run = reinterpret_cast<float*>(smem + L.l);
@@ -133,7 +144,14 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
       ok = idx >= 0 && idx < p.num_rows;
       valid[tid] = ok;
       rowbase[tid] = ok ? p.cache.row_offset(idx / ps, 0, p.layer, idx % ps, 0) : -1;
-      rscale[tid] = (ok && p.fp8) ? p.cache.scales[p.cache.scale_offset(idx / ps, 0, p.layer, idx % ps, 0)] : 1.0f;
+      if (p.grouped) {
+        rscale[tid] = 1.0f;
+        tailbase[tid] = ok && p.cache.tail != nullptr ? p.cache.tail_offset(idx / ps, 0, p.layer, idx % ps, 0) : -1;
+        const std::int64_t s0 = ok ? p.cache.scale_offset(idx / ps, 0, p.layer, idx % ps, 0) : 0;
+        for (int j = 0; j < p.groups; ++j) gscale[tid * p.groups + j] = ok ? p.cache.scale_at(s0 + j) : 1.0f;
+      } else {
+        rscale[tid] = (ok && p.fp8) ? p.cache.scale_at(p.cache.scale_offset(idx / ps, 0, p.layer, idx % ps, 0)) : 1.0f;
+      }
     }
     if (!__syncthreads_or(ok)) continue;  // no valid slot in this step (block-uniform)
 
@@ -152,27 +170,57 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
         const int kk = e / Dp, d = e % Dp;
         const std::int64_t base = rowbase[kk];
         std::uint16_t v = 0;
-        if (base >= 0 && d < qk) v = p.fp8 ? table[blocks8[base + d]] : blocks16[base + d];
+        if (base >= 0 && d < qk) {
+          if (!p.fp8) v = blocks16[base + d];
+          else if (d < p.wq) v = table[blocks8[base + d]];
+          else v = p.cache.tail[tailbase[kk] + (d - p.wq)];  // a split row's bf16 tail
+        }
         ks[kk * ld + d] = v;
       }
     }
     __syncthreads();
 
     // S = scale · (row scale ·) Q·Kᵀ: warp w computes heads [16·(w/4), +16) x slots [8·(w%4), +8).
+    // Grouped rows: the sum over groups of (group scale) · (the group's columns' dot).
     {
-      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}, tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const int m0 = (warp >> 2) * 16, n0 = (warp & 3) * 8;
+      const int col = n0 + 2 * c;
+      int cur = -1;  // the group s4 holds (grouped rows; the tail and the padding are group `groups`)
+      auto flush = [&]() {
+        const float a0 = cur < p.groups ? gscale[col * p.groups + cur] : 1.0f;
+        const float a1 = cur < p.groups ? gscale[(col + 1) * p.groups + cur] : 1.0f;
+        tot[0] += s4[0] * a0;
+        tot[1] += s4[1] * a1;
+        tot[2] += s4[2] * a0;
+        tot[3] += s4[3] * a1;
+        s4[0] = s4[1] = s4[2] = s4[3] = 0.0f;
+      };
       for (int k0 = 0; k0 < Dp; k0 += 16) {
+        if (p.grouped) {
+          const int grp = k0 < p.wq ? k0 / p.gran : p.groups;
+          if (grp != cur) {
+            if (cur >= 0) flush();
+            cur = grp;
+          }
+        }
         std::uint32_t af[4], bf[2];
         load_a_rowmajor(af, qs, ld, m0, k0);
         load_b_nmajor(bf, ks, ld, n0, k0);
         mma_bf16_16816(s4, af, bf);
       }
-      const int col = n0 + 2 * c;
-      S[(m0 + g) * kLdS + col] = p.scale * (s4[0] * rscale[col]);
-      S[(m0 + g) * kLdS + col + 1] = p.scale * (s4[1] * rscale[col + 1]);
-      S[(m0 + g + 8) * kLdS + col] = p.scale * (s4[2] * rscale[col]);
-      S[(m0 + g + 8) * kLdS + col + 1] = p.scale * (s4[3] * rscale[col + 1]);
+      if (p.grouped) {
+        flush();
+      } else {
+        tot[0] = s4[0] * rscale[col];
+        tot[1] = s4[1] * rscale[col + 1];
+        tot[2] = s4[2] * rscale[col];
+        tot[3] = s4[3] * rscale[col + 1];
+      }
+      S[(m0 + g) * kLdS + col] = p.scale * tot[0];
+      S[(m0 + g) * kLdS + col + 1] = p.scale * tot[1];
+      S[(m0 + g + 8) * kLdS + col] = p.scale * tot[2];
+      S[(m0 + g + 8) * kLdS + col + 1] = p.scale * tot[3];
     }
     __syncthreads();
 
@@ -192,6 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
       for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       const float alpha = seen ? expf(m_old - m_new) : 0.0f;
       P[r * kLdP + lane] = f32_to_bf16(p.fp8 ? e * rscale[lane] : e);
+      if (p.grouped) S[r * kLdS + lane] = e;  // the weights, scaled per group in P·V
       __syncwarp();
       if (lane == 0) {
         m_run[r] = m_new;
@@ -213,17 +262,51 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
         acc[i][2] *= a1;
         acc[i][3] *= a1;
       }
-#pragma unroll
-      for (int k0 = 0; k0 < kSlots; k0 += 16) {
-        std::uint32_t af[4];
-        load_a_rowmajor(af, P, kLdP, mw * 16, k0);
-#pragma unroll
+      if (p.grouped) {
+        // Per 8-column tile the weights times its group's scales, rounded to bf16 (the fragment of
+        // load_a_rowmajor, built from S), rebuilt when the group changes.
+        std::uint32_t af[2][4];
+        int cur = -1;
+        const int ra = mw * 16 + g, rb = ra + 8;
         for (int i = 0; i < 16; ++i) {
           const int n0 = vc0 + cg * 128 + i * 8;
-          if (n0 >= p.vd) break;  // columns past v_depth: not needed (and past the tile's rows)
-          std::uint32_t bf[2];
-          load_b_kmajor(bf, ks, ld, k0, n0);
-          mma_bf16_16816(acc[i], af, bf);
+          if (n0 >= p.vd) break;
+          const int grp = n0 < p.wq ? n0 / p.gran : p.groups;
+          if (grp != cur) {
+            cur = grp;
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+              const int k = kk * 16 + 2 * c;
+              auto w = [&](int row, int slot) {
+                const float sc = grp < p.groups ? gscale[slot * p.groups + grp] : 1.0f;
+                return f32_to_bf16(S[row * kLdS + slot] * sc);
+              };
+              af[kk][0] = pack_bf16x2(w(ra, k), w(ra, k + 1));
+              af[kk][1] = pack_bf16x2(w(rb, k), w(rb, k + 1));
+              af[kk][2] = pack_bf16x2(w(ra, k + 8), w(ra, k + 9));
+              af[kk][3] = pack_bf16x2(w(rb, k + 8), w(rb, k + 9));
+            }
+          }
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            std::uint32_t bf[2];
+            load_b_kmajor(bf, ks, ld, kk * 16, n0);
+            mma_bf16_16816(acc[i], af[kk], bf);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int k0 = 0; k0 < kSlots; k0 += 16) {
+          std::uint32_t af[4];
+          load_a_rowmajor(af, P, kLdP, mw * 16, k0);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            const int n0 = vc0 + cg * 128 + i * 8;
+            if (n0 >= p.vd) break;  // columns past v_depth: not needed (and past the tile's rows)
+            std::uint32_t bf[2];
+            load_b_kmajor(bf, ks, ld, k0, n0);
+            mma_bf16_16816(acc[i], af, bf);
+          }
         }
       }
     }
@@ -263,7 +346,17 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   if (T == 0) return Status::success();
   const int qk = static_cast<int>(d.qk_depth);
   const int Dp = static_cast<int>(round_up(qk, 16));
-  const Layout layout(Dp);
+  const PagedKVCacheView& kc = a.kv_cache;
+  const bool fp8 = kc.blocks.dtype == DType::f8e4m3;
+  const bool grouped = fp8 && (kc.tail_size() > 0 || kc.quant_granularity < kc.quantized_size());
+  // A 16-column step of the tensor-core dot must lie in one scale group (and not straddle the tail).
+  if (grouped && (kc.quant_granularity % 16 != 0 || (kc.tail_size() > 0 && kc.quantized_size() % 16 != 0)))
+    return Status::error(StatusCode::unsupported, kOp, "kv_cache.quant_granularity",
+                         "kv_cache.quant_granularity=" + std::to_string(kc.quant_granularity) + " with " +
+                             std::to_string(kc.quantized_size()) + " quantized columns (the cuda back-end takes "
+                             "several scales per row in groups of a multiple of 16 columns; cpu takes any)");
+  const int groups = grouped ? static_cast<int>(ceil_div(kc.quantized_size(), kc.quant_granularity)) : 0;
+  const Layout layout(Dp, groups);
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
@@ -271,7 +364,11 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   Params p;
   p.q = static_cast<const std::uint16_t*>(a.q.data);
   p.cache = DevPagedCache::from(a.kv_cache);
-  p.fp8 = a.kv_cache.blocks.dtype == DType::f8e4m3;
+  p.fp8 = fp8;
+  p.grouped = grouped;
+  p.wq = static_cast<int>(kc.quantized_size());
+  p.gran = static_cast<int>(fp8 ? kc.quant_granularity : kc.quantized_size());
+  p.groups = groups;
   p.vector_loads = !p.fp8 && qk % 8 == 0 && (reinterpret_cast<std::uintptr_t>(a.kv_cache.blocks.data) % 16) == 0;
   p.layer = static_cast<int>(a.layer_idx);
   p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits

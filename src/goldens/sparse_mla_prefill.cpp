@@ -38,7 +38,10 @@ json knob_defaults() {
       {"scale", nullptr},             // null: 1/sqrt(qk_depth)
       {"topk_lengths", "random"},     // absent | full | random (1..stride) | some_zero | all_zero
       {"cache_dtype", "bf16"},        // bf16 | f8e4m3
-      {"quant_granularity", 0},       // f8e4m3 only; 0 means qk_depth (one scale per row)
+      {"quant_granularity", 0},       // f8e4m3 only; 0 means the quantized width (one scale per row)
+      {"tail_size", 0},               // f8e4m3 only: > 0 splits rows, qk_depth − tail_size codes + a bf16 tail (spec 06 §B)
+      {"scale_dtype", "f32"},         // f8e4m3 only: f32 | e8m0 (power-of-two scale bytes, FlashMLA MODEL1)
+      {"nan_scale", false},           // e8m0: query row 0 selects a row with a 0xFF (NaN) scale; others sit in unread rows
       {"page_size", 64},
       {"seq_lens", json::array({200, 90})},  // cache positions per sequence (this step's rows included)
       {"spare_blocks", 2},            // blocks no sequence owns: num_blocks = owned pages + spare_blocks
@@ -95,6 +98,7 @@ constexpr TensorSpec kTensors[] = {
     {"q", 3},
     {"kv_cache.blocks", 6},
     {"kv_cache.scales", 6, false},
+    {"kv_cache.tail", 6, false},
     {"kv_cache.lookup_table", 2},
     {"kv_cache.cache_lengths", 1},
     {"indices", 2},
@@ -166,6 +170,23 @@ std::int64_t scale_index(const Tensor& blocks, const Tensor& scales, std::int64_
   return ((blk * sh[2] + layer) * ps + off) * scales.shape()[5];
 }
 
+// Row r's column d of layer `layer` as the spec dequantizes it: code · its group's scale, the
+// tail after the quantized part, or the bf16 value.
+double row_value(const Bundle& b, std::int64_t r, std::int64_t layer, std::int64_t d, std::int64_t granularity) {
+  const Tensor& blocks = b.at("kv_cache.blocks");
+  const std::int64_t wq = blocks.shape()[5];
+  if (d >= wq) {
+    const Tensor& tail = b.at("kv_cache.tail");
+    const auto& sh = blocks.shape();
+    const std::int64_t ps = sh[3], blk = r / ps, off = r % ps;
+    return tail.value(((blk * sh[2] + layer) * ps + off) * tail.shape()[5] + d - wq);
+  }
+  const double x = blocks.value(row_base(blocks, r, layer) + d);
+  if (blocks.dtype() != DType::f8e4m3) return x;
+  const Tensor& scales = b.at("kv_cache.scales");
+  return x * scales.value(scale_index(blocks, scales, r, layer) + d / granularity);
+}
+
 // Swaps two bytes of the blocks tensor (keeps the multiset of codes, hence all 256 of them).
 void swap_bytes(Tensor& blocks, std::int64_t a, std::int64_t c) {
   std::swap(blocks.data<std::uint8_t>()[a], blocks.data<std::uint8_t>()[c]);
@@ -232,6 +253,17 @@ class SparseMlaPrefillDriver final : public OpDriver {
     v.push_back(make_case("unowned_rows", "60% of the slots name rows outside their own sequence (spare pages, page tails)",
                           general({{"unowned_fraction", 0.6}, {"num_blocks", 17}})));
     v.push_back(make_case("t_zero", "no query rows (T = 0): a valid call that writes nothing", general({{"T", 0}})));
+    v.push_back(make_case("flashmla_v32", "FlashMLA V32 split rows: 512 codes with 4 f32 scales (one per 128) + 64 bf16 rope, all 256 codes, NaN code, sink",
+                          {{"cache_dtype", "f8e4m3"}, {"tail_size", 64}, {"quant_granularity", 128}, {"nan_row", true},
+                           {"sink", true}, {"spare_blocks", 4}}));
+    v.push_back(make_case("flashmla_model1", "FlashMLA MODEL1 split rows: qk 512 = 448 codes with 7 e8m0 scales (one per 64) + 64 bf16, a 0xFF NaN scale",
+                          {{"cache_dtype", "f8e4m3"}, {"qk_depth", 512}, {"tail_size", 64}, {"quant_granularity", 64},
+                           {"scale_dtype", "e8m0"}, {"nan_scale", true}, {"max_logits", true}, {"spare_blocks", 4}}));
+    v.push_back(make_case("split_rows_general", "split rows, general shape: 32 codes (e8m0 per 16) + 8 bf16, v_depth past the codes, page 5",
+                          general({{"cache_dtype", "f8e4m3"}, {"v_depth", 36}, {"tail_size", 8}, {"quant_granularity", 16},
+                                   {"scale_dtype", "e8m0"}, {"spare_blocks", 8}, {"num_layers", 2}, {"layer_idx", 1}})));
+    v.push_back(make_case("grouped_scales_whole_rows", "f8e4m3 whole rows with several f32 scales (granularity 16: 3 per 40-column row, the last partial)",
+                          general({{"cache_dtype", "f8e4m3"}, {"quant_granularity", 16}, {"spare_blocks", 8}, {"nan_row", true}})));
     v.push_back(make_case("large_scale", "scale 1.0 with DeepSeek depths: sharp softmax",
                           {{"scale", 1.0}, {"num_q_heads", 2}, {"T", 4}}));
     return v;
@@ -285,8 +317,13 @@ class SparseMlaPrefillDriver final : public OpDriver {
     const bool fp8 = cache_dtype == "f8e4m3";
     const float scale = k.at("scale").is_null() ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(qk)))
                                                 : k.at("scale").get<float>();
+    const std::int64_t wt = k.at("tail_size").get<std::int64_t>();
+    const std::string scale_dtype = k.at("scale_dtype").get<std::string>();
+    if (wt < 0 || wt >= qk || (wt > 0 && !fp8)) throw InputError("tail_size must be in [0, qk_depth) and needs an f8e4m3 cache");
+    if (scale_dtype != "f32" && scale_dtype != "e8m0") throw InputError("scale_dtype must be f32 or e8m0");
+    const std::int64_t wq = qk - wt;  // the quantized (or plain) part of a row
     std::int64_t qg = k.at("quant_granularity").get<std::int64_t>();
-    if (fp8 && qg == 0) qg = qk;
+    if (fp8 && qg == 0) qg = wq;
 
     b.params = {{"num_q_heads", Hq}, {"qk_depth", qk}, {"v_depth", vd}, {"indices_stride", stride},
                 {"scale", scale}, {"layer_idx", layer}, {"page_size", ps}};
@@ -312,7 +349,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     L.kv_dim = 1;
     L.num_layers = layers;
     L.num_kv_heads = 1;
-    L.head_size = qk;
+    L.head_size = wq;
     L.dtype = fp8 ? DType::f8e4m3 : DType::bf16;
     L.quant_granularity = fp8 ? qg : 0;
     L.spare_blocks = k.at("spare_blocks").get<std::int64_t>();
@@ -327,7 +364,17 @@ class SparseMlaPrefillDriver final : public OpDriver {
     if (fp8) {
       // Codes spread over the whole e4m3 range; the per-row scales bring values to about N(0, 1).
       fill_fp8(blocks, rng, 64.0, blocks.numel() >= 256);
-      fill_uniform(b.at("kv_cache.scales"), rng, 0.5 / 64, 2.0 / 64);
+      if (scale_dtype == "e8m0") {  // 2^-7 .. 2^-5: the same spread as the f32 scales
+        const auto shape = b.at("kv_cache.scales").shape();
+        b.tensors.erase("kv_cache.scales");
+        fill_integers(b.add("kv_cache.scales", DType::e8m0, shape), rng, 120, 122);
+      } else {
+        fill_uniform(b.at("kv_cache.scales"), rng, 0.5 / 64, 2.0 / 64);
+      }
+      if (wt > 0) {
+        const auto& sh = blocks.shape();
+        fill_normal(b.add("kv_cache.tail", DType::bf16, {sh[0], sh[1], sh[2], sh[3], sh[4], wt}), rng, 1.0);
+      }
     } else {
       fill_normal(blocks, rng, 1.0);
     }
@@ -421,7 +468,8 @@ class SparseMlaPrefillDriver final : public OpDriver {
       }
     }
 
-    if (fp8) place_nan_codes(b, idx, len, T, stride, num_rows, layer, layers, qk, k.at("nan_row").get<bool>(), rng);
+    if (fp8) place_nan_codes(b, idx, len, T, stride, num_rows, layer, layers, wq, k.at("nan_row").get<bool>(), rng);
+    if (scale_dtype == "e8m0") place_e8m0_edges(b, idx, len, T, stride, num_rows, layer, k.at("nan_scale").get<bool>(), rng);
 
     Tensor& it = b.add("indices", index_dtype == "u32" ? DType::u32 : DType::i32, {T, stride});
     for (std::int64_t i = 0; i < T * stride; ++i) {
@@ -523,17 +571,13 @@ class SparseMlaPrefillDriver final : public OpDriver {
     const Params p = params_of(b);
     const std::int64_t qk = p.desc.qk_depth, vd = p.desc.v_depth, Hq = p.desc.num_q_heads;
     const Selection sel = selection_of(b, p);
-    const Tensor& blocks = b.at("kv_cache.blocks");
-    const bool fp8 = blocks.dtype() == DType::f8e4m3;
     double vmax = 0, rmax2 = 0;
     for (std::int64_t r = 0; r < sel.num_rows; ++r) {
       if (sel.reads[static_cast<std::size_t>(r)] == 0) continue;
-      const std::int64_t base = row_base(blocks, r, p.layer_idx);
-      const double sc = fp8 ? b.at("kv_cache.scales").value(scale_index(blocks, b.at("kv_cache.scales"), r, p.layer_idx)) : 1.0;
       double norm2 = 0;
       bool finite = true;
       for (std::int64_t d = 0; d < qk; ++d) {
-        const double x = blocks.value(base + d) * sc;
+        const double x = row_value(b, r, p.layer_idx, d, p.quant_granularity);
         if (!std::isfinite(x)) { finite = false; continue; }
         norm2 += x * x;
         if (d < vd) vmax = std::max(vmax, std::fabs(x));
@@ -589,7 +633,11 @@ class SparseMlaPrefillDriver final : public OpDriver {
     const double Hq = static_cast<double>(p.desc.num_q_heads);
     const double qk = static_cast<double>(p.desc.qk_depth), vd = static_cast<double>(p.desc.v_depth);
     const bool fp8 = b.at("kv_cache.blocks").dtype() == DType::f8e4m3;
-    const double row_bytes = qk * (fp8 ? 1.0 : 2.0) + (fp8 ? 4.0 : 0.0);
+    const Tensor& blocks = b.at("kv_cache.blocks");
+    const double wq = static_cast<double>(blocks.shape()[5]);
+    const double row_bytes = fp8 ? wq + (qk - wq) * 2 + static_cast<double>(b.at("kv_cache.scales").shape()[5] *
+                                                                            dtype_size(b.at("kv_cache.scales").dtype()))
+                                 : qk * 2;
     const double T = static_cast<double>(sel.T);
     Work w;
     w.flops = 2.0 * Hq * (qk + vd) * static_cast<double>(sel.total_valid);
@@ -604,8 +652,9 @@ class SparseMlaPrefillDriver final : public OpDriver {
   // fill_fp8 scatters all 256 codes over the cache, so the NaN codes 0x7F / 0xFF may sit in rows
   // many query rows read, which would turn most outputs into NaN. They are moved (by swapping
   // bytes, so every code stays present) into rows of layer_idx that no valid slot reads, or into
-  // another layer; with nan_row, one NaN code goes to the last (K-only) column of an unread row
-  // that query row 0's first slot then names.
+  // another layer; with nan_row, one NaN code goes to the last quantized column (K-only unless the
+  // row is split) of an unread row that query row 0's first slot then names. `qk` is the
+  // quantized width here.
   void place_nan_codes(Bundle& b, std::vector<std::int64_t>& idx, std::vector<std::int64_t>& len, std::int64_t T,
                        std::int64_t stride, std::int64_t num_rows, std::int64_t layer, std::int64_t layers,
                        std::int64_t qk, bool nan_row, Rng& rng) const {
@@ -625,7 +674,7 @@ class SparseMlaPrefillDriver final : public OpDriver {
     std::vector<std::int64_t> unread;
     for (std::int64_t r = 0; r < num_rows; ++r)
       if (!read[static_cast<std::size_t>(r)]) unread.push_back(r);
-    const std::int64_t row_len = qk;  // one head, kv_dim 1
+    const std::int64_t row_len = qk;  // the quantized width: one head, kv_dim 1
     auto pick_unread = [&]() { return unread[static_cast<std::size_t>(rng.integer(0, std::int64_t(unread.size()) - 1))]; };
     std::int64_t nan_target = -1;
     if (nan_row && T > 0 && !unread.empty()) nan_target = pick_unread();
@@ -649,6 +698,42 @@ class SparseMlaPrefillDriver final : public OpDriver {
       }
     }
     if (nan_target >= 0) idx[0] = nan_target;
+  }
+
+  // e8m0 scales: the edge values 0 (2^-127) and 254 (2^127) and 0xFF (NaN) go to rows of layer_idx
+  // that no valid slot reads (an overflow there would be the engine's, not the spec's); with
+  // nan_scale, one NaN scale goes to an unread row that query row 0's first slot then names (its
+  // scores, and so its outputs, are NaN).
+  void place_e8m0_edges(Bundle& b, std::vector<std::int64_t>& idx, std::vector<std::int64_t>& len, std::int64_t T,
+                        std::int64_t stride, std::int64_t num_rows, std::int64_t layer, bool nan_scale, Rng& rng) const {
+    if (nan_scale && T > 0 && stride > 0 && len[0] == 0) {
+      len[0] = 1;
+      b.at("topk_lengths").data<std::uint32_t>()[0] = 1;
+    }
+    std::vector<bool> read(static_cast<std::size_t>(num_rows), false);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t p = 0; p < len[static_cast<std::size_t>(t)]; ++p) {
+        const std::int64_t r = idx[static_cast<std::size_t>(t * stride + p)];
+        if (r >= 0 && r < num_rows) read[static_cast<std::size_t>(r)] = true;
+      }
+    std::vector<std::int64_t> unread;
+    for (std::int64_t r = 0; r < num_rows; ++r)
+      if (!read[static_cast<std::size_t>(r)]) unread.push_back(r);
+    if (unread.empty()) return;
+    const Tensor& blocks = b.at("kv_cache.blocks");
+    Tensor& scales = b.at("kv_cache.scales");
+    const std::int64_t per_row = scales.shape()[5];
+    auto at = [&](std::int64_t r) { return scales.data<std::uint8_t>() + scale_index(blocks, scales, r, layer); };
+    const std::uint8_t edges[] = {0x00, 0xFE, 0xFF};
+    for (std::size_t i = 0; i < unread.size() && i < 3 * 4; ++i)
+      at(unread[i])[rng.integer(0, per_row - 1)] = edges[i % 3];
+    if (nan_scale && T > 0 && stride > 0) {
+      const std::int64_t target = unread[static_cast<std::size_t>(rng.integer(0, std::int64_t(unread.size()) - 1))];
+      std::uint8_t* row = at(target);
+      for (std::int64_t j = 0; j < per_row; ++j) row[j] = static_cast<std::uint8_t>(rng.integer(120, 122));
+      row[rng.integer(0, per_row - 1)] = 0xFF;
+      idx[0] = target;
+    }
   }
 };
 

@@ -59,7 +59,8 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   expect.num_kv_heads = 1;
   expect.head_size = d.qk_depth;
   expect.scales = fp8;
-  expect.min_granularity = fp8 ? d.qk_depth : 0;
+  expect.e8m0_scales = true;  // FlashMLA's MODEL1 cache (spec 06 §B3)
+  expect.split_rows = true;   // FlashMLA's V32 and MODEL1 caches: f8e4m3 part + bf16 tail (§B2, §B3)
   expect.layer_idx = a.layer_idx;
   expect.need_cache_lengths = false;
   if (!v.paged_cache("kv_cache", rows, expect, kAnyDim)) return v.status();
@@ -89,6 +90,7 @@ Status validate_sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMl
   const Validator::NamedView reads[] = {{"q", &a.q},
                                         {"kv_cache.blocks", &a.kv_cache.blocks},
                                         {"kv_cache.scales", &a.kv_cache.scales},
+                                        {"kv_cache.tail", &a.kv_cache.tail},
                                         {"kv_cache.lookup_table", &lut},
                                         {"kv_cache.cache_lengths", &lens},
                                         {"indices", &a.indices},
@@ -110,6 +112,7 @@ struct SparseTraits {
     return {{"q", &a.q, Role::data},
             {"kv_cache.blocks", &a.kv_cache.blocks, Role::data},
             {"kv_cache.scales", &a.kv_cache.scales, Role::data},
+            {"kv_cache.tail", &a.kv_cache.tail, Role::data},
             {"kv_cache.lookup_table", &a.kv_cache.lookup_table, Role::data},
             {"kv_cache.cache_lengths", &a.kv_cache.cache_lengths, Role::data},
             {"indices", &a.indices, Role::data},

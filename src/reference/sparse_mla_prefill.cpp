@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/shared/cache_rows.hpp"
+
 namespace mlakit::reference {
 
 std::uint16_t bf16_from_f64(double x) {
@@ -53,15 +55,18 @@ void sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArg
       const std::int64_t r = slot_value(a.indices, t * stride + p);
       if (r < 0 || r >= num_rows) continue;  // -1 / out of range: skipped
       const std::int64_t blk = r / page, off = r % page;
-      const std::int64_t base = c.row_offset(blk, 0, a.layer_idx, off, 0);
+      const core::CacheRow at = core::cache_row(c, blk, 0, a.layer_idx, off, 0);
       rows.resize(static_cast<std::size_t>((n + 1) * qk));
       double* dst = rows.data() + n * qk;
-      if (fp8) {
-        const double sc = c.scales.as<const float>()[c.scale_offset(blk, 0, a.layer_idx, off, 0)];
-        const auto* codes = c.blocks.as<const std::uint8_t>() + base;
-        for (std::int64_t k = 0; k < qk; ++k) dst[k] = static_cast<double>(f8e4m3_to_f32(codes[k])) * sc;
+      if (fp8) {  // the quantized part: column k has the scale of its group k / quant_granularity
+        const std::int64_t wq = c.quantized_size(), g = c.quant_granularity;
+        const auto* codes = c.blocks.as<const std::uint8_t>() + at.codes;
+        for (std::int64_t k = 0; k < wq; ++k)
+          dst[k] = static_cast<double>(f8e4m3_to_f32(codes[k])) * core::cache_scale(c, at.scales + k / g);
+        const auto* tail = c.tail_size() > 0 ? c.tail.as<const std::uint16_t>() + at.tail : nullptr;
+        for (std::int64_t k = wq; k < qk; ++k) dst[k] = bf16_to_f32(tail[k - wq]);
       } else {
-        const auto* vals = c.blocks.as<const std::uint16_t>() + base;
+        const auto* vals = c.blocks.as<const std::uint16_t>() + at.codes;
         for (std::int64_t k = 0; k < qk; ++k) dst[k] = bf16_to_f32(vals[k]);
       }
       ++n;

@@ -233,7 +233,7 @@ TEST(SparseMlaPrefillDriver, Fp8CachesHoldAll256CodesAndNanRowsStayRare) {
       for (std::int64_t i = 0; i < out.numel(); ++i)
         if (std::isnan(out.value(i))) nan_token[i / (Hq * vd)] = true;
       const auto nan_count = std::count(nan_token.begin(), nan_token.end(), true);
-      if (k.at("nan_row").get<bool>()) {
+      if (k.at("nan_row").get<bool>() || k.at("nan_scale").get<bool>()) {
         ASSERT_GT(T, 0);
         EXPECT_TRUE(nan_token[0]) << spec.name << " seed " << seed;
         for (std::int64_t i = 0; i < Hq * vd; ++i) EXPECT_TRUE(std::isnan(out.value(i))) << "every head of row 0";
@@ -243,6 +243,29 @@ TEST(SparseMlaPrefillDriver, Fp8CachesHoldAll256CodesAndNanRowsStayRare) {
       }
     }
   }
+}
+
+// e8m0 caches carry every edge byte: 0 (2^-127), 254 (2^127) and 0xFF (NaN); with nan_scale query
+// row 0 reads a NaN scale (checked above), the others sit in rows nothing reads.
+TEST(SparseMlaPrefillDriver, E8m0ScalesHoldTheEdgeValues) {
+  int cases = 0;
+  for (const auto& spec : driver().cases()) {
+    json k;
+    std::string why;
+    ASSERT_TRUE(goldens::merge_knobs(driver().default_knobs(), spec.knobs, &k, &why)) << why;
+    if (k.at("scale_dtype") != "e8m0") continue;
+    ++cases;
+    for (std::uint64_t seed : testing::kSeeds) {
+      const Bundle b = driver().generate(spec.knobs, seed);
+      const Tensor& scales = b.at("kv_cache.scales");
+      ASSERT_EQ(scales.dtype(), DType::e8m0);
+      bool seen[256] = {};
+      for (std::int64_t i = 0; i < scales.numel(); ++i) seen[scales.data<std::uint8_t>()[i]] = true;
+      for (int e : {0x00, 0xFE, 0xFF}) EXPECT_TRUE(seen[e]) << spec.name << " seed " << seed << " lacks scale byte " << e;
+      EXPECT_TRUE(b.has("kv_cache.tail")) << spec.name;
+    }
+  }
+  EXPECT_GE(cases, 2);
 }
 
 TEST(SparseMlaPrefillDriver, ValidIndicesReachPagesNoSequenceOwns) {

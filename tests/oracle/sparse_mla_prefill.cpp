@@ -109,12 +109,20 @@ void sparse_mla_prefill(Bundle& b, bool with_lse, bool with_max_logits) {
     const std::int64_t n = static_cast<std::int64_t>(sel.size());
 
     // Dense K [n, qk] (V is its first vd columns) and Q [Hq, qk].
+    // A split row (spec 06 §B) is the concatenation [codes · per-column scale | bf16 tail]; the
+    // per-column scale vector repeats each group's scale quant_granularity times.
     Matrix K(n, qk), Q(Hq, qk);
+    const std::int64_t wq = blocks.shape()[5], wt = qk - wq;
+    const std::int64_t gran = scales ? P.at("quant_granularity").get<std::int64_t>() : wq;
+    std::vector<double> col_scale(static_cast<std::size_t>(wq));
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t blk = sel[i] / page, off = sel[i] % page;
       const std::int64_t row = (blk * layers + layer) * page + off;  // kv_dim = 1, one head
-      const double s = scales ? scales->value(row * scales->shape()[5]) : 1.0;
-      for (std::int64_t d = 0; d < qk; ++d) K(i, d) = blocks.value(row * qk + d) * s;
+      for (std::int64_t g = 0, d = 0; d < wq; ++g)
+        for (std::int64_t j = 0; j < gran && d < wq; ++j, ++d)
+          col_scale[static_cast<std::size_t>(d)] = scales ? scales->value(row * scales->shape()[5] + g) : 1.0;
+      for (std::int64_t d = 0; d < wq; ++d) K(i, d) = blocks.value(row * wq + d) * col_scale[static_cast<std::size_t>(d)];
+      for (std::int64_t d = 0; d < wt; ++d) K(i, wq + d) = b.at("kv_cache.tail").value(row * wt + d);
     }
     for (std::int64_t h = 0; h < Hq; ++h)
       for (std::int64_t d = 0; d < qk; ++d) Q(h, d) = q.value((t * Hq + h) * qk + d);

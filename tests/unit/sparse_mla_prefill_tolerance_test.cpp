@@ -62,8 +62,20 @@ void emulate(Bundle& b, const Emulation& e) {
       std::memcpy(&r, idx.bytes() + (t * stride + p) * 4, 4);
       if (r < 0 || r >= rows) continue;
       const std::int64_t row = (r / page * layers + layer) * page + r % page;
-      const float s = b.has("kv_cache.scales") ? b.at("kv_cache.scales").data<float>()[row] : 1.0f;
-      for (std::int64_t d = 0; d < qk; ++d) K.push_back(static_cast<float>(blocks.value(row * qk + d)) * s);
+      // code · its group's scale (f32 or e8m0), then a split row's bf16 tail (spec 06 §B).
+      const std::int64_t wq = blocks.shape()[5];
+      for (std::int64_t d = 0; d < qk; ++d) {
+        if (d >= wq) {
+          K.push_back(static_cast<float>(b.at("kv_cache.tail").value(row * (qk - wq) + d - wq)));
+          continue;
+        }
+        float s = 1.0f;
+        if (b.has("kv_cache.scales")) {
+          const Tensor& sc = b.at("kv_cache.scales");
+          s = static_cast<float>(sc.value(row * sc.shape()[5] + d / P.at("quant_granularity").get<std::int64_t>()));
+        }
+        K.push_back(static_cast<float>(blocks.value(row * wq + d)) * s);
+      }
       ++n;
     }
     if (e.drop_last_slot && n > 1) --n;

@@ -93,6 +93,15 @@ void expect_rejected(Call& c, const std::string& field, const std::string& value
   for (const auto& name : c.b.output_names()) EXPECT_TRUE(c.b.at(name).guard_intact()) << name;
 }
 
+// Split rows (spec 06 §B) are op 4's: op 5 writes whole rows and declines a tail by name.
+TEST(FusedQkvPagedValidation, SplitRowsAreDeclined) {
+  auto c = make();
+  const auto& bl = c->a.kv_cache.blocks.shape;
+  const Tensor tail(DType::bf16, {bl[0], bl[1], bl[2], bl[3], bl[4], 8});
+  c->a.kv_cache.tail = tail.view();
+  expect_rejected(*c, "kv_cache.tail", "split rows with a bf16 tail are read by sparse_mla_prefill only",
+                  StatusCode::unsupported);
+}
 TEST(FusedQkvPagedValidation, TheUnbrokenCallsSucceed) {
   for (const json& k : {json::object(), kFp8, kGptq, kGptqNoZp}) {
     auto c = make(k);

@@ -333,6 +333,24 @@ TEST(LightningIndexerValidation, PagesAfterTheLastReadPositionAreNotNeeded) {
 }
 
 // ---- output_indices ----
+// Split rows (a bf16 tail after the codes, spec 06 §B) are op 4's; the indexer declines them, and
+// e8m0 scales, by name.
+TEST(LightningIndexerValidation, SplitRowsAndE8m0ScalesAreDeclined) {
+  Call c;
+  const auto& bl = c.a.k_cache.blocks.shape;
+  const Tensor tail(DType::bf16, {bl[0], bl[1], bl[2], bl[3], bl[4], 8});
+  c.a.k_cache.tail = tail.view();
+  const std::map<std::string, Tensor> before = c.b.tensors;
+  const Status s = lightning_indexer(c.d, c.a);
+  EXPECT_EQ(s.code, StatusCode::unsupported) << s.message;
+  EXPECT_EQ(s.field, "k_cache.tail") << s.message;
+  EXPECT_NE(s.message.find("split rows with a bf16 tail are read by sparse_mla_prefill only"), std::string::npos) << s.message;
+  for (const auto& [name, t] : before) EXPECT_TRUE(c.b.at(name).same_bytes(t)) << name;
+  Call e;
+  e.a.k_cache.scales.dtype = DType::e8m0;
+  expect_rejected(e, "k_cache.scales.dtype", "=e8m0 (expected f32)");
+}
+
 TEST(LightningIndexerValidation, Output) {
   Call c;
   c.a.output_indices.data = nullptr;

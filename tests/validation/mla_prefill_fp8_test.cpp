@@ -94,6 +94,19 @@ TEST_F(MlaPrefillFp8Validation, ValidCallSucceedsAndWrites) {
 }
 
 // ---- descriptor --------------------------------------------------------------------------------
+// Split rows (spec 06 §B) are op 4's: op 3 writes whole bf16 rows and declines a tail by name.
+TEST_F(MlaPrefillFp8Validation, SplitRowsAreDeclined) {
+  const auto& bl = a.kv_cache.blocks.shape;
+  const Tensor tail(DType::bf16, {bl[0], bl[1], bl[2], bl[3], bl[4], 8});
+  a.kv_cache.tail = tail.view();
+  const Tensor out0 = b.at("out.output"), q0 = b.at("out.q"), blocks0 = b.at("out.kv_cache.blocks");
+  const Status s = mla_prefill_fp8(d, a);
+  EXPECT_EQ(s.code, StatusCode::unsupported) << s.message;
+  EXPECT_EQ(s.field, "kv_cache.tail") << s.message;
+  EXPECT_TRUE(b.at("out.output").same_bytes(out0));
+  EXPECT_TRUE(b.at("out.q").same_bytes(q0));
+  EXPECT_TRUE(b.at("out.kv_cache.blocks").same_bytes(blocks0));
+}
 TEST_F(MlaPrefillFp8Validation, NumHeadsPositive) { d.num_heads = 0; expect_rejected("num_heads", "=0"); }
 TEST_F(MlaPrefillFp8Validation, NopePositive) { d.nope = -3; expect_rejected("nope", "=-3"); }
 TEST_F(MlaPrefillFp8Validation, RopePositive) { d.rope = 0; expect_rejected("rope", "=0"); }

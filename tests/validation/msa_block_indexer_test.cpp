@@ -103,6 +103,13 @@ class MsaValidation : public ::testing::Test {
 TEST_F(MsaValidation, ValidCallIsAccepted) { expect_accepted(); }
 
 // ---- parameters -------------------------------------------------------------------------------
+// Split rows (spec 06 §B) are op 4's: the block indexer declines a tail by name.
+TEST_F(MsaValidation, SplitRowsAreDeclined) {
+  const auto& bl = args.k_cache.blocks.shape;
+  const Tensor tail(DType::bf16, {bl[0], bl[1], bl[2], bl[3], bl[4], 8});
+  args.k_cache.tail = tail.view();
+  expect_rejected(StatusCode::unsupported, "k_cache.tail", "split rows with a bf16 tail are read by sparse_mla_prefill only");
+}
 TEST_F(MsaValidation, NumIndexHeads) { desc.num_index_heads = 0; expect_invalid("num_index_heads", "=0"); }
 TEST_F(MsaValidation, IdxHeadDim) { desc.idx_head_dim = -1; expect_invalid("idx_head_dim", "=-1"); }
 TEST_F(MsaValidation, BlockSizePositive) { desc.block_size = 0; expect_invalid("block_size", "=0"); }
@@ -283,7 +290,7 @@ TEST_F(MsaValidation, OutRank) { reshape(args.out_idxs, {10, 3}); expect_invalid
 // The output starts inside the input, moved alone into a buffer with room for the whole output,
 // so that it overlaps that input and nothing else.
 TEST_F(MsaValidation, OutOverlapsQ) {
-  args.out_idxs.data = inside(args.q, 2);
+  args.out_idxs.data = inside(args.q, 4);
   expect_invalid("out_idxs", "overlaps q");
 }
 TEST_F(MsaValidation, OutOverlapsOffsets) {

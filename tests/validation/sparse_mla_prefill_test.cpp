@@ -32,15 +32,18 @@ class SparseMlaPrefillValidation : public ::testing::Test {
  protected:
   void SetUp() override { make(false); }
 
-  // T 3, Hq 2, qk 40, v 24, stride 8, page 5, two layers (layer_idx 1), sink and lengths present.
-  void make(bool fp8) {
+  // T 3, Hq 2, qk 40, v 24, stride 8, page 5, two layers (layer_idx 1), sink and lengths present;
+  // `split`: fp8 rows of 32 codes with e8m0 scales per 16 and a bf16 tail of 8 (spec 06 §B).
+  void make(bool fp8, bool split = false) {
     const auto* drv = goldens::find_driver("sparse_mla_prefill");
     ASSERT_NE(drv, nullptr);
     const json knobs = {{"T", 3}, {"num_q_heads", 2}, {"qk_depth", 40}, {"v_depth", 24}, {"indices_stride", 8},
                         {"page_size", 5}, {"seq_lens", json::array({12, 9})}, {"sink", true},
                         {"topk_lengths", "random"}, {"cache_dtype", fp8 ? "f8e4m3" : "bf16"}, {"num_layers", 2},
                         {"layer_idx", 1}};
-    b = drv->generate(knobs, 1);
+    json k = knobs;
+    if (split) k.update({{"tail_size", 8}, {"quant_granularity", 16}, {"scale_dtype", "e8m0"}});
+    b = drv->generate(k, 1);
     d.num_q_heads = 2;
     d.qk_depth = 40;
     d.v_depth = 24;
@@ -51,7 +54,7 @@ class SparseMlaPrefillValidation : public ::testing::Test {
     b.add("out.max_logits", DType::f32, {3, 2}).poison();
     a = SparseMlaPrefillArgs{};
     a.q = b.at("q").view();
-    a.kv_cache = goldens::cache_view(b, "kv_cache", fp8 ? 40 : 0);
+    a.kv_cache = goldens::cache_view(b, "kv_cache", split ? 16 : fp8 ? 40 : 0);
     a.layer_idx = 1;
     a.indices = b.at("indices").view();
     a.topk_lengths = b.at("topk_lengths").view();
@@ -171,10 +174,10 @@ TEST_F(SparseMlaPrefillValidation, Fp8WithoutScales) {
   a.kv_cache.scales = TensorView{};
   expect_rejected("kv_cache.scales", "missing");
 }
-TEST_F(SparseMlaPrefillValidation, Fp8GranularityBelowQkDepth) {
+TEST_F(SparseMlaPrefillValidation, Fp8GranularityZero) {
   make(true);
-  a.kv_cache.quant_granularity = 39;
-  expect_rejected("kv_cache.quant_granularity", "=39 (must be >= 40)");
+  a.kv_cache.quant_granularity = 0;
+  expect_rejected("kv_cache.quant_granularity", "=0 (must be >= 1)");
 }
 TEST_F(SparseMlaPrefillValidation, Fp8ScalesShape) {
   make(true);
@@ -184,7 +187,67 @@ TEST_F(SparseMlaPrefillValidation, Fp8ScalesShape) {
 TEST_F(SparseMlaPrefillValidation, Fp8ScalesDtype) {
   make(true);
   a.kv_cache.scales.dtype = DType::bf16;
-  expect_rejected("kv_cache.scales.dtype", "=bf16 (expected f32)");
+  expect_rejected("kv_cache.scales.dtype", "=bf16 (expected f32 or e8m0)");
+}
+
+// Split rows (FlashMLA's V32 / MODEL1 caches): an f8e4m3 part with f32 or e8m0 scales and a bf16 tail.
+TEST_F(SparseMlaPrefillValidation, TheSplitRowBaseCallIsValid) {
+  make(true, true);
+  ASSERT_EQ(a.kv_cache.scales.dtype, DType::e8m0);
+  ASSERT_EQ(a.kv_cache.tail_size(), 8);
+  EXPECT_TRUE(sparse_mla_prefill(d, a).ok());
+}
+TEST_F(SparseMlaPrefillValidation, TailAfterBf16Rows) {
+  const Tensor tail(DType::bf16, {a.kv_cache.blocks.shape[0], 1, 2, 5, 1, 8});
+  a.kv_cache.tail = tail.view();
+  expect_rejected("kv_cache.tail", "is present with kv_cache.blocks.dtype=bf16 (a tail follows an f8e4m3");
+}
+TEST_F(SparseMlaPrefillValidation, TailDtype) {
+  make(true, true);
+  a.kv_cache.tail.dtype = DType::f32;
+  expect_rejected("kv_cache.tail.dtype", "=f32 (expected bf16)");
+}
+TEST_F(SparseMlaPrefillValidation, TailShape) {
+  make(true, true);
+  a.kv_cache.tail.shape[3] = 4;
+  restride(a.kv_cache.tail);
+  expect_rejected("kv_cache.tail.shape", "(expected [");
+}
+TEST_F(SparseMlaPrefillValidation, TailRowNotContiguous) {
+  make(true, true);
+  a.kv_cache.tail.strides[5] = 2;
+  expect_rejected("kv_cache.tail.strides", "(each row must be contiguous: the last stride must be 1)");
+}
+TEST_F(SparseMlaPrefillValidation, SplitRowWidthIsNotQkDepth) {
+  make(true, true);
+  a.kv_cache.tail.shape[5] = 7;
+  expect_rejected("kv_cache.blocks.shape[5] + kv_cache.tail.shape[5]", "=32 + 7 (head_size must be 40)");
+}
+TEST_F(SparseMlaPrefillValidation, SplitRowGranularityMustDivideTheQuantizedPart) {
+  make(true, true);
+  a.kv_cache.quant_granularity = 12;
+  expect_rejected("kv_cache.quant_granularity", "=12 (must divide the quantized part of a split row, "
+                                                "kv_cache.blocks.shape[5]=32)");
+}
+TEST_F(SparseMlaPrefillValidation, SplitRowScalesShape) {
+  make(true, true);
+  a.kv_cache.quant_granularity = 8;  // four scales per row wanted, two given
+  expect_rejected("kv_cache.scales.shape", "(expected [");
+}
+TEST_F(SparseMlaPrefillValidation, MisalignedF32Scales) {
+  make(true);
+  a.kv_cache.scales.data = alone(a.kv_cache.scales) + 2;
+  expect_rejected("kv_cache.scales.data", "is not aligned to its element size 4");
+}
+TEST_F(SparseMlaPrefillValidation, MisalignedTail) {
+  make(true, true);
+  a.kv_cache.tail.data = alone(a.kv_cache.tail) + 1;
+  expect_rejected("kv_cache.tail.data", "is not aligned to its element size 2");
+}
+TEST_F(SparseMlaPrefillValidation, OutputOverlapsTheTail) {
+  make(true, true);
+  a.output.data = alone(a.kv_cache.tail) + 6;
+  expect_rejected("output", "overlaps kv_cache.tail");
 }
 TEST_F(SparseMlaPrefillValidation, LookupTableDtype) {
   a.kv_cache.lookup_table.dtype = DType::i32;

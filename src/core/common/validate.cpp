@@ -73,6 +73,13 @@ bool Validator::tensor(const char* field, const TensorView& v, std::initializer_
   if (!dtype_ok)
     return fail(std::string(field) + ".dtype", "=" + std::string(dtype_name(v.dtype)) + " (expected " +
                                                    dtypes_string(dtypes) + ")");
+  // Element strides keep a view aligned once its start is (spec 06 §A: an f32 view inside a byte
+  // buffer needs 4-byte-aligned records); a misaligned start is refused, never read slowly.
+  if (reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.dtype) != 0)
+    return fail(std::string(field) + ".data", " is not aligned to its element size " +
+                                                  std::to_string(dtype_size(v.dtype)) + " (address " +
+                                                  std::to_string(reinterpret_cast<std::uintptr_t>(v.data) % 64) +
+                                                  " mod 64)");
   if (v.rank < 0 || v.rank > kMaxRank || v.rank != static_cast<int>(dims.size()))
     return fail(std::string(field) + ".rank", "=" + std::to_string(v.rank) + " (expected " +
                                                   std::to_string(dims.size()) + ": " + dims_string(dims) + ")");
@@ -173,9 +180,29 @@ bool Validator::paged_cache(const char* field, const PagedKVCacheView& cache, co
   if (expect.num_kv_heads != kAnyDim && cache.num_kv_heads() != expect.num_kv_heads)
     return fail(blocks + ".shape[4]", "=" + std::to_string(cache.num_kv_heads()) + " (num_kv_heads must be " +
                                           std::to_string(expect.num_kv_heads) + ")");
-  if (expect.head_size != kAnyDim && cache.head_size() != expect.head_size)
+  const std::string tail = f + ".tail";
+  if (cache.tail.data != nullptr) {
+    if (!expect.split_rows)
+      return fail(tail, " is present (split rows with a bf16 tail are read by sparse_mla_prefill only; this "
+                        "operator takes whole rows)", StatusCode::unsupported);
+    if (cache.blocks.dtype != DType::f8e4m3)
+      return fail(tail, " is present with " + blocks + ".dtype=" + std::string(dtype_name(cache.blocks.dtype)) +
+                            " (a tail follows an f8e4m3 quantized part)");
+    if (!tensor(tail.c_str(), cache.tail, {DType::bf16},
+                {cache.num_blocks(), cache.kv_dim(), cache.num_layers(), cache.page_size(), cache.num_kv_heads(), kAnyDim},
+                Layout::rows, expect.written))
+      return false;
+    if (cache.tail.shape[5] < 1)
+      return fail(tail + ".shape[5]", "=" + std::to_string(cache.tail.shape[5]) + " (the tail width must be >= 1)");
+  }
+  if (expect.head_size != kAnyDim && cache.head_size() != expect.head_size) {
+    if (cache.tail.data != nullptr)
+      return fail(blocks + ".shape[5] + " + tail + ".shape[5]",
+                  "=" + std::to_string(cache.quantized_size()) + " + " + std::to_string(cache.tail_size()) +
+                      " (head_size must be " + std::to_string(expect.head_size) + ")");
     return fail(blocks + ".shape[5]", "=" + std::to_string(cache.head_size()) + " (head_size must be " +
                                           std::to_string(expect.head_size) + ")");
+  }
   if (static_cast<std::int64_t>(expect.layer_idx) >= cache.num_layers())
     return fail("layer_idx", "=" + std::to_string(expect.layer_idx) + " (must be < num_layers=" +
                                  std::to_string(cache.num_layers()) + ")");
@@ -184,8 +211,13 @@ bool Validator::paged_cache(const char* field, const PagedKVCacheView& cache, co
     if (cache.quant_granularity < expect.min_granularity || cache.quant_granularity < 1)
       return fail(f + ".quant_granularity", "=" + std::to_string(cache.quant_granularity) + " (must be >= " +
                                                 std::to_string(expect.min_granularity > 0 ? expect.min_granularity : 1) + ")");
-    const std::int64_t per_row = (cache.head_size() + cache.quant_granularity - 1) / cache.quant_granularity;
-    if (!tensor(scales.c_str(), cache.scales, {DType::f32},
+    if (cache.tail.data != nullptr && cache.quantized_size() % cache.quant_granularity != 0)
+      return fail(f + ".quant_granularity", "=" + std::to_string(cache.quant_granularity) +
+                                                " (must divide the quantized part of a split row, " + blocks +
+                                                ".shape[5]=" + std::to_string(cache.quantized_size()) + ")");
+    const std::int64_t per_row = (cache.quantized_size() + cache.quant_granularity - 1) / cache.quant_granularity;
+    const std::initializer_list<DType> f32_only = {DType::f32}, f32_or_e8m0 = {DType::f32, DType::e8m0};
+    if (!tensor(scales.c_str(), cache.scales, expect.e8m0_scales ? f32_or_e8m0 : f32_only,
                 {cache.num_blocks(), cache.kv_dim(), cache.num_layers(), cache.page_size(), cache.num_kv_heads(), per_row},
                 Layout::rows, expect.written))
       return false;

@@ -27,6 +27,8 @@ struct CacheExpect {
   std::int64_t head_size = kAnyDim;
   bool scales = false;                  // scales required (true) or forbidden (false)
   std::int64_t min_granularity = 0;     // with scales: quant_granularity must be >= this
+  bool e8m0_scales = false;             // scales may be e8m0 bytes as well as f32
+  bool split_rows = false;              // a bf16 tail after an f8e4m3 part may be present
   std::uint32_t layer_idx = 0;
   bool need_cache_lengths = true;       // cache_lengths must be a u32 [B] tensor
   bool written = false;                 // the call writes the blocks: no two rows may share memory

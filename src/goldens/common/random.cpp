@@ -72,7 +72,7 @@ void fill_integers(Tensor& t, Rng& rng, std::int64_t lo, std::int64_t hi) {
     switch (t.dtype()) {
       case DType::i32: t.data<std::int32_t>()[i] = static_cast<std::int32_t>(v); break;
       case DType::u32: t.data<std::uint32_t>()[i] = static_cast<std::uint32_t>(v); break;
-      case DType::u8: case DType::f8e4m3: t.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(v); break;
+      case DType::u8: case DType::f8e4m3: case DType::e8m0: t.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(v); break;
       default: throw std::invalid_argument("fill_integers: not an integer tensor");
     }
   }

@@ -531,12 +531,13 @@ std::string_view safetensors_dtype_name(DType t) {
     case DType::i32: return "I32";
     case DType::u32: return "U32";
     case DType::u8: return "U8";
+    case DType::e8m0: return "F8_E8M0";
   }
   return "?";
 }
 
 bool safetensors_dtype_from_name(std::string_view name, DType* out) {
-  for (DType t : {DType::f8e4m3, DType::bf16, DType::f16, DType::f32, DType::f64, DType::i32, DType::u32, DType::u8}) {
+  for (DType t : {DType::f8e4m3, DType::bf16, DType::f16, DType::f32, DType::f64, DType::i32, DType::u32, DType::u8, DType::e8m0}) {
     if (safetensors_dtype_name(t) == name) {
       *out = t;
       return true;

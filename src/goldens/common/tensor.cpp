@@ -113,6 +113,7 @@ double Tensor::value(std::int64_t i) const {
     case DType::i32: return data<std::int32_t>()[i];
     case DType::u32: return data<std::uint32_t>()[i];
     case DType::u8: return data<std::uint8_t>()[i];
+    case DType::e8m0: return e8m0_to_f32(data<std::uint8_t>()[i]);
   }
   return 0;
 }
@@ -163,9 +164,11 @@ PagedKVCacheView cache_view(const Bundle& b, const std::string& prefix, std::int
   const std::string blocks = blocks_name.empty() ? prefix + ".blocks" : blocks_name;
   c.blocks = optional_view(b, blocks);
   c.scales = optional_view(b, prefix + ".scales");
+  c.tail = optional_view(b, prefix + ".tail");
   if (CacheRelayout* r = current_relayout()) {  // tests: the same cache in an engine's layout
     c.blocks = r->relaid(blocks, c.blocks);
     c.scales = r->relaid(prefix + ".scales", c.scales);
+    c.tail = r->relaid(prefix + ".tail", c.tail);
   }
   c.lookup_table = optional_view(b, prefix + ".lookup_table");
   c.cache_lengths = optional_view(b, prefix + ".cache_lengths");
