@@ -25,7 +25,7 @@ F64 = torch.float64
 
 def load_golden(path):
     """(op, tensors, host metadata, params, tolerance) of one golden file. u32 tensors become int64,
-    fp8 tensors their uint8 codes (the layout torch_ops expects)."""
+    fp8 tensors their uint8 codes (the layout torch_ops expects), e8m0 scales f32."""
     from safetensors import safe_open
 
     with safe_open(path, framework="pt") as f:
@@ -36,6 +36,9 @@ def load_golden(path):
             t[k] = v.to(torch.int64)
         elif v.dtype == getattr(torch, "float8_e4m3fn", None):
             t[k] = v.view(torch.uint8)
+        elif v.dtype == getattr(torch, "float8_e8m0fnu", None):  # scale bytes 2^(e - 127), 0xFF NaN: as f32
+            e = v.view(torch.uint8).to(torch.float64)
+            t[k] = torch.where(e == 255, torch.nan, torch.exp2(e - 127)).to(torch.float32)
     h = {}
     for name, key in (("input_row_offsets", "input_row_offsets"), ("prefix_lens", "prefix_lens"),
                       ("buffer_row_offsets", "buffer_row_offsets"), ("cache_offsets", "cache_offsets"),

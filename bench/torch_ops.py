@@ -398,11 +398,13 @@ def sparse_mla_prefill(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
     Hq, qk, vd, stride, ps = p["num_q_heads"], p["qk_depth"], p["v_depth"], p["indices_stride"], p["page_size"]
     acc = acc_dtype(cdt)
     q, idx_all = t["q"], t["indices"]
-    cache = cache_layer(t["kv_cache.blocks"], p["layer_idx"])[:, :, 0]   # [nb, ps, qk]
+    cache = cache_layer(t["kv_cache.blocks"], p["layer_idx"])[:, :, 0]   # [nb, ps, wq]
+    wq = cache.shape[2]                                                    # qk, or the codes of a split row
+    tail = cache_layer(t["kv_cache.tail"], p["layer_idx"])[:, :, 0] if "kv_cache.tail" in t else None
     fp8 = cache.dtype == torch.uint8
     if fp8:
         scales = cache_layer(t["kv_cache.scales"], p["layer_idx"])[:, :, 0]  # [nb, ps, groups]
-        qg = p.get("quant_granularity") or qk
+        qg = p.get("quant_granularity") or wq
     num_rows = cache.shape[0] * ps
     T, dev = q.shape[0], q.device
     lens = t.get("topk_lengths")
@@ -424,8 +426,10 @@ def sparse_mla_prefill(t, h, p, cdt=torch.bfloat16, budget=1 << 27):
         if fp8:
             sc = scales[r // ps, r % ps].to(acc)                             # [tc, stride, groups]
             if sc.shape[2] > 1:
-                sc = sc.repeat_interleave(qg, dim=2)[..., :qk]
+                sc = sc.repeat_interleave(qg, dim=2)[..., :wq]
             rows = (decode_fp8(rows, acc) * sc).to(cdt)
+            if tail is not None:  # split rows: [codes · scales | bf16 tail]
+                rows = torch.cat([rows, tail[r // ps, r % ps].to(cdt)], dim=2)
         else:
             rows = rows.to(cdt)
         s = torch.bmm(q[t0:t1].to(cdt), rows.transpose(1, 2)).to(acc) * p["scale"]   # [tc, Hq, stride]
@@ -468,7 +472,8 @@ def dequantize_weight(t, p, N, K, cdt):
     q = _unpack_nibbles(t["qweight"], 0)                                   # [K, N]
     g = t.get("g_idx")
     g = g.long() if g is not None else torch.arange(K, device=q.device) // p["group_size"]
-    z = _unpack_nibbles(t["qzeros"], 1)[g] if p.get("has_zp") else 8      # [K, N]
+    # AutoGPTQ's v1 checkpoints store zero − 1 (spec 06 §D1).
+    z = _unpack_nibbles(t["qzeros"], 1)[g] + (p.get("zero_format") == "v1") if p.get("has_zp") else 8  # [K, N]
     w = ((q - z).to(torch.float32) * t["scales"][g].to(torch.float32)).to(torch.bfloat16)
     return w.to(cdt)
 

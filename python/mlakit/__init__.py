@@ -18,7 +18,7 @@ from . import _core, _threads
 from ._errors import BackendUnavailable, InternalError, InvalidArgument, MlakitError, Unsupported
 from .ops import (PagedKVCache, fused_qkv_paged, lightning_indexer, mla_prefill_fp8, msa_block_indexer,
                   remap_indices_to_rows, sparse_mla_prefill)
-from .engine_layouts import indexer_cache
+from .engine_layouts import flashmla_sparse_cache, indexer_cache
 from .plan import Plan, plan
 
 __version__ = _core.info()["version"]

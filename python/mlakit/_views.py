@@ -12,6 +12,8 @@ try:
     import ml_dtypes
 
     _ML = {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype(ml_dtypes.float8_e4m3fn): "f8e4m3"}
+    if hasattr(ml_dtypes, "float8_e8m0fnu"):  # power-of-two scale bytes (FlashMLA's MODEL1 cache)
+        _ML[np.dtype(ml_dtypes.float8_e8m0fnu)] = "e8m0"
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency
     ml_dtypes = None
     _ML = {}
@@ -22,7 +24,7 @@ _NUMPY = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.
 _NUMPY.update(_ML)
 
 # What a declared dtype accepts besides itself.
-_BITS = {"bf16": ("u16",), "f8e4m3": ("u8",), "u32": ("i32",), "f16": ("u16",)}
+_BITS = {"bf16": ("u16",), "f8e4m3": ("u8",), "u32": ("i32",), "f16": ("u16",), "e8m0": ("u8",)}
 
 
 def _torch_dtypes():
@@ -30,7 +32,7 @@ def _torch_dtypes():
 
     names = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
              torch.int32: "i32", torch.uint8: "u8"}
-    for attr, name in (("float8_e4m3fn", "f8e4m3"), ("uint32", "u32"), ("uint16", "u16")):
+    for attr, name in (("float8_e4m3fn", "f8e4m3"), ("float8_e8m0fnu", "e8m0"), ("uint32", "u32"), ("uint16", "u16")):
         if hasattr(torch, attr):
             names[getattr(torch, attr)] = name
     return names

@@ -14,7 +14,8 @@ from ._views import dtype_of, view, writable
 try:
     import ml_dtypes
 
-    _NP = {"bf16": np.dtype(ml_dtypes.bfloat16), "f8e4m3": np.dtype(ml_dtypes.float8_e4m3fn)}
+    _NP = {"bf16": np.dtype(ml_dtypes.bfloat16), "f8e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+           "e8m0": np.dtype(getattr(ml_dtypes, "float8_e8m0fnu", np.uint8))}
 except ImportError:  # pragma: no cover
     _NP = {}
 _NP.update({"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "f16": np.dtype(np.float16),
@@ -87,16 +88,27 @@ class PagedKVCache:
     lookup_table   u32 (or int32) [batch, max_pages]: page p of sequence b is block lookup_table[b, p]
     cache_lengths  u32 (or int32) [batch]: tokens already cached per sequence
     scales         f32 [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, head_size / quant_granularity]
-                   for an fp8 cache with scales, else None
+                   for an fp8 cache with scales, else None; sparse_mla_prefill also reads e8m0 scale
+                   bytes (ml_dtypes.float8_e8m0fnu, torch.float8_e8m0fnu, or uint8 holding them)
+    tail           split rows (FlashMLA's V32 / MODEL1 caches, sparse_mla_prefill only): bf16
+                   [num_blocks, kv_dim, num_layers, page_size, num_kv_heads, tail width] after the
+                   blocks' fp8 columns; a row is then blocks.shape[5] + tail width columns
     """
 
-    def __init__(self, blocks, lookup_table, cache_lengths, scales=None, quant_granularity=None):
+    def __init__(self, blocks, lookup_table, cache_lengths, scales=None, quant_granularity=None, tail=None):
         self.blocks = blocks
         self.lookup_table = lookup_table
         self.cache_lengths = cache_lengths
         self.scales = scales
+        self.tail = tail
         if quant_granularity is None and scales is not None:
-            quant_granularity = blocks.shape[5] // max(1, scales.shape[5])
+            # Inferred only where the scales split the row evenly (V32: 512 / 4, MODEL1: 448 / 7);
+            # otherwise several granularities fit the shape, and the caller must say which.
+            width, per_row = int(blocks.shape[5]), max(1, int(scales.shape[5]))
+            if width % per_row:
+                raise ValueError(f"PagedKVCache: quant_granularity is needed: {per_row} scales per row of "
+                                 f"{width} columns do not split it evenly")
+            quant_granularity = width // per_row
         self.quant_granularity = quant_granularity or 0
 
     @property
@@ -118,7 +130,8 @@ class PagedKVCache:
     def views(self, prefix, blocks_as=None):
         # Kept while the same arrays are attached: an engine hands one cache to every layer's call.
         # (A NumPy array's data pointer, dtype, shape and strides do not change; the arrays are held here.)
-        key = (prefix, blocks_as, id(self.blocks), id(self.lookup_table), id(self.cache_lengths), id(self.scales))
+        key = (prefix, blocks_as, id(self.blocks), id(self.lookup_table), id(self.cache_lengths), id(self.scales),
+               id(self.tail))
         cached = self.__dict__.get("_views")
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -126,8 +139,10 @@ class PagedKVCache:
         v = [view(blocks_as or prefix + ".blocks", self.blocks, self._blocks_dtype()),
              view(prefix + ".lookup_table", self.lookup_table, "u32"),
              view(prefix + ".cache_lengths", self.cache_lengths, "u32")]
-        if self.scales is not None:
-            v.append(view(prefix + ".scales", self.scales, "f32"))
+        if self.scales is not None:  # f32, or e8m0 bytes (raw uint8 scales can only be e8m0)
+            v.append(view(prefix + ".scales", self.scales, "e8m0" if dtype_of(self.scales) in ("e8m0", "u8") else "f32"))
+        if self.tail is not None:
+            v.append(view(prefix + ".tail", self.tail, "bf16"))
         if not _is_torch(self.blocks):  # a torch tensor can be resized in place: read it every call
             self._views = (key, v)
         return v

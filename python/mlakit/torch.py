@@ -40,7 +40,8 @@ _SCHEMAS = {
         "Tensor kv_b_proj, Tensor kv_b_proj_scale, int buffer_length, int nope, int rope, int v, int bn, int bk, "
         "float scale, float epsilon, str numerics, Tensor? topk_indices, int layer_idx, Tensor(c!) out) -> ()",
     "sparse_mla_prefill":
-        "(Tensor q, " + _CACHE.format(p="kv") + ", Tensor? kv_scales, int quant_granularity, Tensor indices, "
+        "(Tensor q, " + _CACHE.format(p="kv") + ", Tensor? kv_scales, int quant_granularity, Tensor? kv_tail, "
+        "Tensor indices, "
         "Tensor? topk_lengths, Tensor? attn_sink, float scale, int v_depth, int layer_idx, Tensor(a!) out, "
         "Tensor(b!)? lse, Tensor(c!)? max_logits) -> ()",
     "fused_qkv_paged":
@@ -80,9 +81,10 @@ def _mla_prefill_fp8(q, input_row_offsets, freqs_cis, kv_norm_gamma, kv_blocks, 
                         layer_idx=layer_idx, out=out)
 
 
-def _sparse_mla_prefill(q, kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity, indices,
-                        topk_lengths, attn_sink, scale, v_depth, layer_idx, out, lse, max_logits):
-    cache = PagedKVCache(kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity or None)
+def _sparse_mla_prefill(q, kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity, kv_tail,
+                        indices, topk_lengths, attn_sink, scale, v_depth, layer_idx, out, lse, max_logits):
+    cache = PagedKVCache(kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scales, quant_granularity or None,
+                         tail=kv_tail)
     ops.sparse_mla_prefill(q, cache, indices, topk_lengths=topk_lengths, attn_sink=attn_sink, scale=scale,
                            v_depth=v_depth, layer_idx=layer_idx, out=out, lse=lse, max_logits=max_logits)
 
@@ -170,7 +172,7 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
     max_logits = torch.empty((T, Hq), dtype=torch.float32, device=q.device) if return_max_logits else None
     scale = 1.0 / math.sqrt(qk) if scale is None else scale
     _OPS.sparse_mla_prefill(q, kv_cache.blocks, kv_cache.lookup_table, kv_cache.cache_lengths, kv_cache.scales,
-                            kv_cache.quant_granularity, indices, topk_lengths, attn_sink, scale, v_depth, layer_idx,
+                            kv_cache.quant_granularity, kv_cache.tail, indices, topk_lengths, attn_sink, scale, v_depth, layer_idx,
                             out, lse, max_logits)
     extra = tuple(x for x in (lse, max_logits) if x is not None)
     return (out, *extra) if extra else out

@@ -10,10 +10,11 @@ import pytest
 import safetensors
 import safetensors.numpy
 
-# safetensors' NumPy loader asks NumPy for `bfloat16` and `float8_e4m3fn`, which NumPy itself does
+# safetensors' NumPy loader asks NumPy for `bfloat16`, `float8_e4m3fn` and `float8_e8m0fnu`, which NumPy itself does
 # not define; ml_dtypes provides both with exact IEEE-style semantics (NaN codes, subnormals).
 np.bfloat16 = ml_dtypes.bfloat16
 np.float8_e4m3fn = ml_dtypes.float8_e4m3fn
+np.float8_e8m0fnu = ml_dtypes.float8_e8m0fnu  # e8m0 scale bytes (op 4 MODEL1 caches)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "data" / "golden"

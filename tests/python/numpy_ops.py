@@ -43,9 +43,13 @@ def sparse_mla(t, p):
     T = q.shape[0]
     blocks = t["kv_cache.blocks"]
     layer, ps = p["layer_idx"], p["page_size"]
-    rows_all = as_f64(blocks[:, 0, layer, :, 0, :]).reshape(-1, qk)
-    if "kv_cache.scales" in t:
-        rows_all = rows_all * as_f64(t["kv_cache.scales"][:, 0, layer, :, 0, 0]).reshape(-1, 1)
+    wq = blocks.shape[5]
+    rows_all = as_f64(blocks[:, 0, layer, :, 0, :]).reshape(-1, wq)
+    if "kv_cache.scales" in t:  # each column times its group's scale (f32 or e8m0)
+        sc = as_f64(t["kv_cache.scales"][:, 0, layer, :, 0, :]).reshape(rows_all.shape[0], -1)
+        rows_all = rows_all * np.repeat(sc, p["quant_granularity"], axis=1)[:, :wq]
+    if "kv_cache.tail" in t:  # split rows: the bf16 tail after the codes
+        rows_all = np.concatenate([rows_all, as_f64(t["kv_cache.tail"][:, 0, layer, :, 0, :]).reshape(-1, qk - wq)], axis=1)
     idx = t["indices"].astype(np.int64)
     if t["indices"].dtype == np.uint32:
         idx = np.where(idx >= 2**31, idx - 2**32, idx)

@@ -28,9 +28,10 @@ def same_bits(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
-def cache(t, prefix, blocks=None):
+def cache(t, prefix, blocks=None, granularity=None):
     return mlakit.PagedKVCache(t[prefix + ".blocks"] if blocks is None else blocks, t[prefix + ".lookup_table"],
-                               t[prefix + ".cache_lengths"], t.get(prefix + ".scales"))
+                               t[prefix + ".cache_lengths"], t.get(prefix + ".scales"), granularity,
+                               tail=t.get(prefix + ".tail"))
 
 
 def call_api(g, backend):
@@ -66,7 +67,8 @@ def call_api(g, backend):
         out = poisoned((q.shape[0], q.shape[1], p["v_depth"]), ml_dtypes.bfloat16)
         lse = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.lse" in g.outputs else None
         ml = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.max_logits" in g.outputs else None
-        mlakit.sparse_mla_prefill(q, cache(t, "kv_cache"), t["indices"], topk_lengths=t.get("topk_lengths"),
+        mlakit.sparse_mla_prefill(q, cache(t, "kv_cache", None, p.get("quant_granularity")), t["indices"],
+                                  topk_lengths=t.get("topk_lengths"),
                                   attn_sink=t.get("attn_sink"), scale=p["scale"], v_depth=p["v_depth"],
                                   layer_idx=p["layer_idx"], out=out, lse=lse, max_logits=ml, backend=backend)
         return {"out.output": out, **({"out.lse": lse} if lse is not None else {}),

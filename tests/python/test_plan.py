@@ -44,7 +44,7 @@ def planned_call(g):
         out = poisoned((q.shape[0], q.shape[1], p["v_depth"]), ml_dtypes.bfloat16)
         lse = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.lse" in g.outputs else None
         ml = poisoned((q.shape[0], q.shape[1]), np.float32) if "out.max_logits" in g.outputs else None
-        return (mlakit.sparse_mla_prefill, (q, cache(t, "kv_cache"), t["indices"]),
+        return (mlakit.sparse_mla_prefill, (q, cache(t, "kv_cache", None, p.get("quant_granularity")), t["indices"]),
                 dict(topk_lengths=t.get("topk_lengths"), attn_sink=t.get("attn_sink"), scale=p["scale"],
                      v_depth=p["v_depth"], layer_idx=p["layer_idx"], out=out, lse=lse, max_logits=ml),
                 {"out.output": out, **({"out.lse": lse} if lse is not None else {}),

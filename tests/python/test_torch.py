@@ -34,6 +34,8 @@ def to_torch(a, device="cpu"):
         t = torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn)
     elif a.dtype == np.uint32:
         t = torch.from_numpy(a.view(np.int32))
+    elif a.dtype.itemsize == 1 and a.dtype != np.uint8:  # e8m0 scale bytes: their bits
+        t = torch.from_numpy(a.view(np.uint8))
     else:
         t = torch.from_numpy(a)
     return t.to(device)
@@ -51,11 +53,12 @@ def poison(t):
     return t
 
 
-def torch_cache(t, prefix, device="cpu"):
-    scales = t.get(prefix + ".scales")
+def torch_cache(t, prefix, device="cpu", granularity=None):
+    scales, tail = t.get(prefix + ".scales"), t.get(prefix + ".tail")
     return mlakit.PagedKVCache(to_torch(t[prefix + ".blocks"], device), to_torch(t[prefix + ".lookup_table"], device),
                                to_torch(t[prefix + ".cache_lengths"], device),
-                               None if scales is None else to_torch(scales, device))
+                               None if scales is None else to_torch(scales, device), granularity,
+                               tail=None if tail is None else to_torch(tail, device))
 
 
 def op_args(g, device="cpu"):
@@ -91,12 +94,12 @@ def op_args(g, device="cpu"):
                 p.get("numerics", "max"), tt("topk_indices") if "topk_indices" in t else None, p["layer_idx"], out)
         return ops.mla_prefill_fp8.default, args, {"out.output": out, "out.q": q, "out.kv_cache.blocks": c.blocks}
     if g.op == "sparse_mla_prefill":
-        c = torch_cache(t, "kv_cache", device)
+        c = torch_cache(t, "kv_cache", device, p.get("quant_granularity"))
         q = tt("q")
         out = empty((q.shape[0], q.shape[1], p["v_depth"]), torch.bfloat16)
         lse = empty((q.shape[0], q.shape[1]), torch.float32) if "out.lse" in g.outputs else None
         ml = empty((q.shape[0], q.shape[1]), torch.float32) if "out.max_logits" in g.outputs else None
-        args = (q, c.blocks, c.lookup_table, c.cache_lengths, c.scales, c.quant_granularity, tt("indices"),
+        args = (q, c.blocks, c.lookup_table, c.cache_lengths, c.scales, c.quant_granularity, c.tail, tt("indices"),
                 opt("topk_lengths"), opt("attn_sink"), p["scale"], p["v_depth"], p["layer_idx"], out, lse, ml)
         return ops.sparse_mla_prefill.default, args, {"out.output": out, **({"out.lse": lse} if lse is not None else {}),
                                                       **({"out.max_logits": ml} if ml is not None else {})}
