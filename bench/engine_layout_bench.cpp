@@ -13,6 +13,7 @@
 #include "bench/op_bench.hpp"
 #include "bench/peak_probe.hpp"
 #include "goldens/common/driver.hpp"
+#include "goldens/common/engine_allocator.hpp"
 #include "mlakit/engine_layouts.hpp"
 #include "mlakit/ops/lightning_indexer.hpp"
 
@@ -45,7 +46,7 @@ void run_layout(benchmark::State& state, const LayoutCase& c, bool engine) {
   const Tensor& scales = b.at("k_cache.scales");
   PagedKVCacheView cache = goldens::cache_view(b, "k_cache");
   cache.quant_granularity = b.params["quant_granularity"];
-  std::vector<unsigned char> buf;
+  std::vector<unsigned char, goldens::EngineAllocator<unsigned char>> buf;  // huge pages, as the own tensors
   if (engine) {  // one 8448-byte block per page: codes, then scales
     IndexerCacheLayout l;
     l.num_blocks = blocks.shape()[0];

@@ -38,5 +38,7 @@ void register_op_benchmarks();
 void register_plan_run_benchmarks();
 // Registers op 1 on the DeepGEMM indexer cache layout beside mlakit's (engine_layout_bench.cpp).
 void register_engine_layout_benchmarks();
+// Registers op 4 on FlashMLA's V32 and MODEL1 sparse caches beside mlakit's (flashmla_layout_bench.cpp).
+void register_flashmla_layout_benchmarks();
 
 }  // namespace mlakit::bench

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   bench::register_op_benchmarks();
   bench::register_plan_run_benchmarks();
   bench::register_engine_layout_benchmarks();
+  bench::register_flashmla_layout_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   const bench::PeakFigures& p = bench::peak();

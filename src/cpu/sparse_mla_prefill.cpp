@@ -73,6 +73,13 @@ void bf16_row_to_f32(const std::uint16_t* s, float* d, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
 }
 
+// Asks for every cache line of [p, p + bytes) to be fetched.
+void prefetch_lines(const void* p, std::size_t bytes) {
+  const auto first = reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63};
+  const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
+  for (std::uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+}
+
 // The valid slots of token t, in slot order (duplicates kept). Returns their number.
 std::size_t valid_rows(const Plan& p, std::size_t t, SlotRows rows) {
   const SparseMlaPrefillArgs& a = *p.a;
@@ -170,10 +177,15 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
     for (std::size_t i = 0; i < cnt; ++i) {
       // The next chunk's row i is fetched while this chunk is multiplied: rows are scattered over
       // the cache, so no hardware prefetcher sees them coming.
-      if (c0 + kSlotChunk + i < n) {
-        const char* nr = p.fp8 ? reinterpret_cast<const char*>(blocks8 + base[c0 + kSlotChunk + i])
-                               : reinterpret_cast<const char*>(blocks16 + base[c0 + kSlotChunk + i]);
-        for (std::size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(nr + off, 0, 3);
+      if (const std::size_t j = c0 + kSlotChunk + i; j < n) {
+        prefetch_lines(p.fp8 ? static_cast<const void*>(blocks8 + base[j]) : static_cast<const void*>(blocks16 + base[j]),
+                       row_bytes);
+        if (p.grouped) {  // a split row's scales and tail live apart from its codes (MODEL1) or after them
+          prefetch_lines(static_cast<const char*>(a.kv_cache.scales.data) +
+                             rows.scale_at[j] * static_cast<std::int64_t>(dtype_size(a.kv_cache.scales.dtype)),
+                         1);
+          if (p.wt > 0) prefetch_lines(a.kv_cache.tail.as<const std::uint16_t>() + rows.tail_at[j], p.wt * 2);
+        }
       }
       const std::int64_t b = base[c0 + i];
       CT* kr = kbuf + i * ldk;
