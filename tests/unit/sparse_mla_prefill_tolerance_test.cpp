@@ -25,6 +25,7 @@ enum class PRounding { f32, bf16, f8e4m3 };
 struct Emulation {
   PRounding p = PRounding::bf16;
   bool drop_last_slot = false;  // a bug: the last valid slot of every row is lost
+  bool first_scale_only = false;  // a bug: a row's first scale serves all its columns (single-scale kernels)
 };
 
 float round_p(float p, PRounding r) {
@@ -72,7 +73,8 @@ void emulate(Bundle& b, const Emulation& e) {
         float s = 1.0f;
         if (b.has("kv_cache.scales")) {
           const Tensor& sc = b.at("kv_cache.scales");
-          s = static_cast<float>(sc.value(row * sc.shape()[5] + d / P.at("quant_granularity").get<std::int64_t>()));
+          const std::int64_t group = e.first_scale_only ? 0 : d / P.at("quant_granularity").get<std::int64_t>();
+          s = static_cast<float>(sc.value(row * sc.shape()[5] + group));
         }
         K.push_back(static_cast<float>(blocks.value(row * wq + d)) * s);
       }
@@ -172,6 +174,24 @@ TEST(SparseMlaPrefillTolerance, RejectsALostSlot) {
       continue;
     EXPECT_FALSE(emulation_passes(spec, 1, Emulation{PRounding::bf16, true}, nullptr)) << spec.name;
   }
+}
+
+// A kernel that reads only a row's first scale (as a single-scale kernel would) fails every case
+// whose rows have several.
+TEST(SparseMlaPrefillTolerance, RejectsOneScalePerRowOnGroupedRows) {
+  int cases = 0;
+  for (const auto& spec : driver().cases()) {
+    if (spec.name != "flashmla_v32" && spec.name != "flashmla_model1" && spec.name != "split_rows_general" &&
+        spec.name != "grouped_scales_whole_rows")
+      continue;
+    ++cases;
+    for (std::uint64_t seed : testing::kSeeds) {
+      Emulation flawed;
+      flawed.first_scale_only = true;
+      EXPECT_FALSE(emulation_passes(spec, seed, flawed, nullptr)) << spec.name << " seed " << seed;
+    }
+  }
+  EXPECT_EQ(cases, 4);
 }
 
 // max_logits: a value moved by twice its bound, a NaN turned finite and a -inf turned finite each
