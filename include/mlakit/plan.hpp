@@ -6,7 +6,9 @@
 // the workspace; run() then checks only what may change from layer to layer (shapes, dtypes,
 // strides, memory space, aliasing, the per-layer data a kernel indexes with, and that the metadata
 // is the batch the plan saw) and computes. A device run copies nothing to the host and never waits
-// on a stream, so it can be captured in a CUDA graph.
+// on a stream, so it can be captured in a CUDA graph; a device plan keeps its runs' temporary
+// device memory (scores, quantized windows) from plan() to its destruction, so runs on the plan's
+// stream (PlanOptions::cuda_stream) allocate nothing; a run on another stream allocates its own.
 //
 //   LightningIndexerPlan p;
 //   Status s = plan(desc, step_args, PlanOptions{}, &p);      // once per step

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/common/device_launch.hpp"
 #include "mlakit/dtype.hpp"
 #include "mlakit/paged_kv_cache.hpp"
 #include "mlakit/status.hpp"
@@ -42,6 +43,37 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   cudaStream_t stream_ = nullptr;
+};
+
+// A call's temporary device memory as one block carved into 256-byte aligned regions: the
+// launch's kept workspace when it is large enough (a plan's runs allocate nothing), else a
+// stream-ordered allocation of the call's own. Regions are added first, then acquired at once.
+class Temporaries {
+ public:
+  // A region of `bytes`; returns its index.
+  std::size_t add(std::size_t bytes) {
+    offsets_[count_] = total_;
+    total_ += (bytes + 255) / 256 * 256;
+    return count_++;
+  }
+  std::size_t total() const { return total_; }
+  Status acquire(const char* op, const core::DeviceLaunch& launch, cudaStream_t stream) {
+    if (launch.workspace != nullptr && launch.workspace_bytes >= total_) {
+      base_ = static_cast<unsigned char*>(launch.workspace);
+      return Status::success();
+    }
+    const Status s = own_.allocate(op, "the call's temporaries", total_, stream);
+    base_ = own_.as<unsigned char>();
+    return s;
+  }
+  template <class T>
+  T* at(std::size_t region) const { return reinterpret_cast<T*>(base_ + offsets_[region]); }
+
+ private:
+  std::size_t offsets_[8] = {};
+  std::size_t count_ = 0, total_ = 0;
+  unsigned char* base_ = nullptr;
+  DeviceBuffer own_;
 };
 
 // Kernel launches and dynamic shared memory go through these macros so that the kernels also

@@ -318,6 +318,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
                               std::to_string(T) + " rows (at most " + std::to_string(65535 * kBM) + " per launch)");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
   const cudaStream_t stream = as_stream(launch.stream);
+  if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
   if (a.hidden_state.dtype == DType::bf16) {
     const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
     const bool vector = p.format != kGptq && p.K % 16 == 0 && aligned(p.x) && aligned(p.w);

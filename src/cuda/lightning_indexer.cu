@@ -285,10 +285,14 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   const std::int64_t bytes_per_row = max_keys * 4 + scratch_per_row * 8;
   const std::int64_t chunk_rows = std::max<std::int64_t>(1, std::min(T, kScoreBudgetBytes / bytes_per_row));
 
-  DeviceBuffer scores, scratch;
-  MLAKIT_STATUS_TRY(scores.allocate(kOp, "the score buffer", static_cast<std::size_t>(chunk_rows * max_keys * 4), stream));
-  if (scratch_per_row > 0)
-    MLAKIT_STATUS_TRY(scratch.allocate(kOp, "the top-k scratch", static_cast<std::size_t>(chunk_rows * scratch_per_row * 8), stream));
+  Temporaries tmp;
+  const std::size_t scores = tmp.add(static_cast<std::size_t>(chunk_rows * max_keys * 4));
+  const std::size_t scratch = tmp.add(static_cast<std::size_t>(chunk_rows * scratch_per_row * 8));
+  if (launch.workspace_query != nullptr) {
+    *launch.workspace_query = tmp.total();
+    return Status::success();
+  }
+  MLAKIT_STATUS_TRY(tmp.acquire(kOp, launch, stream));
 
   ScoreParams sp;
   sp.q = static_cast<const std::uint8_t*>(a.q.data);
@@ -302,11 +306,11 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   sp.Dp = Dp;
   sp.layer = static_cast<int>(a.layer_idx);
   sp.causal = d.mask == IndexerMask::causal;
-  sp.scores = scores.as<float>();
+  sp.scores = tmp.at<float>(scores);
   sp.ld = max_keys;
 
   TopkParams tp;
-  tp.scores = scores.as<float>();
+  tp.scores = tmp.at<float>(scores);
   tp.ld = max_keys;
   tp.iro = sp.iro;
   tp.cache_lengths = sp.cache.cache_lengths;
@@ -314,7 +318,7 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   tp.causal = sp.causal;
   tp.top_k = d.top_k;
   tp.out = static_cast<std::int32_t*>(a.output_indices.data);
-  tp.scratch = scratch.as<unsigned long long>();
+  tp.scratch = scratch_per_row > 0 ? tmp.at<unsigned long long>(scratch) : nullptr;
   tp.scratch_stride = scratch_per_row;
 
   for (std::int64_t row0 = 0; row0 < T; row0 += chunk_rows) {
@@ -334,7 +338,7 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
 Status remap_indices_to_rows(const RemapIndicesArgs& a, const core::DeviceLaunch& launch) {
   const std::int64_t T = a.indices.shape[0], K = a.indices.shape[1];
   const std::int64_t total = T * K;
-  if (total == 0) return Status::success();
+  if (total == 0 || launch.workspace_query != nullptr) return Status::success();  // no temporaries
   const std::int64_t blocks = std::min<std::int64_t>(ceil_div(total, 256), 65535);
   return launch_kernel("remap_indices_to_rows", "remap_kernel", remap_kernel, static_cast<unsigned>(blocks), 256, 0,
                        as_stream(launch.stream), static_cast<const std::int32_t*>(a.indices.data),

@@ -648,6 +648,32 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "v", "nope+rope=" + std::to_string(qk) + " with v=" + std::to_string(vdim),
                                        attn_layout.bytes, smem_max));
 
+  // The temporaries, sized before anything runs: the quantized window, its scales, rope parts and
+  // row flags; the topk_indices bitmap (one bit per query and window row); the K/V of a head chunk.
+  std::int64_t keep_words = 0;
+  if (a.topk_indices.data != nullptr) {
+    std::int64_t max_window = 1;
+    const auto* host_bro = static_cast<const std::uint32_t*>(host.buffer_row_offsets.data);
+    for (int b = 0; b < B; ++b)
+      max_window = std::max<std::int64_t>(max_window, static_cast<std::int64_t>(host_bro[b + 1]) - host_bro[b]);
+    keep_words = ceil_div(max_window, 32);
+  }
+  const std::int64_t cols_per_head = nope + vdim;
+  const std::int64_t heads_per_chunk =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(H, kKvBudgetBytes / std::max<std::int64_t>(1, BL * cols_per_head * 2)));
+  Temporaries tmp;
+  const std::size_t xq = tmp.add(static_cast<std::size_t>(BL * latent));
+  const std::size_t sa = tmp.add(static_cast<std::size_t>(BL * groups * 4));
+  const std::size_t kr = tmp.add(static_cast<std::size_t>(BL * rope * 2));
+  const std::size_t needed = tmp.add(static_cast<std::size_t>(BL));
+  const std::size_t keep = tmp.add(static_cast<std::size_t>(T * keep_words * 4));
+  const std::size_t kv = tmp.add(static_cast<std::size_t>(BL * heads_per_chunk * cols_per_head * 2));
+  if (launch.workspace_query != nullptr) {
+    *launch.workspace_query = tmp.total();
+    return Status::success();
+  }
+  MLAKIT_STATUS_TRY(tmp.acquire(kOp, launch, stream));
+
   // 1. RoPE + RMSNorm in place.
   NormParams np;
   np.q = static_cast<std::uint16_t*>(a.q.data);
@@ -669,11 +695,6 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
                                   stream, np));
 
   // 2. Gather + quantize.
-  DeviceBuffer xq, sa, kr, needed, kv;
-  MLAKIT_STATUS_TRY(xq.allocate(kOp, "the quantized buffer", static_cast<std::size_t>(BL * latent), stream));
-  MLAKIT_STATUS_TRY(sa.allocate(kOp, "the activation scales", static_cast<std::size_t>(BL * groups * 4), stream));
-  MLAKIT_STATUS_TRY(kr.allocate(kOp, "the rope buffer", static_cast<std::size_t>(BL * rope * 2), stream));
-  MLAKIT_STATUS_TRY(needed.allocate(kOp, "the row flags", static_cast<std::size_t>(BL), stream));
   if (BL > 0) {
     GatherParams gp;
     gp.iro = iro;
@@ -687,24 +708,16 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     gp.bk = static_cast<int>(d.bk);
     gp.groups = static_cast<int>(groups);
     gp.numerics = d.numerics;
-    gp.xq = xq.as<std::uint8_t>();
-    gp.sa = sa.as<float>();
-    gp.kr = kr.as<std::uint16_t>();
-    gp.needed = needed.as<std::uint8_t>();
+    gp.xq = tmp.at<std::uint8_t>(xq);
+    gp.sa = tmp.at<float>(sa);
+    gp.kr = tmp.at<std::uint16_t>(kr);
+    gp.needed = tmp.at<std::uint8_t>(needed);
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "gather_quant_kernel", gather_quant_kernel, static_cast<unsigned>(BL),
                                     kQuantThreads, 0, stream, gp));
   }
 
   // topk_indices as one bit per (query, window row).
-  DeviceBuffer keep;
-  std::int64_t keep_words = 0;
   if (a.topk_indices.data != nullptr) {
-    std::int64_t max_window = 1;
-    const auto* host_bro = static_cast<const std::uint32_t*>(host.buffer_row_offsets.data);
-    for (int b = 0; b < B; ++b)
-      max_window = std::max<std::int64_t>(max_window, static_cast<std::int64_t>(host_bro[b + 1]) - host_bro[b]);
-    keep_words = ceil_div(max_window, 32);
-    MLAKIT_STATUS_TRY(keep.allocate(kOp, "the topk_indices mask", static_cast<std::size_t>(T * keep_words * 4), stream));
     MaskParams mp;
     mp.topk = static_cast<const std::int32_t*>(a.topk_indices.data);
     mp.top_k = a.topk_indices.shape[1];
@@ -714,23 +727,19 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     mp.coff = coff;
     mp.lens = cache.cache_lengths;
     mp.B = B;
-    mp.keep = keep.as<std::uint32_t>();
+    mp.keep = tmp.at<std::uint32_t>(keep);
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "mask_kernel", mask_kernel, static_cast<unsigned>(T), kQuantThreads, 0, stream, mp));
   }
 
   // 3 + 4 per chunk of heads.
-  const std::int64_t cols_per_head = nope + vdim;
-  const std::int64_t heads_per_chunk =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(H, kKvBudgetBytes / std::max<std::int64_t>(1, BL * cols_per_head * 2)));
-  MLAKIT_STATUS_TRY(kv.allocate(kOp, "the K/V buffer", static_cast<std::size_t>(BL * heads_per_chunk * cols_per_head * 2), stream));
   for (std::int64_t h0 = 0; h0 < H; h0 += heads_per_chunk) {
     const std::int64_t hc = std::min<std::int64_t>(heads_per_chunk, H - h0);
     const std::int64_t Nc = hc * cols_per_head;
     if (BL > 0) {
       GemmParams gm;
-      gm.xq = xq.as<std::uint8_t>();
-      gm.sa = sa.as<float>();
-      gm.needed = needed.as<std::uint8_t>();
+      gm.xq = tmp.at<std::uint8_t>(xq);
+      gm.sa = tmp.at<float>(sa);
+      gm.needed = tmp.at<std::uint8_t>(needed);
       gm.w = static_cast<const std::uint8_t*>(a.kv_b_proj.data);
       gm.wscale = static_cast<const float*>(a.kv_b_proj_scale.data);
       gm.BL = BL;
@@ -740,7 +749,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
       gm.groups = groups;
       gm.n_first = h0 * cols_per_head;
       gm.Nc = Nc;
-      gm.kv = kv.as<std::uint16_t>();
+      gm.kv = tmp.at<std::uint16_t>(kv);
       const std::int64_t row_tiles = ceil_div(BL, kBM);
       if (row_tiles > 65535)
         return exceeds_one_launch(kOp, "buffer_length",
@@ -758,8 +767,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.coff = coff;
     ap.lens = cache.cache_lengths;
     ap.B = B;
-    ap.kv = kv.as<std::uint16_t>();
-    ap.kr = kr.as<std::uint16_t>();
+    ap.kv = tmp.at<std::uint16_t>(kv);
+    ap.kr = tmp.at<std::uint16_t>(kr);
     ap.out = static_cast<std::uint16_t*>(a.output.data);
     ap.T = T;
     ap.Nc = Nc;
@@ -772,7 +781,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.qkp = qkp;
     ap.scale = d.scale;
     ap.round_p = d.numerics != MlaNumerics::max;
-    ap.keep = keep_words > 0 ? keep.as<std::uint32_t>() : nullptr;
+    ap.keep = keep_words > 0 ? tmp.at<std::uint32_t>(keep) : nullptr;
     ap.keep_words = keep_words;
     ap.vector_loads = qk % 8 == 0 && nope % 8 == 0 && rope % 8 == 0 && vdim % 8 == 0 &&
                       reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0;

@@ -284,11 +284,14 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   const std::int64_t scratch_per_pair = winners_pow2 > kSharedWinners ? winners_pow2 : 0;
   const std::int64_t bytes_per_row = Hi * (max_blocks * 4 + scratch_per_pair * 8);
   const std::int64_t chunk_rows = std::max<std::int64_t>(1, std::min(R, kBudgetBytes / bytes_per_row));
-  DeviceBuffer scores, scratch;
-  MLAKIT_STATUS_TRY(scores.allocate(kOp, "the block scores", static_cast<std::size_t>(chunk_rows * Hi * max_blocks * 4), stream));
-  if (scratch_per_pair > 0)
-    MLAKIT_STATUS_TRY(scratch.allocate(kOp, "the top-k scratch",
-                                       static_cast<std::size_t>(chunk_rows * Hi * scratch_per_pair * 8), stream));
+  Temporaries tmp;
+  const std::size_t scores = tmp.add(static_cast<std::size_t>(chunk_rows * Hi * max_blocks * 4));
+  const std::size_t scratch = tmp.add(static_cast<std::size_t>(chunk_rows * Hi * scratch_per_pair * 8));
+  if (launch.workspace_query != nullptr) {
+    *launch.workspace_query = tmp.total();
+    return Status::success();
+  }
+  MLAKIT_STATUS_TRY(tmp.acquire(kOp, launch, stream));
 
   ScoreParams sp;
   sp.q = static_cast<const std::uint16_t*>(a.q.data);
@@ -307,11 +310,11 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   sp.layer = static_cast<int>(a.layer_idx);
   sp.pages_per_block = ppb;
   sp.scale = d.scale;
-  sp.block_scores = scores.as<float>();
+  sp.block_scores = tmp.at<float>(scores);
   sp.max_blocks = max_blocks;
 
   TopkParams tp;
-  tp.block_scores = scores.as<float>();
+  tp.block_scores = tmp.at<float>(scores);
   tp.max_blocks = max_blocks;
   tp.iro = sp.iro;
   tp.prefix = sp.prefix;
@@ -324,7 +327,7 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   tp.init_blocks = d.init_blocks;
   tp.local_blocks = d.local_blocks;
   tp.out = static_cast<std::int32_t*>(a.out_idxs.data);
-  tp.scratch = scratch.as<unsigned long long>();
+  tp.scratch = scratch_per_pair > 0 ? tmp.at<unsigned long long>(scratch) : nullptr;
   tp.scratch_stride = scratch_per_pair;
 
   const std::int64_t keys_per_chunk = static_cast<std::int64_t>(ppb) * ps;

@@ -389,6 +389,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   if (T * p.head_groups > 0x7fffffff)
     return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
+  if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
   return launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kThreads, layout.bytes, as_stream(launch.stream), p);
 }
 

@@ -68,6 +68,8 @@ long live_allocations();
 long launches();
 long copies_to_host();
 long stream_synchronizations();
+// Device allocations made (cudaMalloc and cudaMallocAsync) since the process started.
+long allocations_made();
 // The device count cudaGetDeviceCount reports (1 at start); 0 makes it fail as on a machine
 // without a GPU (cudaErrorNoDevice). Returns the previous count.
 int set_device_count(int count);

@@ -1,6 +1,7 @@
 // Plan once, run many on device memory, with the cuda kernels on the CPU emulation: a decode step's
-// 61-layer loop of run() copies nothing to the host and never waits on a stream (so it can be
-// captured in a CUDA graph), with the same bits as the one-shot call; a plan can be made from the
+// 61-layer loop of run() copies nothing to the host, never waits on a stream (so it can be
+// captured in a CUDA graph) and allocates no device memory (the plan keeps the temporaries), with
+// the same bits as the one-shot call; a plan can be made from the
 // engine's host copies of the metadata; and what only the device holds (op 4's topk_lengths, the
 // remap's indices, GPTQ's g_idx) is caught by the device error flag, reported once and cleared.
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@ struct Counters {
   long launches = mlakit_cuda_emu::launches();
   long copies = mlakit_cuda_emu::copies_to_host();
   long syncs = mlakit_cuda_emu::stream_synchronizations();
+  long allocs = mlakit_cuda_emu::allocations_made();
 };
 
 // The op's smallest golden case (emulating 61 runs of it stays quick).
@@ -44,7 +46,7 @@ goldens::CaseSpec small_case(const goldens::OpDriver& d) {
 
 class EmulatedPlan : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyNorWait) {
+TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyWaitNorAllocate) {
   const goldens::OpDriver* driver = goldens::find_driver(GetParam());
   ASSERT_NE(driver, nullptr);
   const goldens::CaseSpec spec = small_case(*driver);
@@ -77,6 +79,7 @@ TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyNorWait) {
   }
   EXPECT_EQ(after_runs.copies - after_plan.copies, 0) << "a run copied from the device";
   EXPECT_EQ(after_runs.syncs - after_plan.syncs, 0) << "a run waited on a stream";
+  EXPECT_EQ(after_runs.allocs - after_plan.allocs, 0) << "a run allocated device memory (the plan keeps its temporaries)";
   EXPECT_GE(after_runs.launches - after_plan.launches, kLayers);
   ASSERT_TRUE(check_device_errors().ok());
   for (const auto& name : one_shot.output_names())

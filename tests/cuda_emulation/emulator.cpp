@@ -50,6 +50,7 @@ std::vector<std::unique_ptr<char[]>> g_stacks;
 std::map<const void*, std::size_t> g_allocations;  // ordered: copies look up the allocation they fall in
 long g_launches = 0;
 long g_copies_to_host = 0;
+long g_allocations_made = 0;
 long g_syncs = 0;
 int g_device_count = 1;
 
@@ -317,6 +318,7 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::functi
 long live_allocations() { return static_cast<long>(g_allocations.size()); }
 long launches() { return g_launches; }
 long copies_to_host() { return g_copies_to_host; }
+long allocations_made() { return g_allocations_made; }
 long stream_synchronizations() { return g_syncs; }
 int set_device_count(int count) {
   const int previous = g_device_count;
@@ -361,6 +363,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   if (*ptr == nullptr) return cudaErrorMemoryAllocation;
   std::memset(*ptr, 0xFF, bytes);
   mlakit_cuda_emu::g_allocations[*ptr] = bytes;
+  ++mlakit_cuda_emu::g_allocations_made;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) {

@@ -1,6 +1,7 @@
 // What a device launch takes besides the call: its stream and the device error flag.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mlakit::core {
@@ -17,6 +18,13 @@ enum DeviceError : std::uint32_t {
 struct DeviceLaunch {
   void* stream = nullptr;                 // cudaStream_t; null = the default stream
   std::uint32_t* error_flag = nullptr;    // device word for DeviceError bits; null = not checked
+  // Device memory for the call's temporaries, kept by a plan across its runs (or given by the
+  // caller): used when at least as large as the call needs, else the call allocates its own.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  // Non-null: the call only computes how much temporary device memory it needs, writes it here and
+  // returns; it launches nothing and touches no device memory (plan() sizes its workspace so).
+  std::size_t* workspace_query = nullptr;
 };
 
 }  // namespace mlakit::core

@@ -197,6 +197,24 @@ Status same_cache(const char* op, const char* field, const PagedKVCacheView& got
   return s;
 }
 
+Status keep_device_workspace(detail::PlanState* st, std::size_t bytes) {
+  if (bytes == 0) return Status::success();
+  const DeviceMemoryOps* ops = device_memory_ops();
+  if (ops == nullptr || ops->allocate == nullptr) return Status::success();  // runs allocate their own
+  void* ptr = nullptr;
+  std::string error;
+  if (!ops->allocate(&ptr, bytes, &error))
+    return Status::error(StatusCode::internal, st->op, "workspace",
+                         std::string(st->op) + ": allocating the plan's device workspace (" + std::to_string(bytes) +
+                             " bytes): " + error);
+  st->device_workspace = std::shared_ptr<void>(ptr, [ops](void* p) {
+    std::string ignored;
+    ops->release(p, &ignored);
+  });
+  st->device_workspace_bytes = bytes;
+  return Status::success();
+}
+
 Status check_workspace(const detail::PlanState& st, const RunContext& ctx) {
   if (ctx.workspace == nullptr) return Status::success();
   const std::size_t need = st.buffers.total();

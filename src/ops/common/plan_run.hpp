@@ -49,6 +49,12 @@ struct PlanState {
   tbb::task_arena* arena = nullptr;        // cpu plans: the arena runs execute in (null: the library's)
   std::shared_ptr<tbb::task_arena> own_arena;
   std::uint32_t* error_flag = nullptr;     // device plans: the device error flag
+  // Device plans: the runs' temporaries, allocated once at plan time and freed with the plan. Only
+  // runs on the plan's stream use it: their kernels follow one another in stream order, so a run's
+  // temporaries are never in use by another (a run on another stream allocates its own).
+  std::shared_ptr<void> device_workspace;
+  std::size_t device_workspace_bytes = 0;
+  void* device_stream = nullptr;
 };
 
 struct PlanAccess {
@@ -103,6 +109,9 @@ Status finish_plan(detail::PlanState* st, const PlanOptions& options, bool one_s
 Status device_error_flag(std::uint32_t** out);
 // Frees it (tests that count device allocations; no plan may run afterwards).
 void release_device_error_flag();
+// Device plans (not one-shot): asks the back-end how much temporary device memory a run needs and
+// keeps that much with the plan, so that runs allocate nothing.
+Status keep_device_workspace(detail::PlanState* st, std::size_t bytes);
 // A run's check that its metadata views are the plan's (pointer identity, or the step id).
 Status same_batch(const detail::PlanState& st, const Field& f, const detail::MetadataSlot& seen,
                   const RunContext& ctx);
@@ -200,6 +209,17 @@ Status plan_call(const typename T::Desc& d, const typename T::Args& step, const 
     st->metadata.push_back(std::move(m));
   }
   if (st->backend == Backend::cpu && !one_shot) st->buffers = T::cpu_buffers(d, h);
+  if (st->backend == Backend::cuda && !one_shot) {
+    std::size_t bytes = 0;
+    DeviceLaunch query;
+    query.stream = o.cuda_stream;
+    query.workspace_query = &bytes;
+    s = T::cuda(d, step, host, query);
+    if (!s.ok()) return s;
+    s = keep_device_workspace(st.get(), bytes);
+    if (!s.ok()) return s;
+    st->device_stream = o.cuda_stream;
+  }
   s = finish_plan(st.get(), o, one_shot);
   if (!s.ok()) return s;
   detail::PlanAccess::desc(*out) = d;
@@ -254,6 +274,10 @@ Status run_call(const Plan<typename T::Desc, typename T::Args>& plan, const type
       DeviceLaunch launch;
       launch.stream = ctx.cuda_stream;
       launch.error_flag = st->error_flag;
+      if (ctx.cuda_stream == st->device_stream) {
+        launch.workspace = st->device_workspace.get();
+        launch.workspace_bytes = st->device_workspace_bytes;
+      }
       return T::cuda(d, a, h, launch);
     }
     case Backend::cpu: {
