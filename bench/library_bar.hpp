@@ -4,6 +4,9 @@
 //   fused_qkv_paged     one T x N x K product (X·Wᵀ)
 //   sparse_mla_prefill  per query row, Hq x topk x qk_depth (Q·Kᵀ over its gathered rows) and
 //                       Hq x v_depth x topk (P·V); timed on a sample of rows and scaled to all
+//   mla_prefill_fp8     the KV projection (buffer_length x H·(nope + v) x latent), then per head a
+//                       causal attention in blocks of 64 query rows against the keys the block's
+//                       last row sees (Q·Kᵀ over nope + rope, P·V over v); one head timed, x H
 // Where the library is absent or the operator has no such form, nothing is reported.
 #pragma once
 
