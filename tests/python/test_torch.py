@@ -279,3 +279,29 @@ def test_cuda_tensors_on_the_current_stream(op_name):
     stream.synchronize()
     for name, tensor in outs.items():
         assert np.array_equal(bits(tensor), bits(expected[name])), f"{name}: cuda torch op differs from the C++ run"
+
+
+def test_flashmla_cache_in_a_torch_buffer():
+    """op 4 through torch.ops on a FlashMLA V32 / MODEL1 buffer held in a torch uint8 tensor (read in
+    place) gives the bits of the same cache as separate NumPy arrays."""
+    import test_engine_layouts as layouts
+
+    files = layouts.flashmla_files()
+    assert len(files) >= 2, "the flashmla_v32 and flashmla_model1 golden files"
+    for path in files:
+        g = golden.load(path)
+        t, p = g.inputs, g.params
+        fmt = "v32" if t["kv_cache.blocks"].shape[5] == 512 else "model1"
+        nb, _, layers, ps, _, _ = t["kv_cache.blocks"].shape
+        buf, token, block = layouts.pack_flashmla(t, fmt, 0, 576)
+        engine = mlakit.flashmla_sparse_cache(torch.from_numpy(buf), to_torch(t["kv_cache.lookup_table"]),
+                                              to_torch(t["kv_cache.cache_lengths"]), format=fmt, num_blocks=nb,
+                                              page_size=ps, block_stride_bytes=block, num_layers=layers)
+        opt = lambda k: to_torch(t[k]) if k in t else None  # noqa: E731
+        got, got_lse = mt.sparse_mla_prefill(to_torch(t["q"]), engine, to_torch(t["indices"]),
+                                             topk_lengths=opt("topk_lengths"), attn_sink=opt("attn_sink"),
+                                             scale=p["scale"], v_depth=p["v_depth"], layer_idx=p["layer_idx"],
+                                             return_lse=True)
+        want = call_api(g, "cpu")
+        assert np.array_equal(bits(got), bits(want["out.output"])), path.name
+        assert np.array_equal(bits(got_lse), bits(want["out.lse"])), path.name
