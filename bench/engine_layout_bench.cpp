@@ -5,13 +5,11 @@
 // benchmarks (gflops, gbps, pct_peak and pct_f32_peak of this machine's probe, pct_paged_read).
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "bench/op_bench.hpp"
-#include "bench/peak_probe.hpp"
 #include "goldens/common/driver.hpp"
 #include "goldens/common/engine_allocator.hpp"
 #include "mlakit/engine_layouts.hpp"
@@ -76,24 +74,7 @@ void run_layout(benchmark::State& state, const LayoutCase& c, bool engine) {
   a.k_cache = cache;
   a.output_indices = out.view();
   const RunOptions options{Backend::cpu};
-  Status s = lightning_indexer(d, a, options);  // warm-up
-  double wall = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    s = lightning_indexer(d, a, options);
-    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  if (!s.ok()) {
-    state.SkipWithError(s.message.c_str());
-    return;
-  }
-  const double seconds = wall / static_cast<double>(state.iterations() ? state.iterations() : 1);
-  const goldens::Work w = driver.work(b);
-  state.counters["gflops"] = w.flops * 1e-9 / seconds;
-  state.counters["gbps"] = w.bytes * 1e-9 / seconds;
-  state.counters["pct_peak"] = w.flops / seconds / (relevant_gflops(peak(), active_isa(), true) * 1e9) * 100.0;
-  state.counters["pct_f32_peak"] = w.flops / seconds / (peak().f32_gflops_all * 1e9) * 100.0;
-  state.counters["pct_paged_read"] = w.bytes / seconds / (peak().paged_gbps_all * 1e9) * 100.0;
+  time_cpu_call(state, driver.work(b), [&] { return lightning_indexer(d, a, options); });
 }
 
 }  // namespace

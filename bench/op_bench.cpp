@@ -126,6 +126,26 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
       state.counters["pct_of_library"] = *lib / t.seconds_per_call * 100.0;
 }
 
+void time_cpu_call(benchmark::State& state, const goldens::Work& w, const std::function<Status()>& call) {
+  Status s = call();  // warm-up
+  double wall = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s = call();
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (!s.ok()) {
+    state.SkipWithError(s.message.c_str());
+    return;
+  }
+  const double seconds = wall / static_cast<double>(state.iterations() ? state.iterations() : 1);
+  state.counters["gflops"] = w.flops * 1e-9 / seconds;
+  state.counters["gbps"] = w.bytes * 1e-9 / seconds;
+  state.counters["pct_peak"] = w.flops / seconds / (relevant_gflops(peak(), active_isa(), true) * 1e9) * 100.0;
+  state.counters["pct_f32_peak"] = w.flops / seconds / (peak().f32_gflops_all * 1e9) * 100.0;
+  state.counters["pct_paged_read"] = w.bytes / seconds / (peak().paged_gbps_all * 1e9) * 100.0;
+}
+
 void register_op_benchmarks() {
   for (const goldens::OpDriver* driver : goldens::all_drivers()) {
     for (const goldens::CaseSpec& spec : driver->bench_cases()) {

@@ -5,6 +5,7 @@
 // rate) and pct_f32_peak (cpu rows: share of the f32 FMA peak).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ std::string backend_skip_reason(const BackendChoice& be);
 // cuda with every tensor staged in device memory once, before the timed calls).
 void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec,
                  const BackendChoice& be);
+
+// Times `call` once per benchmark iteration after one warm-up call, then sets gflops, gbps,
+// pct_peak and pct_f32_peak from `w` (cpu, at the active level), or the call's error. For
+// benchmarks that run an operator on arguments of their own (the engine-layout ones).
+void time_cpu_call(benchmark::State& state, const goldens::Work& w, const std::function<Status()>& call);
 
 // Registers every bench case of every registered driver on every back-end.
 void register_op_benchmarks();
