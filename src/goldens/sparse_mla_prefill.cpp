@@ -649,6 +649,30 @@ class SparseMlaPrefillDriver final : public OpDriver {
   }
 
  private:
+  // Query row 0 reads at least its first slot (which the NaN placements below point at).
+  static void first_slot_read(Bundle& b, std::vector<std::int64_t>& len, std::int64_t T, std::int64_t stride) {
+    if (T > 0 && stride > 0 && len[0] == 0) {
+      len[0] = 1;
+      b.at("topk_lengths").data<std::uint32_t>()[0] = 1;
+    }
+  }
+
+  // The rows of the layer that no valid slot reads, in order; *read flags the others.
+  static std::vector<std::int64_t> unread_rows(const std::vector<std::int64_t>& idx, const std::vector<std::int64_t>& len,
+                                               std::int64_t T, std::int64_t stride, std::int64_t num_rows,
+                                               std::vector<bool>* read) {
+    read->assign(static_cast<std::size_t>(num_rows), false);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t p = 0; p < len[static_cast<std::size_t>(t)]; ++p) {
+        const std::int64_t r = idx[static_cast<std::size_t>(t * stride + p)];
+        if (r >= 0 && r < num_rows) (*read)[static_cast<std::size_t>(r)] = true;
+      }
+    std::vector<std::int64_t> unread;
+    for (std::int64_t r = 0; r < num_rows; ++r)
+      if (!(*read)[static_cast<std::size_t>(r)]) unread.push_back(r);
+    return unread;
+  }
+
   // fill_fp8 scatters all 256 codes over the cache, so the NaN codes 0x7F / 0xFF may sit in rows
   // many query rows read, which would turn most outputs into NaN. They are moved (by swapping
   // bytes, so every code stays present) into rows of layer_idx that no valid slot reads, or into
@@ -659,21 +683,9 @@ class SparseMlaPrefillDriver final : public OpDriver {
                        std::int64_t stride, std::int64_t num_rows, std::int64_t layer, std::int64_t layers,
                        std::int64_t qk, bool nan_row, Rng& rng) const {
     Tensor& blocks = b.at("kv_cache.blocks");
-    if (nan_row && T > 0 && stride > 0) {
-      if (len[0] == 0) {
-        len[0] = 1;
-        b.at("topk_lengths").data<std::uint32_t>()[0] = 1;
-      }
-    }
-    std::vector<bool> read(static_cast<std::size_t>(num_rows), false);
-    for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t p = 0; p < len[static_cast<std::size_t>(t)]; ++p) {
-        const std::int64_t r = idx[static_cast<std::size_t>(t * stride + p)];
-        if (r >= 0 && r < num_rows) read[static_cast<std::size_t>(r)] = true;
-      }
-    std::vector<std::int64_t> unread;
-    for (std::int64_t r = 0; r < num_rows; ++r)
-      if (!read[static_cast<std::size_t>(r)]) unread.push_back(r);
+    if (nan_row) first_slot_read(b, len, T, stride);
+    std::vector<bool> read;
+    const std::vector<std::int64_t> unread = unread_rows(idx, len, T, stride, num_rows, &read);
     const std::int64_t row_len = qk;  // the quantized width: one head, kv_dim 1
     auto pick_unread = [&]() { return unread[static_cast<std::size_t>(rng.integer(0, std::int64_t(unread.size()) - 1))]; };
     std::int64_t nan_target = -1;
@@ -706,19 +718,9 @@ class SparseMlaPrefillDriver final : public OpDriver {
   // scores, and so its outputs, are NaN).
   void place_e8m0_edges(Bundle& b, std::vector<std::int64_t>& idx, std::vector<std::int64_t>& len, std::int64_t T,
                         std::int64_t stride, std::int64_t num_rows, std::int64_t layer, bool nan_scale, Rng& rng) const {
-    if (nan_scale && T > 0 && stride > 0 && len[0] == 0) {
-      len[0] = 1;
-      b.at("topk_lengths").data<std::uint32_t>()[0] = 1;
-    }
-    std::vector<bool> read(static_cast<std::size_t>(num_rows), false);
-    for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t p = 0; p < len[static_cast<std::size_t>(t)]; ++p) {
-        const std::int64_t r = idx[static_cast<std::size_t>(t * stride + p)];
-        if (r >= 0 && r < num_rows) read[static_cast<std::size_t>(r)] = true;
-      }
-    std::vector<std::int64_t> unread;
-    for (std::int64_t r = 0; r < num_rows; ++r)
-      if (!read[static_cast<std::size_t>(r)]) unread.push_back(r);
+    if (nan_scale) first_slot_read(b, len, T, stride);
+    std::vector<bool> read;
+    const std::vector<std::int64_t> unread = unread_rows(idx, len, T, stride, num_rows, &read);
     if (unread.empty()) return;
     const Tensor& blocks = b.at("kv_cache.blocks");
     Tensor& scales = b.at("kv_cache.scales");
