@@ -6,17 +6,17 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
-def _flat(buffer):
-    """The buffer as one flat uint8 array or tensor (a view: no copy)."""
+def _flat(buffer, helper):
+    """The buffer as one flat uint8 array or tensor (a view: no copy); `helper` names the caller."""
     if _is_torch(buffer):
         import torch
         if buffer.dtype != torch.uint8 or not buffer.is_contiguous():
-            raise ValueError("indexer_cache: buffer must be a contiguous uint8 tensor, got "
+            raise ValueError(f"{helper}: buffer must be a contiguous uint8 tensor, got "
                              f"{buffer.dtype}{'' if buffer.is_contiguous() else ' (strided)'}")
         return buffer.reshape(-1)
     import numpy as np
     if buffer.dtype != np.uint8 or not buffer.flags.c_contiguous:
-        raise ValueError(f"indexer_cache: buffer must be a C-contiguous uint8 array, got {buffer.dtype}")
+        raise ValueError(f"{helper}: buffer must be a C-contiguous uint8 array, got {buffer.dtype}")
     return buffer.reshape(-1)
 
 
@@ -33,6 +33,20 @@ def _strided(flat, dtype_bytes, offset_bytes, shape, strides_elems, kind="float"
     base = flat if dtype_bytes == 1 else flat[: flat.size // dtype_bytes * dtype_bytes].view(t)
     return np.lib.stride_tricks.as_strided(base[offset_bytes // dtype_bytes:], shape,
                                            tuple(s * dtype_bytes for s in strides_elems), writeable=False)
+
+
+def _layers_and_buffer(helper, need, buffer, num_blocks, block, block_used, num_layers, layer_stride_bytes):
+    """The layer stride (0: num_blocks blocks) checked against the blocks, and the buffer as flat
+    bytes checked to hold every layer's blocks (the last block's used bytes)."""
+    layer = layer_stride_bytes or num_blocks * block
+    need(num_layers == 1 or layer >= num_blocks * block, "layer_stride_bytes", layer_stride_bytes,
+         f"expected 0 or at least num_blocks·block_stride = {num_blocks * block}")
+    need(layer % 4 == 0, "layer_stride_bytes", layer, "expected a multiple of 4")
+    flat = _flat(buffer, helper)
+    size = flat.numel() if _is_torch(flat) else flat.size
+    end = (num_layers - 1) * layer + (num_blocks - 1) * block + block_used
+    need(size >= end, "buffer.size", size, f"expected at least {end} bytes for this layout")
+    return layer, flat
 
 
 def indexer_cache(buffer, lookup_table, cache_lengths, *, num_blocks, page_size=64, head_dim=128,
@@ -56,14 +70,8 @@ def indexer_cache(buffer, lookup_table, cache_lengths, *, num_blocks, page_size=
          f"expected 0 or at least page_size·(head_dim + 4) = {packed}")
     need(block % 4 == 0, "block_stride_bytes", block, "expected a multiple of 4: the f32 scales of every block")
     need(codes % 4 == 0, "head_dim", head_dim, "page_size·head_dim must be a multiple of 4")
-    layer = layer_stride_bytes or num_blocks * block
-    need(num_layers == 1 or layer >= num_blocks * block, "layer_stride_bytes", layer_stride_bytes,
-         f"expected 0 or at least num_blocks·block_stride = {num_blocks * block}")
-    need(layer % 4 == 0, "layer_stride_bytes", layer, "expected a multiple of 4")
-    flat = _flat(buffer)
-    size = flat.numel() if _is_torch(flat) else flat.size
-    end = (num_layers - 1) * layer + (num_blocks - 1) * block + packed
-    need(size >= end, "buffer.size", size, f"expected at least {end} bytes for this layout")
+    layer, flat = _layers_and_buffer("indexer_cache", need, buffer, num_blocks, block, packed, num_layers,
+                                     layer_stride_bytes)
     blocks = _strided(flat, 1, 0, (num_blocks, 1, num_layers, page_size, 1, head_dim),
                       (block, codes, layer, head_dim, head_dim, 1))
     scales = _strided(flat, 4, codes, (num_blocks, 1, num_layers, page_size, 1, 1),
@@ -107,14 +115,8 @@ def flashmla_sparse_cache(buffer, lookup_table, cache_lengths, *, num_blocks, fo
     need(block >= used, "block_stride_bytes", block_stride_bytes,
          f"expected 0 or at least the block's records, {used} bytes")
     need(block % 4 == 0, "block_stride_bytes", block, "expected a multiple of 4: the scales and tails stay aligned")
-    layer = layer_stride_bytes or num_blocks * block
-    need(num_layers == 1 or layer >= num_blocks * block, "layer_stride_bytes", layer_stride_bytes,
-         f"expected 0 or at least num_blocks·block_stride = {num_blocks * block}")
-    need(layer % 4 == 0, "layer_stride_bytes", layer, "expected a multiple of 4")
-    flat = _flat(buffer)
-    size = flat.numel() if _is_torch(flat) else flat.size
-    end = (num_layers - 1) * layer + (num_blocks - 1) * block + used
-    need(size >= end, "buffer.size", size, f"expected at least {end} bytes for this layout")
+    layer, flat = _layers_and_buffer("flashmla_sparse_cache", need, buffer, num_blocks, block, used, num_layers,
+                                     layer_stride_bytes)
     address = flat.data_ptr() if _is_torch(flat) else flat.__array_interface__["data"][0]
     need(address % 4 == 0, "buffer address % 4", address % 4, "expected a 4-byte aligned buffer")
     shape = lambda w: (num_blocks, 1, num_layers, page_size, 1, w)  # noqa: E731
