@@ -54,7 +54,8 @@ def release_cpu_call_buffers():
     _core.release_cpu_call_buffers()
 
 
-__all__ = ["PagedKVCache", "indexer_cache", "flashmla_sparse_cache", "Plan", "plan", "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
+__all__ = ["PagedKVCache", "indexer_cache", "flashmla_sparse_cache", "Plan", "plan",
+           "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
            "sparse_mla_prefill", "fused_qkv_paged", "info", "backends", "set_max_isa", "set_num_threads",
            "get_num_threads", "release_cpu_call_buffers", "MlakitError", "InvalidArgument", "Unsupported",
            "BackendUnavailable", "InternalError"]

@@ -178,6 +178,51 @@ def test_real_model_options_are_checked_and_write_nothing():
                                  block_size=p["block_size"], topk=p["topk"], scale=p["scale"])
 
 
+def test_split_row_refusals_name_the_field_and_write_nothing():
+    """FlashMLA-style split rows: e8m0 scales as ml_dtypes or raw bytes; a tail of the wrong shape,
+    a granularity that does not divide the codes, a tail on another operator, and a scale count
+    that leaves the granularity ambiguous are refused, nothing written."""
+    g = golden.load(next(p for p in golden_files() if p.name.startswith("sparse_mla_prefill.split_rows_general")))
+    t, p = g.inputs, g.params
+    T, Hq = t["q"].shape[:2]
+
+    def run(c, **kw):
+        out = poisoned((T, Hq, p["v_depth"]), ml_dtypes.bfloat16)
+        before = out.copy()
+        try:
+            mlakit.sparse_mla_prefill(t["q"], c, t["indices"], topk_lengths=t.get("topk_lengths"), scale=p["scale"],
+                                      v_depth=p["v_depth"], layer_idx=p["layer_idx"], out=out, **kw)
+        except mlakit.MlakitError:
+            assert same_bits(out, before), "a refused call wrote"
+            raise
+        return out
+
+    def split(**changes):
+        args = dict(blocks=t["kv_cache.blocks"], lookup_table=t["kv_cache.lookup_table"],
+                    cache_lengths=t["kv_cache.cache_lengths"], scales=t["kv_cache.scales"],
+                    quant_granularity=p["quant_granularity"], tail=t["kv_cache.tail"])
+        args.update(changes)
+        return mlakit.PagedKVCache(**args)
+
+    want = run(split())
+    assert same_bits(run(split(scales=t["kv_cache.scales"].view(np.uint8))), want), "raw e8m0 bytes"
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        run(split(tail=np.ascontiguousarray(t["kv_cache.tail"][..., :7])))
+    assert e.value.field == "kv_cache.blocks.shape[5] + kv_cache.tail.shape[5]"
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        run(split(quant_granularity=12))
+    assert e.value.field == "kv_cache.quant_granularity" and "must divide the quantized part" in str(e.value)
+    with pytest.raises(TypeError, match="kv_cache.tail: expected bf16"):
+        run(split(tail=t["kv_cache.tail"].astype(np.float32)))
+    with pytest.raises(ValueError, match="quant_granularity is needed"):
+        split(blocks=np.ascontiguousarray(t["kv_cache.blocks"][..., :31]), quant_granularity=None)
+    gi, ti = indexer_case()  # a tail is op 4's alone: the indexer's argument list has none
+    with pytest.raises(mlakit.InvalidArgument, match='"k_cache.tail" is not one of lightning_indexer'):
+        c = mlakit.PagedKVCache(ti["k_cache.blocks"], ti["k_cache.lookup_table"], ti["k_cache.cache_lengths"],
+                                ti["k_cache.scales"], tail=np.zeros(ti["k_cache.blocks"].shape[:5] + (8,), np.uint16))
+        mlakit.lightning_indexer(ti["q"], ti["q_s"], ti["input_row_offsets"], c, top_k=gi.params["top_k"])
+
+
 def test_raw_bits_and_int32_metadata_are_accepted_and_wrong_dtypes_are_not():
     g, t = indexer_case()
     want = g.outputs["out.output_indices"]
