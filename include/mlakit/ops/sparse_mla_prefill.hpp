@@ -43,8 +43,9 @@
 //   results do not depend on the thread count.
 // * Validation (docs/sparse_mla_prefill.md §7) happens before anything is written: descriptor fields positive,
 //   v_depth <= qk_depth, scale finite; q bf16 [T, Hq, qk_depth]; cache bf16 without scales or
-//   f8e4m3 with f32 scales and quant_granularity >= qk_depth, kv_dim 1, one head,
-//   head_size = qk_depth, layer_idx < num_layers; indices i32/u32 [T, indices_stride];
+//   f8e4m3 with f32 or e8m0 scales (one per quant_granularity columns), optionally split rows
+//   with a bf16 tail (the granularity dividing the codes), kv_dim 1, one head,
+//   head_size = qk_depth (codes + tail), layer_idx < num_layers; indices i32/u32 [T, indices_stride];
 //   topk_lengths u32 [T]; attn_sink f32 [Hq]; output bf16 [T, Hq, v_depth]; lse and max_logits f32
 //   [T, Hq]; output, lse and max_logits overlap no input and not each other; every tensor in one memory space.
 #pragma once
@@ -72,8 +73,9 @@ struct SparseMlaPrefillDesc {
 
 struct SparseMlaPrefillArgs {
   TensorView q;               // bf16 [T, Hq, qk_depth]
-  PagedKVCacheView kv_cache;  // bf16 MLA cache, or f8e4m3 with one f32 scale per row (quant_granularity >= qk_depth);
-                              // lookup_table / cache_lengths optional and unread (see above)
+  PagedKVCacheView kv_cache;  // bf16 MLA cache, or f8e4m3 with f32 / e8m0 scales per quant_granularity columns,
+                              // optionally split rows (FlashMLA V32 / MODEL1: codes, then kv_cache.tail in bf16;
+                              // engine_layouts.hpp); lookup_table / cache_lengths optional and unread (see above)
   std::uint32_t layer_idx = 0;
   TensorView indices;         // i32 or u32 [T, indices_stride]
   TensorView topk_lengths;    // u32 [T], optional (absent: indices_stride)
