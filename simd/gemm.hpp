@@ -144,6 +144,27 @@ struct GemmKernels {
   void (*bf16_f8_block_scaled)(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
                                const std::uint8_t* b, std::size_t ldb, const float* scales, std::size_t block,
                                float* c, std::size_t ldc, bool accumulate);
+
+  // Panel GEMM: the large projections' f32 kernel (outer-product register tiles over a packed
+  // panel of B, as BLAS sgemm kernels are blocked). B comes as a panel of panel_cols columns
+  // along p: panel[p*panel_cols + j] for p < k, written by pack_panel_f32 / pack_panel_bf16 from
+  // rows along k (panel[p*panel_cols + j] = f32(B[j*ldb + p]) for j < cols, columns cols.. zero).
+  // gemm_panel: C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + sum_{p<k} A[i*lda + p] * panel[p*panel_cols + j]
+  //   for i < m, j < n (n <= panel_cols), one FMA chain per output over p in order, started from
+  //   C when accumulating (on generic, which has no FMA, a product and a sum per step): so
+  //   |err| <= (k + 1)·2^-24·(|C| + sum|a·b|), the bits independent of m, of the row's place
+  //   among the m and of any split of the rows. Blocks of k continued through accumulate give
+  //   the bits of one call over all of k. Nothing outside the m x n tile touched; C not read when
+  //   accumulate is false. Callers keep the panel in L1 (k up to a few hundred) and A rows in L2.
+  unsigned panel_rows;  // rows of A per register tile
+  unsigned panel_cols;  // columns of B per panel: two vectors
+  void (*pack_panel_f32)(const float* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel);
+  void (*pack_panel_bf16)(const std::uint16_t* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel);
+  void (*gemm_panel)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
+                     float* c, std::size_t ldc, bool accumulate);
+  // The first n int4 columns of b (k a multiple of 8) expanded to f32 rows for pack_panel_f32:
+  // rows[j*ldr + p] = B[j][p] as Int4Columns defines it (the table value, exact in f32).
+  void (*int4_rows_f32)(const Int4Columns& b, std::size_t n, std::size_t k, float* rows, std::size_t ldr);
 };
 
 }  // namespace mlakit::simd

@@ -1,11 +1,13 @@
 // The gemm kernel table of one level (simd/gemm.hpp GemmKernels), compiled per level by
-// simd/<level>/gemm.cpp: the dot tiles and their driver, the int4 columns and the attention rows.
+// simd/<level>/gemm.cpp: the dot tiles and their driver, the int4 columns, the attention rows and
+// the panel GEMM.
 #pragma once
 
 #include "simd/gemm.hpp"
 #include "simd/templates/attention_rows_impl.hpp"
 #include "simd/templates/dot_tiles_impl.hpp"
 #include "simd/templates/int4_columns_impl.hpp"
+#include "simd/templates/panel_gemm_impl.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
@@ -38,15 +40,21 @@ constexpr GemmKernels make_gemm_kernels() {
                      &to_bf16_scaled,
                      &gemm_nn_scaled<std::uint16_t>,
                      &pack_pairs_bf16,
-                     &gemm_bf16_f8_block_scaled};
+                     &gemm_bf16_f8_block_scaled,
 #else
                      nullptr,
                      nullptr,
                      nullptr,
                      nullptr,
                      nullptr,
-                     nullptr};
+                     nullptr,
 #endif
+                     static_cast<unsigned>(kPanelRows),
+                     static_cast<unsigned>(kPanelCols),
+                     &pack_panel<float>,
+                     &pack_panel<std::uint16_t>,
+                     &gemm_panel,
+                     &int4_rows_f32};
 }
 
 }  // namespace

@@ -161,6 +161,13 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
   }
 }
 
+// The first n columns of b as f32 rows (the panel GEMM packs them), 16 columns at a time.
+void int4_rows_f32(const Int4Columns& b, std::size_t n, std::size_t k, float* rows, std::size_t ldr) {
+  const std::size_t groups = (k + b.group_size - 1) / b.group_size;
+  for (std::size_t j0 = 0; j0 < n; j0 += kInt4Panel)
+    expand_int4<float>(b, groups, j0, n - j0 < kInt4Panel ? n - j0 : kInt4Panel, k, rows + j0 * ldr, ldr);
+}
+
 template <class CT>
 struct Int4Rows {
   const Int4Columns& b;

@@ -863,12 +863,156 @@ TEST_P(Gemm, Bf16F8BlockScaledMatchesExactScaledSums) {
   for (std::size_t j = 0; j < n; ++j) EXPECT_EQ(std::isnan(c[j]), j == 2) << "column " << j;
 }
 
+// The panel GEMM: every output is one chain over p in order, started from C when accumulating:
+// a fused multiply-add per step on the FMA levels (the bits of std::fma applied in order), a
+// product and a sum on generic; within the chain's bound of the exact sum; shapes around the
+// register tile (rows) and the panel's two vectors (columns), k from 0 to past the callers'
+// chunk, padded and unaligned operands, NaN and infinite inputs; nothing written outside the tile.
+TEST_P(Gemm, PanelGemmIsOneChainPerOutput) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  const std::size_t pc = g.panel_cols, pr = g.panel_rows, half = pc / 2;
+  ASSERT_EQ(pc % 2, 0u);
+  const bool fused = GetParam() != Isa::generic;
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(53);
+  std::size_t seed = 0;
+  for (std::size_t m : {std::size_t{1}, std::size_t{2}, pr - 1, pr, pr + 1, 2 * pr + 3})
+    for (std::size_t n : {std::size_t{1}, half - 1, half, half + 1, pc - 1, pc})
+      for (std::size_t k : {0, 1, 7, 64, 65, 300})
+        for (bool acc : {false, true}) {
+          ++seed;
+          SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + (acc ? " +=" : " ="));
+          const std::size_t lda = k + seed % 3, ldb = k + 1 + seed % 4, ldc = n + seed % 3, off = 1 + seed % 3;
+          std::vector<float> a(off + m * lda + 4), b(off + n * ldb + 4);
+          for (auto& x : a) x = rng.uniform(-2.0f, 2.0f);
+          for (auto& x : b) x = rng.uniform(-2.0f, 2.0f);
+          if (seed % 9 == 0 && k) a[off + rng.below(m) * lda + rng.below(k)] = std::numeric_limits<float>::quiet_NaN();
+          if (seed % 13 == 0 && k) b[off + rng.below(n) * ldb + rng.below(k)] = std::numeric_limits<float>::infinity();
+          std::vector<float> panel(pc * k + 1, float_of(kGuard));
+          g.pack_panel_f32(b.data() + off, ldb, n, k, panel.data());
+          std::vector<float> c(off + m * ldc + 4, float_of(kGuard));
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          const std::vector<float> c0 = c;
+          g.gemm_panel(m, n, k, a.data() + off, lda, panel.data(), c.data() + off, ldc, acc);
+          for (std::size_t e = 0; e < c.size(); ++e) {
+            const bool inside = e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
+            if (!inside) {
+              ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e;
+              continue;
+            }
+            const std::size_t i = (e - off) / ldc, j = (e - off) % ldc;
+            float chain = acc ? c0[e] : 0.0f;
+            double exact = acc ? c0[e] : 0.0, mag = std::fabs(exact);
+            for (std::size_t p = 0; p < k; ++p) {
+              const float x = a[off + i * lda + p], w = b[off + j * ldb + p];
+              if (fused) {
+                chain = std::fma(x, w, chain);
+              } else {
+                const volatile float prod = x * w;  // two roundings, as generic's multiply and add
+                chain = chain + prod;
+              }
+              exact += static_cast<double>(x) * w;
+              mag += std::fabs(static_cast<double>(x) * w);
+            }
+            if (std::isnan(chain)) {
+              ASSERT_TRUE(std::isnan(c[e])) << "at (" << i << "," << j << ")";
+              continue;
+            }
+            ASSERT_EQ(bits_of(c[e]), bits_of(chain)) << "at (" << i << "," << j << "): not the chain in order";
+            if (std::isfinite(exact)) {
+              ASSERT_LE(std::fabs(c[e] - exact), 2.0 * (static_cast<double>(k) + 1.0) * 0x1p-24 * mag);
+            }
+          }
+        }
+}
+
+// A row's outputs do not depend on the other rows of the call or on where the row sits among them,
+// and k cut into two calls (the second accumulating over a panel of the rest) gives the bits of one
+// call: the properties that make the operators' results independent of tiles and threads.
+TEST_P(Gemm, PanelGemmRowsAndSplitsOfKGiveTheBitsOfOneCall) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  const std::size_t pc = g.panel_cols, m = 2 * g.panel_rows + 5, k = 257, n = pc - 1;
+  Rng rng(59);
+  std::vector<float> a(m * k), b(n * k);
+  for (auto& x : a) x = rng.uniform(-2.0f, 2.0f);
+  for (auto& x : b) x = rng.uniform(-2.0f, 2.0f);
+  std::vector<float> panel(pc * k), lo(pc * 100), hi(pc * (k - 100));
+  g.pack_panel_f32(b.data(), k, n, k, panel.data());
+  g.pack_panel_f32(b.data(), k, n, 100, lo.data());
+  g.pack_panel_f32(b.data() + 100, k, n, k - 100, hi.data());
+  std::vector<float> whole(m * n), split(m * n), alone(n);
+  g.gemm_panel(m, n, k, a.data(), k, panel.data(), whole.data(), n, false);
+  g.gemm_panel(m, n, 100, a.data(), k, lo.data(), split.data(), n, false);
+  g.gemm_panel(m, n, k - 100, a.data() + 100, k, hi.data(), split.data(), n, true);
+  for (std::size_t e = 0; e < whole.size(); ++e) ASSERT_EQ(bits_of(split[e]), bits_of(whole[e])) << "k split, at " << e;
+  for (std::size_t i = 0; i < m; ++i) {
+    g.gemm_panel(1, n, k, a.data() + i * k, k, panel.data(), alone.data(), n, false);
+    for (std::size_t j = 0; j < n; ++j) ASSERT_EQ(bits_of(alone[j]), bits_of(whole[i * n + j])) << "row " << i << " alone, column " << j;
+  }
+}
+
+// The panel's packers and the int4 expansion follow their definitions element by element: every
+// bf16 pattern kind (NaN, infinities, subnormals) widened exactly, the columns past `cols` zero;
+// int4 codes looked up in their column's and group's table for every group size.
+TEST_P(Gemm, PanelPackersAndInt4RowsFollowTheirDefinitions) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  const std::size_t pc = g.panel_cols;
+  Rng rng(61);
+  for (std::size_t cols : {std::size_t{1}, pc / 2, pc - 1, pc})
+    for (std::size_t k : {1, 9, 256}) {
+      const std::size_t ldb = k + 3;
+      std::vector<float> b32(cols * ldb);
+      std::vector<std::uint16_t> b16(cols * ldb);
+      for (auto& x : b32) x = rng.uniform(-3.0f, 3.0f);
+      for (auto& x : b16) x = static_cast<std::uint16_t>(rng.below(1u << 16));  // every pattern kind
+      std::vector<float> p32(pc * k, 7.0f), p16(pc * k, 7.0f);
+      g.pack_panel_f32(b32.data(), ldb, cols, k, p32.data());
+      g.pack_panel_bf16(b16.data(), ldb, cols, k, p16.data());
+      for (std::size_t p = 0; p < k; ++p)
+        for (std::size_t j = 0; j < pc; ++j) {
+          const float want32 = j < cols ? b32[j * ldb + p] : 0.0f;
+          const std::uint32_t want16 = j < cols ? std::uint32_t(b16[j * ldb + p]) << 16 : 0u;
+          ASSERT_EQ(bits_of(p32[p * pc + j]), bits_of(want32)) << "f32 cols=" << cols << " k=" << k << " at " << p << "," << j;
+          ASSERT_EQ(bits_of(p16[p * pc + j]), want16) << "bf16 cols=" << cols << " k=" << k << " at " << p << "," << j;
+        }
+    }
+  for (std::size_t gs : {32, 64, 128})
+    for (std::size_t n : {1, 5, 16, 17, 35})
+      for (std::size_t k : {8, 32, 136, 256}) {
+        const std::size_t groups = (k + gs - 1) / gs, ldw = n + 2, ldr = k + 1;
+        std::vector<std::uint32_t> words((k / 8) * ldw);
+        for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+        std::vector<float> tables(n * groups * 16);
+        for (auto& t : tables) t = round_to_bf16(rng.uniform(-3.0f, 3.0f));
+        tables[rng.below(tables.size())] = std::numeric_limits<float>::quiet_NaN();
+        const simd::Int4Columns cols{words.data(), ldw, tables.data(), gs};
+        std::vector<float> rows(n * ldr, 7.0f);
+        g.int4_rows_f32(cols, n, k, rows.data(), ldr);
+        for (std::size_t j = 0; j < n; ++j) {
+          for (std::size_t p = 0; p < k; ++p) {
+            const std::uint32_t q = (words[(p / 8) * ldw + j] >> (4 * (p % 8))) & 0xFu;
+            ASSERT_EQ(bits_of(rows[j * ldr + p]), bits_of(tables[(j * groups + p / gs) * 16 + q]))
+                << "gs=" << gs << " n=" << n << " k=" << k << " at " << j << "," << p;
+          }
+          ASSERT_EQ(rows[j * ldr + k], 7.0f) << "wrote past k";
+        }
+      }
+}
+
 TEST_P(Gemm, TableDescribesItself) {
   const simd::GemmKernels& t = table();
   EXPECT_STREQ(t.level, isa_name(GetParam()));
   EXPECT_GE(t.mr, 1u);
   EXPECT_EQ(t.nr, 4u);
   EXPECT_EQ(t.bf16_dot, GetParam() >= Isa::avx512bf16);
+  EXPECT_GE(t.panel_rows, 1u);
+  EXPECT_GE(t.panel_cols, 8u);
+  EXPECT_EQ(t.panel_cols % 8, 0u);
+  EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.int4_rows_f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Gemm, ::testing::ValuesIn(levels_of("gemm")), level_param_name);
