@@ -36,14 +36,22 @@
 // one thread in one fixed order: outputs are bitwise identical for 1, 2 or N threads, and a row
 // gets the same bits in a decode call as in a prefill call.
 //
-// The library GEMM. On levels without a bf16 dot (generic, avx2, avx512) a prefill of at least
-// kLibraryMinRows rows (per weight format) goes to the BLAS library's sgemm instead (cpu/common/library_gemm.hpp),
-// which outruns the own f32 tiles there: the activations are widened to f32 once per call, the
-// weights in groups of kLibraryGroup columns (dense widened, fp8 as code·scale rounded once to
-// f32, GPTQ as the spec's bf16 values), then fixed tiles each one single-threaded sgemm, then the
-// same rounding and scatter. Its sums are f32 over K in one order (within the same bound) and do
-// not depend on the thread count either; a decode-sized call keeps the own tiles, which read the
-// weights as stored.
+// The panel GEMM. On levels without a bf16 dot, and for f32 activations on every level, a prefill
+// of at least kPanelMinRows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
+// work tiles of 256 rows x 256 columns, K in chunks of 256; per chunk the tile's activations are
+// widened to f32 rows once and each panel of weight columns is formed once (dense rows widened as
+// they are packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables,
+// act-order formed element by element), then outer-product register tiles run one FMA chain per
+// output over K in order. Its sums do not depend on the tile, the thread count or the other rows
+// of the call: a decode row gets its prefill bits on it too. Within the same bound as above.
+//
+// The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), forced with
+// MLAKIT_LIBRARY_GEMM=on, or taken from kLibraryMinRows when the panel GEMM is turned off: the
+// activations are widened to f32 once per call, the weights in groups of kLibraryGroup columns
+// (dense widened, fp8 as code·scale rounded once to f32, GPTQ as the spec's bf16 values), then
+// fixed tiles each one single-threaded sgemm, then the same rounding and scatter. Its sums are f32
+// over K in one order (within the same bound) and do not depend on the thread count either. On
+// Zen 3 the panel GEMM outruns it at every prefill size measured (bench/RESULTS.md).
 #include "cpu/fused_qkv_paged.hpp"
 
 #include <algorithm>
@@ -55,6 +63,7 @@
 
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/library_gemm.hpp"
+#include "cpu/common/panel_gemm.hpp"
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -405,11 +414,135 @@ Status run_library(Plan& p) {
   return Status::success();
 }
 
+// ---- the panel GEMM --------------------------------------------------------------------------------
+
+// Rows from which a prefill takes the panel GEMM in its automatic mode, per weight format: below,
+// a work tile's rows are too few to pay for packing its weight panels. Measured on Zen 3, 2
+// threads (bench/RESULTS.md, "Op 5 on the panel GEMM"): at 32 rows the own tiles win (dense by
+// 4 %, GPTQ 1.25x, fp8 1.8x: they read the codes in place), at 128 the panel GEMM wins for dense
+// (1.2x) and GPTQ (1.07x) and ties for fp8, from 512 it wins for all three.
+constexpr std::size_t kPanelMinRows[] = {/*dense*/ 64, /*fp8_block*/ 256, /*gptq*/ 128};
+// Work tiles of kPanelRowTile rows x kPanelColTile weight columns (a multiple of the fp8 scale
+// block), the reduction in chunks of kPanelChunk (a multiple of the fp8 block and of every GPTQ
+// group size): per chunk the tile's activations are widened to f32 rows once (kept in L2 and read
+// by every panel), and each panel of weight columns is packed once (kept in L1 and read by every
+// row), so packing costs one conversion per element per tile against 2·kPanelRowTile (weights) or
+// 2·kPanelColTile (activations) flops.
+constexpr std::size_t kPanelRowTile = 256;
+constexpr std::size_t kPanelColTile = 256;
+constexpr std::size_t kPanelChunk = 256;
+
+bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
+  // The bf16-dot levels keep bf16 operands on their own pair-dot tiles.
+  if (g.bf16_dot && a.hidden_state.dtype == DType::bf16) return false;
+  const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
+  return panel_gemm::use_for(T, kPanelMinRows[static_cast<int>(d.weight_format)]);
+}
+
+// Weight columns [c0, c0 + cols) for k in [k0, k0 + kn) as f32 rows of kn (rows[j * kn + k]), the
+// values the reference multiplies, for the formats not packed straight from storage: fp8 as
+// code·scale rounded once to f32, GPTQ (without g_idx) looked up in `tables` (gptq_tables of the
+// same columns and chunk).
+void weight_chunk_f32(const Plan& p, std::size_t c0, std::size_t cols, std::size_t k0, std::size_t kn,
+                      const float* tables, float* rows) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const std::size_t K = p.K, N = p.N;
+  if (p.d->weight_format == WeightFormat::fp8_block) {
+    const auto* codes = static_cast<const std::uint8_t*>(a.weight.data);
+    const auto* scales = static_cast<const float*>(a.weight_scale.data);
+    const std::size_t kblocks = (K + kFp8Block - 1) / kFp8Block;
+    const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();
+    for (std::size_t j = 0; j < cols; ++j) {
+      const std::size_t c = c0 + j;
+      float* row = rows + j * kn;
+      dec.to_f32(codes + c * K + k0, row, kn);
+      const float* s = scales + (c / kFp8Block) * kblocks + k0 / kFp8Block;
+      for (std::size_t b0 = 0; b0 < kn; b0 += kFp8Block) {
+        const std::size_t bn = std::min(kFp8Block, kn - b0);
+        const float sb = s[b0 / kFp8Block];
+        for (std::size_t k = 0; k < bn; ++k) row[b0 + k] *= sb;
+      }
+    }
+    return;
+  }
+  const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * N + c0, N, tables,
+                            static_cast<std::size_t>(p.d->group_size)};
+  p.g->int4_rows_f32(w, cols, kn, rows, kn);
+}
+
+void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const simd::GemmKernels& g = *p.g;
+  const std::size_t m = r1 - r0, n = c1 - c0, K = p.K, pc = g.panel_cols;
+  const WeightFormat fmt = p.d->weight_format;
+  const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr;
+  const bool tabled = fmt == WeightFormat::gptq && !act_order;
+  const std::size_t chunk = std::min(kPanelChunk, K);
+  const std::size_t gs = fmt == WeightFormat::gptq ? static_cast<std::size_t>(p.d->group_size) : 1;
+  auto* acc = static_cast<float*>(thread_scratch(m * n * sizeof(float), 0));
+  auto* xs = static_cast<float*>(thread_scratch(m * chunk * sizeof(float), 1));
+  auto* panel = static_cast<float*>(thread_scratch(pc * chunk * sizeof(float), 2));
+  // Weight rows formed before packing (fp8, GPTQ) and GPTQ's value tables, one panel at a time.
+  auto* rows = static_cast<float*>(thread_scratch(fmt == WeightFormat::dense || act_order ? 0 : pc * chunk * sizeof(float), 3));
+  auto* tables = static_cast<float*>(thread_scratch(tabled ? pc * (chunk / gs) * 16 * sizeof(float) : 0, 4));
+  auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? pc * chunk * sizeof(std::uint16_t) : 0, 5));
+
+  for (std::size_t k0 = 0; k0 < K; k0 += chunk) {
+    const std::size_t kn = std::min(chunk, K - k0);
+    const bool first = k0 == 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      float* dst = xs + i * kn;
+      if (p.f32) {
+        std::memcpy(dst, static_cast<const float*>(a.hidden_state.data) + (r0 + i) * K + k0, kn * sizeof(float));
+      } else {
+        const std::uint16_t* src = static_cast<const std::uint16_t*>(a.hidden_state.data) + (r0 + i) * K + k0;
+        for (std::size_t k = 0; k < kn; ++k) dst[k] = bf16_to_f32(src[k]);
+      }
+    }
+    for (std::size_t j0 = 0; j0 < n; j0 += pc) {
+      const std::size_t cols = std::min(pc, n - j0), c = c0 + j0;
+      switch (fmt) {
+        case WeightFormat::dense:
+          if (p.f32) g.pack_panel_f32(static_cast<const float*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
+          else g.pack_panel_bf16(static_cast<const std::uint16_t*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
+          break;
+        case WeightFormat::fp8_block:
+          weight_chunk_f32(p, c, cols, k0, kn, nullptr, rows);
+          g.pack_panel_f32(rows, kn, cols, kn, panel);
+          break;
+        case WeightFormat::gptq:
+          if (act_order) {
+            dequantize_gptq_act_order(p, c, c + cols, k0, kn, wq);
+            g.pack_panel_bf16(wq, kn, cols, kn, panel);
+          } else {
+            gptq_tables(p, c, c + cols, k0, kn, tables);
+            weight_chunk_f32(p, c, cols, k0, kn, tables, rows);
+            g.pack_panel_f32(rows, kn, cols, kn, panel);
+          }
+          break;
+      }
+      g.gemm_panel(m, cols, kn, xs, kn, panel, acc + j0, n, !first);
+    }
+  }
+  store_tile(p, r0, r1, c0, c1, acc);
+}
+
+// Which GEMM a call runs on: the library's when forced on (MLAKIT_LIBRARY_GEMM=on), else the
+// panel GEMM from its row threshold, else the library's from its own (reached only with the panel
+// GEMM off: its thresholds are the lower), else the own tiles.
+enum class Route { own, panel, library };
+Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
+  const bool library = library_path(d, a, g);
+  if (library && library_gemm::mode() == library_gemm::Mode::on) return Route::library;
+  if (panel_path(d, a, g)) return Route::panel;
+  return library ? Route::library : Route::own;
+}
+
 }  // namespace
 
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;
-  if (!library_path(d, a, gemm_kernels())) return sizes;
+  if (route_of(d, a, gemm_kernels()) != Route::library) return sizes;
   const LibraryBuffers b = library_buffers(d, a);
   sizes.grow(kSlotX, b.x * sizeof(float));
   sizes.grow(kSlotW, b.w * sizeof(float));
@@ -444,7 +577,14 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
       p.row_slot[t] = pos % ps;
     }
 
-  if (library_path(d, a, *p.g)) return run_library(p);
+  switch (route_of(d, a, *p.g)) {
+    case Route::library: return run_library(p);
+    case Route::panel:
+      parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile, [&](std::size_t r0, std::size_t r1, std::size_t c0,
+                                                                         std::size_t c1) { run_panel_tile(p, r0, r1, c0, c1); });
+      return Status::success();
+    case Route::own: break;
+  }
   parallel_for_tiles_2d(p.T, kRowTile, p.N, kColTile,
                         [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) { run_tile(p, r0, r1, c0, c1); });
   return Status::success();

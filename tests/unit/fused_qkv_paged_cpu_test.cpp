@@ -3,8 +3,9 @@
 // format, at every ISA level this CPU runs: against the reference, bitwise identical for 1, 2 and
 // 4 threads and under concurrent callers, and with a decode call (one row per sequence) equal row
 // by row to the prefill call the rows came from (on the own tiles). The same cases, and every
-// golden-matrix case, through the BLAS library's GEMM (forced on from one row): against the
-// reference and bitwise identical for 1, 2 and 4 threads and under concurrent callers.
+// golden-matrix case, through the BLAS library's GEMM and through the panel GEMM (each forced on
+// from one row): against the reference and bitwise identical for 1, 2 and 4 threads and under
+// concurrent callers; through the panel GEMM a decode call also gives each row its prefill bits.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cpu/common/library_gemm.hpp"
+#include "cpu/common/panel_gemm.hpp"
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "support/cpu_level_cases.hpp"
@@ -65,12 +67,21 @@ void expect_same_outputs(const Bundle& a, const Bundle& b, const std::string& wh
   EXPECT_TRUE(a.at("out.kv_cache.blocks").same_bytes(b.at("out.kv_cache.blocks"))) << what << ": cache";
 }
 
-// The library GEMM's mode for one scope.
-struct LibraryGemmMode {
-  explicit LibraryGemmMode(cpu::library_gemm::Mode m) : saved(cpu::library_gemm::mode()) { cpu::library_gemm::set_mode(m); }
-  ~LibraryGemmMode() { cpu::library_gemm::set_mode(saved); }
-  cpu::library_gemm::Mode saved;
+// The library GEMM's and the panel GEMM's modes for one scope (the panel GEMM, taken before the
+// library's in the automatic mode, is turned off where a test forces the library's on).
+struct RouteModes {
+  RouteModes(cpu::RouteMode library, cpu::RouteMode panel)
+      : saved_library(cpu::library_gemm::mode()), saved_panel(cpu::panel_gemm::mode()) {
+    cpu::library_gemm::set_mode(library);
+    cpu::panel_gemm::set_mode(panel);
+  }
+  ~RouteModes() {
+    cpu::library_gemm::set_mode(saved_library);
+    cpu::panel_gemm::set_mode(saved_panel);
+  }
+  cpu::RouteMode saved_library, saved_panel;
 };
+using cpu::RouteMode;
 
 using FusedQkvCpu = CpuLevelTest;
 
@@ -85,14 +96,11 @@ TEST_P(FusedQkvCpu, ConcurrentCallersMatchSerial) {
   expect_concurrent_callers_match_serial(driver(), GetParam().c.knobs, expect_same_outputs);
 }
 
-// Every row of a prefill call rerun as a decode call (one row per sequence, cache length = the
-// row's position, the parent sequence's page-table row): the same output row and the same cache
-// rows, bit for bit.
-TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
-  IsaCap cap(GetParam().level);
-  // A prefill large enough for the library GEMM sums in its order, a decode in the own tiles'.
-  LibraryGemmMode own(cpu::library_gemm::Mode::off);
-  const Bundle in = driver().generate(GetParam().c.knobs, 10);
+// Every row of a call rerun as a decode call (one row per sequence, cache length = the row's
+// position, the parent sequence's page-table row): the same output row and the same cache rows,
+// bit for bit.
+void expect_decode_equals_prefill_row_by_row(const goldens::json& knobs) {
+  const Bundle in = driver().generate(knobs, 10);
   const Bundle prefill = run_cpu(in);
   const Tensor& offsets = in.at("input_row_offsets");
   const Tensor& lens = in.at("kv_cache.cache_lengths");
@@ -114,6 +122,13 @@ TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
   expect_same_outputs(run_cpu(dec), prefill, "decode against prefill");
 }
 
+TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
+  IsaCap cap(GetParam().level);
+  // A prefill large enough for the library or panel GEMM sums in their order, a decode in the own tiles'.
+  RouteModes own(RouteMode::off, RouteMode::off);
+  expect_decode_equals_prefill_row_by_row(GetParam().c.knobs);
+}
+
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
 
 using FusedQkvLibraryGemm = CpuLevelTest;
@@ -121,25 +136,71 @@ using FusedQkvLibraryGemm = CpuLevelTest;
 TEST_P(FusedQkvLibraryGemm, MatchesReferenceAndIsThreadCountInvariant) {
   if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
   IsaCap cap(GetParam().level);
-  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  RouteModes on(RouteMode::on, RouteMode::off);
   expect_reference_match_and_thread_invariance(driver(), driver().generate(GetParam().c.knobs, 8), expect_same_outputs);
 }
 
 TEST_P(FusedQkvLibraryGemm, ConcurrentCallersMatchSerial) {
   if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
   IsaCap cap(GetParam().level);
-  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  RouteModes on(RouteMode::on, RouteMode::off);
   expect_concurrent_callers_match_serial(driver(), GetParam().c.knobs, expect_same_outputs);
 }
 
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvLibraryGemm, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
 
+using FusedQkvPanelGemm = CpuLevelTest;
+
+// The panel GEMM forced on from one row: against the reference, bitwise identical for 1, 2 and 4
+// threads and under concurrent callers, and a decode call gives each row the bits it got in the
+// prefill (its sums do not depend on the other rows of the call).
+TEST_P(FusedQkvPanelGemm, MatchesReferenceAndIsThreadCountInvariant) {
+  IsaCap cap(GetParam().level);
+  RouteModes on(RouteMode::off, RouteMode::on);
+  expect_reference_match_and_thread_invariance(driver(), driver().generate(GetParam().c.knobs, 11), expect_same_outputs);
+}
+
+TEST_P(FusedQkvPanelGemm, ConcurrentCallersMatchSerial) {
+  IsaCap cap(GetParam().level);
+  RouteModes on(RouteMode::off, RouteMode::on);
+  expect_concurrent_callers_match_serial(driver(), GetParam().c.knobs, expect_same_outputs);
+}
+
+TEST_P(FusedQkvPanelGemm, DecodeEqualsPrefillRowByRow) {
+  IsaCap cap(GetParam().level);
+  RouteModes on(RouteMode::off, RouteMode::on);
+  expect_decode_equals_prefill_row_by_row(GetParam().c.knobs);
+}
+
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvPanelGemm, ::testing::ValuesIn(at_every_level(big_cases())),
+                         level_case_name);
+
+// Every golden-matrix case through the panel GEMM, within the reference's tolerance, at every
+// level this CPU runs (the bf16-dot levels keep bf16 activations on their own tiles).
+TEST(FusedQkvPanelGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
+  RouteModes on(RouteMode::off, RouteMode::on);
+  for (const Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+    if (static_cast<int>(level) > static_cast<int>(cpu_supported_isa())) continue;
+    IsaCap cap(level);
+    for (const goldens::CaseSpec& c : driver().cases()) {
+      for (std::uint64_t seed : {1, 2}) {
+        const Bundle in = driver().generate(c.knobs, seed);
+        Bundle ref = in;
+        ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok()) << c.name;
+        const Bundle got = run_cpu(in);
+        for (const auto& cmp : driver().compare(ref, got))
+          EXPECT_TRUE(cmp.pass) << isa_name(level) << " " << c.name << " seed " << seed << ": " << goldens::describe(cmp);
+      }
+    }
+  }
+}
+
 // A plan's workspace holds the library path's buffers: a planned run on a workspace of exactly
 // the size the plan asked for falls back to no buffer of its own, and gives the one-shot bits.
 TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
   if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
-  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  RouteModes on(RouteMode::on, RouteMode::off);
   for (const BigCase& c : big_cases()) {
     const Bundle in = driver().generate(c.knobs, 9);
     const Bundle one_shot = run_cpu(in);
@@ -163,7 +224,7 @@ TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
 // batches, f32 and bf16) through the library GEMM, within the reference's tolerance.
 TEST(FusedQkvLibraryGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
   if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
-  LibraryGemmMode on(cpu::library_gemm::Mode::on);
+  RouteModes on(RouteMode::on, RouteMode::off);
   for (const goldens::CaseSpec& c : driver().cases()) {
     for (std::uint64_t seed : {1, 2}) {
       const Bundle in = driver().generate(c.knobs, seed);

@@ -1,8 +1,5 @@
 #include "cpu/common/library_gemm.hpp"
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -13,17 +10,9 @@
 namespace mlakit::cpu::library_gemm {
 namespace {
 
-Mode mode_from_env() {
-  const char* v = std::getenv("MLAKIT_LIBRARY_GEMM");
-  if (v == nullptr || std::strcmp(v, "auto") == 0) return Mode::automatic;
-  if (std::strcmp(v, "off") == 0 || std::strcmp(v, "0") == 0) return Mode::off;
-  if (std::strcmp(v, "on") == 0 || std::strcmp(v, "1") == 0) return Mode::on;
-  return Mode::automatic;
-}
-
-std::atomic<Mode>& current() {
-  static std::atomic<Mode> m{mode_from_env()};
-  return m;
+RouteSwitch& route() {
+  static RouteSwitch r("MLAKIT_LIBRARY_GEMM");
+  return r;
 }
 
 // Guards OpenBLAS's process-wide thread count while a call depends on it.
@@ -84,17 +73,8 @@ void sgemm_nt_threads(std::size_t, std::size_t, std::size_t, const float*, std::
                       float*, std::size_t, int) {}
 #endif
 
-Mode mode() { return current().load(); }
-void set_mode(Mode m) { current().store(m); }
-
-bool use_for(std::size_t rows, std::size_t auto_min_rows) {
-  if (!available() || rows == 0) return false;
-  switch (mode()) {
-    case Mode::off: return false;
-    case Mode::on: return true;
-    case Mode::automatic: return rows >= auto_min_rows;
-  }
-  return false;
-}
+Mode mode() { return route().mode(); }
+void set_mode(Mode m) { route().set_mode(m); }
+bool use_for(std::size_t rows, std::size_t auto_min_rows) { return route().use_for(available(), rows, auto_min_rows); }
 
 }  // namespace mlakit::cpu::library_gemm

@@ -13,9 +13,11 @@
 
 #include <cstddef>
 
+#include "cpu/common/route_switch.hpp"
+
 namespace mlakit::cpu::library_gemm {
 
-enum class Mode { automatic, off, on };
+using Mode = RouteMode;
 
 bool available();
 // "OpenBLAS 0.3.21 (Haswell)", or why it is absent.
