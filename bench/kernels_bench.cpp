@@ -18,6 +18,7 @@
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
+#include "cpu/common/library_gemm.hpp"
 #include "goldens/common/engine_allocator.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -188,6 +189,47 @@ void register_int4(Isa level) {
   });
 }
 
+// The panel GEMM on one chunk of the fused QKV projection's work tile (256 rows x 256 weight
+// columns over 256 of K, bf16 weights): the weight panels packed (widened) inside the timed loop
+// as the operator does, the activations already f32 rows. Beside it the dot tile on the same
+// product and the BLAS library's single-threaded sgemm on f32 operands converted beforehand.
+void register_panel(Isa level) {
+  const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
+  const std::string lv = isa_name(level);
+  constexpr std::size_t kM = 256, kN = 256, kK = 256;
+  const std::string shape = "m256n256k256";
+  add("gemm/panel_bf16w_" + shape + "/" + lv, level, [=](benchmark::State& st) {
+    const auto a = random_operand<float>(kM * kK, 1);
+    const auto b = random_operand<std::uint16_t>(kN * kK, 2);
+    std::vector<float> panel(g->panel_cols * kK), c(kM * kN);
+    for (auto _ : st) {
+      for (std::size_t j0 = 0; j0 < kN; j0 += g->panel_cols) {
+        const std::size_t cols = std::min<std::size_t>(g->panel_cols, kN - j0);
+        g->pack_panel_bf16(b.data() + j0 * kK, kK, cols, kK, panel.data());
+        g->gemm_panel(kM, cols, kK, a.data(), kK, panel.data(), c.data() + j0, kN, false);
+      }
+      benchmark::DoNotOptimize(c.data());
+      benchmark::ClobberMemory();
+    }
+    set_rate(st, "gflops", 2.0 * kM * kN * kK, peak().f32_gflops_1t * 1e9);
+  });
+  gemm_case<float, float>("gemm/f32_f32_" + shape + "/" + lv, level, g->f32_f32, false, kM, kN, kK);
+  // The library's row once, under the generic level (it runs on every CPU).
+  if (level == Isa::generic && cpu::library_gemm::available())
+    add("gemm/library_sgemm_" + shape + "/openblas", level, [=](benchmark::State& st) {
+      const auto a = random_operand<float>(kM * kK, 1);
+      const auto b = random_operand<float>(kN * kK, 2);
+      std::vector<float> c(kM * kN);
+      const cpu::library_gemm::SingleThreaded one;
+      for (auto _ : st) {
+        cpu::library_gemm::sgemm_nt(kM, kN, kK, a.data(), kK, b.data(), kK, c.data(), kN);
+        benchmark::DoNotOptimize(c.data());
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gflops", 2.0 * kM * kN * kK, peak().f32_gflops_1t * 1e9);
+    });
+}
+
 void register_gemm(Isa level) {
   const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
   const std::string lv = isa_name(level);
@@ -240,6 +282,7 @@ void register_gemm(Isa level) {
         });
   }
   register_int4(level);
+  register_panel(level);
 }
 
 // ---- top-k ------------------------------------------------------------------------------------------
