@@ -37,7 +37,8 @@
 // gets the same bits in a decode call as in a prefill call.
 //
 // The panel GEMM. On levels without a bf16 dot, and for f32 activations on every level, a prefill
-// of at least kPanelMinRows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
+// of at least kPanelMinRows rows (per weight format), below the library GEMM's threshold (where
+// the library is built in), runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; per chunk the tile's activations are
 // widened to f32 rows once and each panel of weight columns is formed once (dense rows widened as
 // they are packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables,
@@ -45,13 +46,12 @@
 // output over K in order. Its sums do not depend on the tile, the thread count or the other rows
 // of the call: a decode row gets its prefill bits on it too. Within the same bound as above.
 //
-// The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), forced with
-// MLAKIT_LIBRARY_GEMM=on, or taken from kLibraryMinRows when the panel GEMM is turned off: the
+// The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), from kLibraryMinRows
+// rows (above the panel GEMM's thresholds; one row with MLAKIT_LIBRARY_GEMM=on): the
 // activations are widened to f32 once per call, the weights in groups of kLibraryGroup columns
 // (dense widened, fp8 as code·scale rounded once to f32, GPTQ as the spec's bf16 values), then
 // fixed tiles each one single-threaded sgemm, then the same rounding and scatter. Its sums are f32
-// over K in one order (within the same bound) and do not depend on the thread count either. On
-// Zen 3 the panel GEMM outruns it at every prefill size measured (bench/RESULTS.md).
+// over K in one order (within the same bound) and do not depend on the thread count either.
 #include "cpu/fused_qkv_paged.hpp"
 
 #include <algorithm>
@@ -274,11 +274,12 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
 // ---- the library GEMM -----------------------------------------------------------------------------
 
 // Rows from which the library GEMM takes a call in its automatic mode, per weight format: below,
-// widening the whole weight per call costs more than its faster sgemm saves. Measured on Zen 3, 2
-// threads (bench/RESULTS.md, "Op 5 against the library GEMM"): dense 1.2x at 128 rows, 1.5x from
-// 512; GPTQ's own int4 tiles win at 128 rows and lose from 512 (1.1x, 1.3x at 2048); fp8's own
-// tiles (the scale folded into the activations) win at 128, are level at 512, 1.2x behind at 2048.
-constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 128, /*fp8_block*/ 512, /*gptq*/ 384};
+// the panel GEMM (from its own, lower thresholds) or the own tiles are faster. Measured on Zen 3,
+// 2 threads, medians of 3 (bench/RESULTS.md, "Op 5 on the panel GEMM"): the panel GEMM forms each
+// weight panel once per 256-row work tile, the library path each weight once per call, so the
+// library's sgemm overtakes it as rows grow: dense and fp8 at 2048 rows (panel 1.17x and 1.05x
+// slower there, level or faster at 512), GPTQ already at 512 (its expansion is the dearest).
+constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 1024, /*fp8_block*/ 1024, /*gptq*/ 384};
 // The library's sgemm runs single-threaded on fixed tiles of kLibraryRows rows x kLibraryColumns
 // weight columns (multiples of the fp8 scale block), the tiles of a group of kLibraryGroup columns
 // side by side once their weights are widened (2048 x 7168 f32: 56 MiB). Large tiles, because
@@ -420,7 +421,7 @@ Status run_library(Plan& p) {
 // a work tile's rows are too few to pay for packing its weight panels. Measured on Zen 3, 2
 // threads (bench/RESULTS.md, "Op 5 on the panel GEMM"): at 32 rows the own tiles win (dense by
 // 4 %, GPTQ 1.25x, fp8 1.8x: they read the codes in place), at 128 the panel GEMM wins for dense
-// (1.2x) and GPTQ (1.07x) and ties for fp8, from 512 it wins for all three.
+// (1.2x) and GPTQ (1.07x) and ties for fp8; at 512 it wins for fp8 and dense (1.1x and 1.2x).
 constexpr std::size_t kPanelMinRows[] = {/*dense*/ 64, /*fp8_block*/ 256, /*gptq*/ 128};
 // Work tiles of kPanelRowTile rows x kPanelColTile weight columns (a multiple of the fp8 scale
 // block), the reduction in chunks of kPanelChunk (a multiple of the fp8 block and of every GPTQ
@@ -527,15 +528,12 @@ void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c
   store_tile(p, r0, r1, c0, c1, acc);
 }
 
-// Which GEMM a call runs on: the library's when forced on (MLAKIT_LIBRARY_GEMM=on), else the
-// panel GEMM from its row threshold, else the library's from its own (reached only with the panel
-// GEMM off: its thresholds are the lower), else the own tiles.
+// Which GEMM a call runs on: the library's from its row threshold (one row when forced on), else
+// the panel GEMM from its own, else the own tiles.
 enum class Route { own, panel, library };
 Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
-  const bool library = library_path(d, a, g);
-  if (library && library_gemm::mode() == library_gemm::Mode::on) return Route::library;
-  if (panel_path(d, a, g)) return Route::panel;
-  return library ? Route::library : Route::own;
+  if (library_path(d, a, g)) return Route::library;
+  return panel_path(d, a, g) ? Route::panel : Route::own;
 }
 
 }  // namespace
