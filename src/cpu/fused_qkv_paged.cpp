@@ -275,10 +275,11 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
 
 // Rows from which the library GEMM takes a call in its automatic mode, per weight format: below,
 // the panel GEMM (from its own, lower thresholds) or the own tiles are faster. Measured on Zen 3,
-// 2 threads, medians of 3 (bench/RESULTS.md, "Op 5 on the panel GEMM"): the panel GEMM forms each
-// weight panel once per 256-row work tile, the library path each weight once per call, so the
-// library's sgemm overtakes it as rows grow: dense and fp8 at 2048 rows (panel 1.17x and 1.05x
-// slower there, level or faster at 512), GPTQ already at 512 (its expansion is the dearest).
+// 2 threads, medians of 3, as each route's share of the library bar of its own run
+// (bench/RESULTS.md, "Op 5 on the panel GEMM"): the panel GEMM forms each weight panel once per
+// 256-row work tile, the library path each weight once per call, so the library's sgemm catches up
+// as rows grow: at 2048 rows dense is level (91 / 90 %) and fp8 and GPTQ are behind (76 / 94 %,
+// 80 / 92 %); at 512 the panel GEMM leads for dense (94 / 88 %), GPTQ is level (85 / 87 %).
 constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 1024, /*fp8_block*/ 1024, /*gptq*/ 384};
 // The library's sgemm runs single-threaded on fixed tiles of kLibraryRows rows x kLibraryColumns
 // weight columns (multiples of the fp8 scale block), the tiles of a group of kLibraryGroup columns
@@ -421,7 +422,7 @@ Status run_library(Plan& p) {
 // a work tile's rows are too few to pay for packing its weight panels. Measured on Zen 3, 2
 // threads (bench/RESULTS.md, "Op 5 on the panel GEMM"): at 32 rows the own tiles win (dense by
 // 4 %, GPTQ 1.25x, fp8 1.8x: they read the codes in place), at 128 the panel GEMM wins for dense
-// (1.2x) and GPTQ (1.07x) and ties for fp8; at 512 it wins for fp8 and dense (1.1x and 1.2x).
+// (1.2x) and GPTQ (1.07x) and ties for fp8.
 constexpr std::size_t kPanelMinRows[] = {/*dense*/ 64, /*fp8_block*/ 256, /*gptq*/ 128};
 // Work tiles of kPanelRowTile rows x kPanelColTile weight columns (a multiple of the fp8 scale
 // block), the reduction in chunks of kPanelChunk (a multiple of the fp8 block and of every GPTQ
