@@ -40,10 +40,11 @@
 // of at least kPanelMinRows rows (per weight format), below the library GEMM's threshold (where
 // the library is built in), runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; per chunk the tile's activations are
-// widened to f32 rows once and each panel of weight columns is formed once (dense rows widened as
-// they are packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables,
-// act-order formed element by element), then outer-product register tiles run one FMA chain per
-// output over K in order. Its sums do not depend on the tile, the thread count or the other rows
+// widened to f32 rows once, and each panel of weight columns (dense rows widened as they are
+// packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables, act-order
+// formed element by element) is formed once per tile in a call of one row tile, or once per call
+// into a buffer shared by the row tiles of a larger call; then outer-product register tiles run
+// one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count or the other rows
 // of the call: a decode row gets its prefill bits on it too. Within the same bound as above.
 //
 // The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), from kLibraryMinRows
@@ -288,7 +289,8 @@ constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 1024, /*fp8_block*/ 1024, /
 constexpr std::size_t kLibraryRows = 512;
 constexpr std::size_t kLibraryColumns = 1024;
 constexpr std::size_t kLibraryGroup = 2048;
-enum LibrarySlot { kSlotX, kSlotW, kSlotTables };
+// Call-buffer slots: the library path's operands and tables, the panel path's shared panels.
+enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels };
 
 bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
@@ -472,26 +474,53 @@ void weight_chunk_f32(const Plan& p, std::size_t c0, std::size_t cols, std::size
   p.g->int4_rows_f32(w, cols, kn, rows, kn);
 }
 
-void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+// The weight panel of columns [c, c + cols) for k in [k0, k0 + kn): panel[k * panel_cols + j].
+void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, std::size_t kn, float* panel) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const simd::GemmKernels& g = *p.g;
+  const std::size_t K = p.K, pc = g.panel_cols;
+  const WeightFormat fmt = p.d->weight_format;
+  switch (fmt) {
+    case WeightFormat::dense:
+      if (p.f32) g.pack_panel_f32(static_cast<const float*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
+      else g.pack_panel_bf16(static_cast<const std::uint16_t*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
+      return;
+    case WeightFormat::fp8_block: {
+      auto* rows = static_cast<float*>(thread_scratch(pc * kn * sizeof(float), 3));
+      weight_chunk_f32(p, c, cols, k0, kn, nullptr, rows);
+      g.pack_panel_f32(rows, kn, cols, kn, panel);
+      return;
+    }
+    case WeightFormat::gptq:
+      if (a.g_idx.data != nullptr) {
+        auto* wq = static_cast<std::uint16_t*>(thread_scratch(pc * kn * sizeof(std::uint16_t), 5));
+        dequantize_gptq_act_order(p, c, c + cols, k0, kn, wq);
+        g.pack_panel_bf16(wq, kn, cols, kn, panel);
+      } else {
+        const std::size_t gs = static_cast<std::size_t>(p.d->group_size);
+        auto* rows = static_cast<float*>(thread_scratch(pc * kn * sizeof(float), 3));
+        auto* tables = static_cast<float*>(thread_scratch(pc * (kn / gs) * 16 * sizeof(float), 4));
+        gptq_tables(p, c, c + cols, k0, kn, tables);
+        weight_chunk_f32(p, c, cols, k0, kn, tables, rows);
+        g.pack_panel_f32(rows, kn, cols, kn, panel);
+      }
+      return;
+  }
+}
+
+// Rows [r0, r1) x columns [c0, c1). `packed`: the columns' panels formed beforehand over all of K
+// (panel q of the columns at packed + q * K * panel_cols, chunk k0 at + k0 * panel_cols), or null to
+// form each panel here, once per chunk.
+void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1, const float* packed) {
   const FusedQkvPagedArgs& a = *p.a;
   const simd::GemmKernels& g = *p.g;
   const std::size_t m = r1 - r0, n = c1 - c0, K = p.K, pc = g.panel_cols;
-  const WeightFormat fmt = p.d->weight_format;
-  const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr;
-  const bool tabled = fmt == WeightFormat::gptq && !act_order;
   const std::size_t chunk = std::min(kPanelChunk, K);
-  const std::size_t gs = fmt == WeightFormat::gptq ? static_cast<std::size_t>(p.d->group_size) : 1;
   auto* acc = static_cast<float*>(thread_scratch(m * n * sizeof(float), 0));
   auto* xs = static_cast<float*>(thread_scratch(m * chunk * sizeof(float), 1));
-  auto* panel = static_cast<float*>(thread_scratch(pc * chunk * sizeof(float), 2));
-  // Weight rows formed before packing (fp8, GPTQ) and GPTQ's value tables, one panel at a time.
-  auto* rows = static_cast<float*>(thread_scratch(fmt == WeightFormat::dense || act_order ? 0 : pc * chunk * sizeof(float), 3));
-  auto* tables = static_cast<float*>(thread_scratch(tabled ? pc * (chunk / gs) * 16 * sizeof(float) : 0, 4));
-  auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? pc * chunk * sizeof(std::uint16_t) : 0, 5));
-
+  auto* own = packed ? nullptr : static_cast<float*>(thread_scratch(pc * chunk * sizeof(float), 2));
   for (std::size_t k0 = 0; k0 < K; k0 += chunk) {
     const std::size_t kn = std::min(chunk, K - k0);
-    const bool first = k0 == 0;
     for (std::size_t i = 0; i < m; ++i) {
       float* dst = xs + i * kn;
       if (p.f32) {
@@ -502,31 +531,44 @@ void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c
       }
     }
     for (std::size_t j0 = 0; j0 < n; j0 += pc) {
-      const std::size_t cols = std::min(pc, n - j0), c = c0 + j0;
-      switch (fmt) {
-        case WeightFormat::dense:
-          if (p.f32) g.pack_panel_f32(static_cast<const float*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
-          else g.pack_panel_bf16(static_cast<const std::uint16_t*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
-          break;
-        case WeightFormat::fp8_block:
-          weight_chunk_f32(p, c, cols, k0, kn, nullptr, rows);
-          g.pack_panel_f32(rows, kn, cols, kn, panel);
-          break;
-        case WeightFormat::gptq:
-          if (act_order) {
-            dequantize_gptq_act_order(p, c, c + cols, k0, kn, wq);
-            g.pack_panel_bf16(wq, kn, cols, kn, panel);
-          } else {
-            gptq_tables(p, c, c + cols, k0, kn, tables);
-            weight_chunk_f32(p, c, cols, k0, kn, tables, rows);
-            g.pack_panel_f32(rows, kn, cols, kn, panel);
-          }
-          break;
-      }
-      g.gemm_panel(m, cols, kn, xs, kn, panel, acc + j0, n, !first);
+      const std::size_t cols = std::min(pc, n - j0);
+      const float* panel = own;
+      if (packed) panel = packed + (j0 / pc) * K * pc + k0 * pc;
+      else form_panel(p, c0 + j0, cols, k0, kn, own);
+      g.gemm_panel(m, cols, kn, xs, kn, panel, acc + j0, n, k0 != 0);
     }
   }
   store_tile(p, r0, r1, c0, c1, acc);
+}
+
+// Bytes of the call buffer that holds one column tile's panels over all of K, for calls of more
+// than one row tile (0: each tile forms its own).
+std::size_t panel_group_floats(std::size_t T, std::size_t K) { return T > kPanelRowTile ? kPanelColTile * K : 0; }
+
+// A call of one row tile forms each panel in its tile (the column tiles give the threads work).
+// Larger calls form each column tile's panels once, all threads together, into a call buffer, and
+// then run its row tiles on them: the weights are dequantized once per call instead of once per
+// row tile (8 times at 2048 rows). The panels hold the same values either way, so the bits do not
+// change.
+Status run_panels(const Plan& p) {
+  const std::size_t group = panel_group_floats(p.T, p.K);
+  if (group == 0) {
+    parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile, [&](std::size_t r0, std::size_t r1, std::size_t c0,
+                                                                       std::size_t c1) { run_panel_tile(p, r0, r1, c0, c1, nullptr); });
+    return Status::success();
+  }
+  const std::size_t K = p.K, pc = p.g->panel_cols, chunk = std::min(kPanelChunk, K);
+  float* packed = call_buffer_of<float>(group, kSlotPanels);
+  for (std::size_t c0 = 0; c0 < p.N; c0 += kPanelColTile) {
+    const std::size_t c1 = std::min(p.N, c0 + kPanelColTile), panels = (c1 - c0 + pc - 1) / pc;
+    parallel_for_tiles(panels, 1, [&](std::size_t q0, std::size_t q1) {
+      for (std::size_t q = q0; q < q1; ++q)
+        for (std::size_t k0 = 0; k0 < K; k0 += chunk)
+          form_panel(p, c0 + q * pc, std::min(pc, c1 - c0 - q * pc), k0, std::min(chunk, K - k0), packed + q * K * pc + k0 * pc);
+    });
+    parallel_for_tiles(p.T, kPanelRowTile, [&](std::size_t r0, std::size_t r1) { run_panel_tile(p, r0, r1, c0, c1, packed); });
+  }
+  return Status::success();
 }
 
 // Which GEMM a call runs on: the library's from its row threshold (one row when forced on), else
@@ -541,7 +583,11 @@ Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const sim
 
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;
-  if (route_of(d, a, gemm_kernels()) != Route::library) return sizes;
+  const Route route = route_of(d, a, gemm_kernels());
+  if (route == Route::panel)
+    sizes.grow(kSlotPanels, panel_group_floats(static_cast<std::size_t>(a.hidden_state.shape[0]),
+                                               static_cast<std::size_t>(a.hidden_state.shape[1])) * sizeof(float));
+  if (route != Route::library) return sizes;
   const LibraryBuffers b = library_buffers(d, a);
   sizes.grow(kSlotX, b.x * sizeof(float));
   sizes.grow(kSlotW, b.w * sizeof(float));
@@ -578,10 +624,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
 
   switch (route_of(d, a, *p.g)) {
     case Route::library: return run_library(p);
-    case Route::panel:
-      parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile, [&](std::size_t r0, std::size_t r1, std::size_t c0,
-                                                                         std::size_t c1) { run_panel_tile(p, r0, r1, c0, c1); });
-      return Status::success();
+    case Route::panel: return run_panels(p);
     case Route::own: break;
   }
   parallel_for_tiles_2d(p.T, kRowTile, p.N, kColTile,

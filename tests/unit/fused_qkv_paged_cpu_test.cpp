@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/common/kernels.hpp"
 #include "cpu/common/library_gemm.hpp"
 #include "cpu/common/panel_gemm.hpp"
 #include "goldens/common/driver.hpp"
@@ -52,6 +53,16 @@ std::vector<BigCase> big_cases() {
        {{"seq_lens", {130, 2}}, {"cache_lens", {10, 0}}, {"K", 256}, {"q_dim", 136}, {"num_kv_heads", 1},
         {"head_dim", 64}, {"dtype", "f32"}, {"weight_format", "gptq"}, {"group_size", 32}, {"has_zp", true},
         {"g_idx", true}}},
+      // More than one panel-GEMM row tile (256): each column tile's panels are formed once and shared.
+      {"dense_bf16_tall",
+       {{"seq_lens", {270, 31}}, {"cache_lens", {0, 9}}, {"K", 264}, {"q_dim", 72}, {"num_kv_heads", 1},
+        {"head_dim", 64}}},
+      {"fp8_f32_tall",  // K = 300: a partial chunk (256) and a partial scale block
+       {{"seq_lens", {300}}, {"cache_lens", {5}}, {"K", 300}, {"q_dim", 150}, {"cache", "mla"},
+        {"num_kv_heads", 1}, {"head_dim", 96}, {"dtype", "f32"}, {"weight_format", "fp8_block"}}},
+      {"gptq_bf16_tall",
+       {{"seq_lens", {200, 90}}, {"cache_lens", {0, 3}}, {"K", 320}, {"q_dim", 136}, {"num_kv_heads", 1},
+        {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 64}, {"has_zp", true}}},
       {"gptq_bf16_decode",
        {{"seq_lens", {1, 1, 1, 1, 1, 1, 1, 1, 1}}, {"cache_lens", {0, 1, 15, 16, 31, 32, 200, 5, 9}}, {"K", 512},
         {"q_dim", 128}, {"num_kv_heads", 2}, {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128},
@@ -215,6 +226,30 @@ TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
     // Only f32 activations with f32 weights need no buffer (the sgemm reads both as stored).
     const bool as_stored = in.at("hidden_state").dtype() == DType::f32 && in.has("weight") && !in.has("weight_scale");
     EXPECT_EQ(pr.workspace_bytes > 0, !as_stored) << c.name << ": " << pr.workspace_bytes;
+    EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << c.name << ": a buffer did not fit " << pr.workspace_bytes;
+    expect_same_outputs(planned, one_shot, c.name + ": planned against one-shot");
+  }
+}
+
+// A plan's workspace holds the panel path's shared panels (calls of more than one row tile): a
+// planned run on exactly the size the plan asked for needs no buffer of its own and gives the
+// one-shot bits.
+TEST(FusedQkvPanelGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
+  RouteModes on(RouteMode::off, RouteMode::on);
+  for (const BigCase& c : big_cases()) {
+    const Bundle in = driver().generate(c.knobs, 12);
+    const Bundle one_shot = run_cpu(in);
+    Bundle planned = in;
+    driver().prepare_outputs(planned);
+    goldens::PlannedRun pr;
+    pr.options.backends = {Backend::cpu};
+    pr.use_workspace = true;
+    const long fallbacks = cpu::workspace_fallbacks();
+    const Status s = driver().call_planned(planned, &pr);
+    ASSERT_TRUE(s.ok()) << c.name << ": " << s.message;
+    const bool shared = in.at("hidden_state").shape()[0] > 256;
+    const bool bf16_dot = cpu::gemm_kernels().bf16_dot && in.at("hidden_state").dtype() == DType::bf16;
+    EXPECT_EQ(pr.workspace_bytes > 0, shared && !bf16_dot) << c.name << ": " << pr.workspace_bytes;
     EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << c.name << ": a buffer did not fit " << pr.workspace_bytes;
     expect_same_outputs(planned, one_shot, c.name + ": planned against one-shot");
   }
