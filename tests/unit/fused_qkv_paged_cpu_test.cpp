@@ -187,88 +187,77 @@ TEST_P(FusedQkvPanelGemm, DecodeEqualsPrefillRowByRow) {
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvPanelGemm, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
 
-// Every golden-matrix case through the panel GEMM, within the reference's tolerance, at every
-// level this CPU runs (the bf16-dot levels keep bf16 activations on their own tiles).
-TEST(FusedQkvPanelGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
-  RouteModes on(RouteMode::off, RouteMode::on);
-  for (const Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
-    if (static_cast<int>(level) > static_cast<int>(cpu_supported_isa())) continue;
-    IsaCap cap(level);
-    for (const goldens::CaseSpec& c : driver().cases()) {
-      for (std::uint64_t seed : {1, 2}) {
-        const Bundle in = driver().generate(c.knobs, seed);
-        Bundle ref = in;
-        ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok()) << c.name;
-        const Bundle got = run_cpu(in);
-        for (const auto& cmp : driver().compare(ref, got))
-          EXPECT_TRUE(cmp.pass) << isa_name(level) << " " << c.name << " seed " << seed << ": " << goldens::describe(cmp);
-      }
-    }
-  }
-}
-
-// A plan's workspace holds the library path's buffers: a planned run on a workspace of exactly
-// the size the plan asked for falls back to no buffer of its own, and gives the one-shot bits.
-TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
-  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
-  RouteModes on(RouteMode::on, RouteMode::off);
-  for (const BigCase& c : big_cases()) {
-    const Bundle in = driver().generate(c.knobs, 9);
-    const Bundle one_shot = run_cpu(in);
-    Bundle planned = in;
-    driver().prepare_outputs(planned);
-    goldens::PlannedRun pr;
-    pr.options.backends = {Backend::cpu};
-    pr.use_workspace = true;
-    const long fallbacks = cpu::workspace_fallbacks();
-    const Status s = driver().call_planned(planned, &pr);
-    ASSERT_TRUE(s.ok()) << c.name << ": " << s.message;
-    // Only f32 activations with f32 weights need no buffer (the sgemm reads both as stored).
-    const bool as_stored = in.at("hidden_state").dtype() == DType::f32 && in.has("weight") && !in.has("weight_scale");
-    EXPECT_EQ(pr.workspace_bytes > 0, !as_stored) << c.name << ": " << pr.workspace_bytes;
-    EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << c.name << ": a buffer did not fit " << pr.workspace_bytes;
-    expect_same_outputs(planned, one_shot, c.name + ": planned against one-shot");
-  }
-}
-
-// A plan's workspace holds the panel path's shared panels (calls of more than one row tile): a
-// planned run on exactly the size the plan asked for needs no buffer of its own and gives the
-// one-shot bits.
-TEST(FusedQkvPanelGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
-  RouteModes on(RouteMode::off, RouteMode::on);
-  for (const BigCase& c : big_cases()) {
-    const Bundle in = driver().generate(c.knobs, 12);
-    const Bundle one_shot = run_cpu(in);
-    Bundle planned = in;
-    driver().prepare_outputs(planned);
-    goldens::PlannedRun pr;
-    pr.options.backends = {Backend::cpu};
-    pr.use_workspace = true;
-    const long fallbacks = cpu::workspace_fallbacks();
-    const Status s = driver().call_planned(planned, &pr);
-    ASSERT_TRUE(s.ok()) << c.name << ": " << s.message;
-    const bool shared = in.at("hidden_state").shape()[0] > 256;
-    const bool bf16_dot = cpu::gemm_kernels().bf16_dot && in.at("hidden_state").dtype() == DType::bf16;
-    EXPECT_EQ(pr.workspace_bytes > 0, shared && !bf16_dot) << c.name << ": " << pr.workspace_bytes;
-    EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << c.name << ": a buffer did not fit " << pr.workspace_bytes;
-    expect_same_outputs(planned, one_shot, c.name + ": planned against one-shot");
-  }
-}
-
 // Every golden-matrix case (partial scale blocks, GPTQ v1 zeros, act-order, NaN columns, empty
-// batches, f32 and bf16) through the library GEMM, within the reference's tolerance.
-TEST(FusedQkvLibraryGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
-  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
-  RouteModes on(RouteMode::on, RouteMode::off);
+// batches, f32 and bf16), two seeds, on the route in force, within the reference's tolerance.
+void expect_golden_matrix_within_tolerance(const char* where) {
   for (const goldens::CaseSpec& c : driver().cases()) {
     for (std::uint64_t seed : {1, 2}) {
       const Bundle in = driver().generate(c.knobs, seed);
       Bundle ref = in;
       ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok()) << c.name;
       const Bundle got = run_cpu(in);
-      for (const auto& cmp : driver().compare(ref, got)) EXPECT_TRUE(cmp.pass) << c.name << " seed " << seed << ": " << goldens::describe(cmp);
+      for (const auto& cmp : driver().compare(ref, got))
+        EXPECT_TRUE(cmp.pass) << where << " " << c.name << " seed " << seed << ": " << goldens::describe(cmp);
     }
   }
+}
+
+// Through the panel GEMM at every level this CPU runs (the bf16-dot levels keep bf16 activations
+// on their own tiles).
+TEST(FusedQkvPanelGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
+  RouteModes on(RouteMode::off, RouteMode::on);
+  for (const Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+    if (static_cast<int>(level) > static_cast<int>(cpu_supported_isa())) continue;
+    IsaCap cap(level);
+    expect_golden_matrix_within_tolerance(isa_name(level));
+  }
+}
+
+// Through the library GEMM.
+TEST(FusedQkvLibraryGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
+  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
+  RouteModes on(RouteMode::on, RouteMode::off);
+  expect_golden_matrix_within_tolerance("library");
+}
+
+// Every big case planned with a workspace and run on exactly the size the plan asked for: no
+// buffer of its own, the one-shot bits, and a workspace where `needs(input)` says one is needed.
+template <class Needs>
+void expect_planned_runs_fit_their_workspace(std::uint64_t seed, Needs needs) {
+  for (const BigCase& c : big_cases()) {
+    const Bundle in = driver().generate(c.knobs, seed);
+    const Bundle one_shot = run_cpu(in);
+    Bundle planned = in;
+    driver().prepare_outputs(planned);
+    goldens::PlannedRun pr;
+    pr.options.backends = {Backend::cpu};
+    pr.use_workspace = true;
+    const long fallbacks = cpu::workspace_fallbacks();
+    const Status s = driver().call_planned(planned, &pr);
+    ASSERT_TRUE(s.ok()) << c.name << ": " << s.message;
+    EXPECT_EQ(pr.workspace_bytes > 0, needs(in)) << c.name << ": " << pr.workspace_bytes;
+    EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << c.name << ": a buffer did not fit " << pr.workspace_bytes;
+    expect_same_outputs(planned, one_shot, c.name + ": planned against one-shot");
+  }
+}
+
+// A plan's workspace holds the library path's buffers.
+TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
+  if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
+  RouteModes on(RouteMode::on, RouteMode::off);
+  // Only f32 activations with f32 weights need no buffer (the sgemm reads both as stored).
+  expect_planned_runs_fit_their_workspace(9, [](const Bundle& in) {
+    return !(in.at("hidden_state").dtype() == DType::f32 && in.has("weight") && !in.has("weight_scale"));
+  });
+}
+
+// A plan's workspace holds the panel path's shared panels (calls of more than one row tile).
+TEST(FusedQkvPanelGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
+  RouteModes on(RouteMode::off, RouteMode::on);
+  expect_planned_runs_fit_their_workspace(12, [](const Bundle& in) {
+    const bool bf16_dot = cpu::gemm_kernels().bf16_dot && in.at("hidden_state").dtype() == DType::bf16;
+    return in.at("hidden_state").shape()[0] > 256 && !bf16_dot;
+  });
 }
 
 }  // namespace
