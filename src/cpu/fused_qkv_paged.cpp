@@ -37,18 +37,18 @@
 // gets the same bits in a decode call as in a prefill call.
 //
 // The panel GEMM. On levels without a bf16 dot, and for f32 activations on every level, a prefill
-// of at least kPanelMinRows rows (per weight format), below the library GEMM's threshold (where
-// the library is built in), runs on the panel GEMM (simd/gemm.hpp):
+// of at least kPanelMinRows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; per chunk the tile's activations are
 // widened to f32 rows once, and each panel of weight columns (dense rows widened as they are
 // packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables, act-order
 // formed element by element) is formed once per tile in a call of one row tile, or once per call
 // into a buffer shared by the row tiles of a larger call; then outer-product register tiles run
-// one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count or the other rows
-// of the call: a decode row gets its prefill bits on it too. Within the same bound as above.
+// one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count
+// or the other rows of the call: a decode row gets its prefill bits on it too. Within the same
+// bound as above.
 //
-// The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), from kLibraryMinRows
-// rows (above the panel GEMM's thresholds; one row with MLAKIT_LIBRARY_GEMM=on): the
+// The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), from one row with
+// MLAKIT_LIBRARY_GEMM=on, or from kLibraryMinRows with the panel GEMM off: the
 // activations are widened to f32 once per call, the weights in groups of kLibraryGroup columns
 // (dense widened, fp8 as code·scale rounded once to f32, GPTQ as the spec's bf16 values), then
 // fixed tiles each one single-threaded sgemm, then the same rounding and scatter. Its sums are f32
@@ -274,14 +274,12 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
 
 // ---- the library GEMM -----------------------------------------------------------------------------
 
-// Rows from which the library GEMM takes a call in its automatic mode, per weight format: below,
-// the panel GEMM (from its own, lower thresholds) or the own tiles are faster. Measured on Zen 3,
-// 2 threads, medians of 3, as each route's share of the library bar of its own run
-// (bench/RESULTS.md, "Op 5 on the panel GEMM"): the panel GEMM forms each weight panel once per
-// 256-row work tile, the library path each weight once per call, so the library's sgemm catches up
-// as rows grow: at 2048 rows dense is level (91 / 90 %) and fp8 and GPTQ are behind (76 / 94 %,
-// 80 / 92 %); at 512 the panel GEMM leads for dense (94 / 88 %), GPTQ is level (85 / 87 %).
-constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 1024, /*fp8_block*/ 1024, /*gptq*/ 384};
+// Rows from which the library GEMM takes a call in its automatic mode when the panel GEMM is off
+// (MLAKIT_PANEL_GEMM=off), per weight format: where it measured faster than the own dot tiles on
+// Zen 3, 2 threads (bench/RESULTS.md, "Op 5 against the library GEMM"). With the panel GEMM on,
+// the library is taken only when forced (MLAKIT_LIBRARY_GEMM=on): the panel GEMM with its shared
+// panels measured level with it from 512 rows and ahead below ("Op 5 on the panel GEMM").
+constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 128, /*fp8_block*/ 512, /*gptq*/ 384};
 // The library's sgemm runs single-threaded on fixed tiles of kLibraryRows rows x kLibraryColumns
 // weight columns (multiples of the fp8 scale block), the tiles of a group of kLibraryGroup columns
 // side by side once their weights are widened (2048 x 7168 f32: 56 MiB). Large tiles, because
@@ -571,12 +569,15 @@ Status run_panels(const Plan& p) {
   return Status::success();
 }
 
-// Which GEMM a call runs on: the library's from its row threshold (one row when forced on), else
-// the panel GEMM from its own, else the own tiles.
+// Which GEMM a call runs on: the library's when forced on, else the panel GEMM from its row
+// threshold, else the library's from its own (reached only with the panel GEMM off), else the own
+// tiles.
 enum class Route { own, panel, library };
 Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
-  if (library_path(d, a, g)) return Route::library;
-  return panel_path(d, a, g) ? Route::panel : Route::own;
+  const bool library = library_path(d, a, g);
+  if (library && library_gemm::mode() == library_gemm::Mode::on) return Route::library;
+  if (panel_path(d, a, g)) return Route::panel;
+  return library ? Route::library : Route::own;
 }
 
 }  // namespace
