@@ -15,13 +15,14 @@
 //                      against weights widened to f32 (both exact). K's nope part is stored as the
 //                      B of the scores' NN tile (pairs or single elements of the reduction by rows
 //                      of 128 keys); its rope part, the same for every head, once per sequence.
-//                      V rows are kept in bf16, which is what the spec's rounding leaves of them
+//                      K and V hold the bf16 values the spec's rounding leaves of them: as bf16
+//                      words with the pair dot, else widened to f32 once here (each key is read
+//                      by every 64-query tile: widening it there cost a quarter of the attention)
 //   attention          per (head, 64-query tile): 128-key chunks up to the tile's last visible key,
 //                      scores on the NN tile (bf16 pairs, or f32 FMA over the widened queries),
 //                      over the nope part and then on in the same chains over the rope part;
 //                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
-//                      tile reading the bf16 V rows widened (P stays f32: the spec allows no
-//                      rounding). Under a deepseek profile the tile's scores are kept whole
+//                      tile (P stays f32: the spec allows no rounding). Under a deepseek profile the tile's scores are kept whole
 //                      ([64 x keys]) so that each row is normalized before its weights are
 //                      rounded to bf16, then one P·V pass. With topk_indices one bit per
 //                      (query, window row), built once per sequence for every head; key chunks
@@ -63,20 +64,28 @@ struct Shape {
 };
 
 // Keys laid out as the B of an NN tile, by chunks of kKeyChunk keys: per chunk [slots x kKeyChunk]
-// slots, a slot being one bf16 element (f32_bf16_nn) or a word of two (a pair of the reduction:
-// bf16_nn). Each chunk is one contiguous block, read front to back (with rows the whole key range
-// apart, a chunk's rows lay a multiple of 4 KiB apart for the usual lengths and every query tile
-// waited on them from L3).
+// slots, a slot being a pair of bf16 elements of the reduction (bf16_nn, on the levels with the
+// pair dot) or one element held as f32 (f32_nn elsewhere: the bf16 values widened once when the
+// keys are made, not in every tile that reads them; the same bits as f32_bf16_nn over bf16 keys).
+// Both are two 16-bit words a slot. Each chunk is one contiguous block, read front to back (with
+// rows the whole key range apart, a chunk's rows lay a multiple of 4 KiB apart for the usual
+// lengths and every query tile waited on them from L3).
 struct KeyRows {
-  std::size_t slots;  // rows of the reduction per chunk: elements, or pairs of them
-  std::size_t width;  // bf16 words per slot: 1 or 2
-  // n elements of the reduction in slots of `width`.
-  static KeyRows of(std::size_t n, std::size_t width) { return {(n + width - 1) / width, width}; }
+  std::size_t slots;  // rows of the reduction per chunk: pairs, or f32 elements
+  std::size_t width;  // 16-bit words per slot: 2
+  bool f32;           // a slot holds one f32 element
+  // n elements of the reduction: in bf16 pairs, or one f32 element a slot.
+  static KeyRows of(std::size_t n, bool pairs) { return pairs ? KeyRows{(n + 1) / 2, 2, false} : KeyRows{n, 2, true}; }
   std::size_t chunk_words() const { return slots * width * kKeyChunk; }
   std::size_t words(std::size_t rows) const { return num_tiles(std::max<std::size_t>(1, rows), kKeyChunk) * chunk_words(); }
   // The first word of slot j of key r.
   std::size_t at(std::size_t j, std::size_t r) const {
     return (r / kKeyChunk) * chunk_words() + width * (j * kKeyChunk + r % kKeyChunk);
+  }
+  // Slot j of key r of f32 keys (at(j, r) counts 16-bit words).
+  static float* f32_at(std::uint16_t* base, std::size_t word) { return reinterpret_cast<float*>(base + word); }
+  static const float* f32_at(const std::uint16_t* base, std::size_t word) {
+    return reinterpret_cast<const float*>(base + word);
   }
 };
 
@@ -162,8 +171,8 @@ void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::u
   }
 }
 
-// Steps 5-6 for head h and buffer rows [r0, r1): K's nope part (bf16, laid out as kl.nope) and V
-// (bf16 rows) of the head. Each bk group's product is scaled by sa · w_scale in the NN tile's
+// Steps 5-6 for head h and buffer rows [r0, r1): K's nope part (laid out as kl.nope) and V (rows
+// of bf16 values: bf16 words with the pair dot, else held as f32) of the head. Each bk group's product is scaled by sa · w_scale in the NN tile's
 // epilogue, against the head's laid-out weights wzf: bf16 pairs on the pair dot where pair_gemm,
 // else f32 on FMA.
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bool pair_gemm, const void* wzf,
@@ -186,13 +195,29 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
                       cols, sa, ws, acc, cols, gi > 0);
   }
   std::uint16_t* kh = k + hl * kl.head_words;
-  for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {  // r0 starts a chunk: kRowTile is whole chunks
-    const std::size_t n = std::min(kKeyChunk, r1 - c0);
-    if (kl.nope.width == 2) g.pack_pairs_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, kh + kl.nope.at(0, c0), kKeyChunk);
-    else g.transpose_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, kh + kl.nope.at(0, c0), kKeyChunk);
+  if (!kl.nope.f32) {
+    for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {  // r0 starts a chunk: kRowTile is whole chunks
+      const std::size_t n = std::min(kKeyChunk, r1 - c0);
+      g.pack_pairs_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, kh + kl.nope.at(0, c0), kKeyChunk);
+    }
+    std::uint16_t* vh = v + hl * rows * s.v;
+    for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
+    return;
   }
-  std::uint16_t* vh = v + hl * rows * s.v;
-  for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
+  // f32 keys and values: rounded to bf16 as the spec says, held widened.
+  auto* t = static_cast<std::uint16_t*>(thread_scratch(std::max(s.nope * kKeyChunk, s.v) * sizeof(std::uint16_t), 4));
+  for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {
+    const std::size_t n = std::min(kKeyChunk, r1 - c0);
+    g.transpose_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, t, kKeyChunk);
+    float* dst = KeyRows::f32_at(kh, kl.nope.at(0, c0));
+    for (std::size_t e = 0; e < s.nope; ++e)
+      for (std::size_t i = 0; i < n; ++i) dst[e * kKeyChunk + i] = bf16_to_f32(t[e * kKeyChunk + i]);
+  }
+  float* vh = reinterpret_cast<float*>(v) + hl * rows * s.v;
+  for (std::size_t i = 0; i < m; ++i) {
+    g.round_bf16(acc + i * cols + s.nope, t, s.v);
+    for (std::size_t e = 0; e < s.v; ++e) vh[(r0 + i) * s.v + e] = bf16_to_f32(t[e]);
+  }
 }
 
 // The keys each query of a sequence may attend under topk_indices, built once per sequence and
@@ -285,12 +310,13 @@ void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, 
   // from the first's exact f32 sums).
   const std::uint16_t* kn = kh + kl.nope.at(0, j0);
   const std::uint16_t* kr = qz.rope_rows + qz.rope.at(0, j0);
-  if (kl.nope.width == 2) {
+  if (!kl.nope.f32) {
     g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, c, ldc, false);
     g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, c, ldc, true);
   } else {
-    g.f32_bf16_nn(mq, cnt, s.nope, qf, s.qk, kn, kKeyChunk, c, ldc, false);
-    g.f32_bf16_nn(mq, cnt, s.rope, qf + s.nope, s.qk, kr, kKeyChunk, c, ldc, true);
+    g.f32_nn(mq, cnt, s.nope, qf, s.qk, KeyRows::f32_at(kh, kl.nope.at(0, j0)), kKeyChunk, c, ldc, false);
+    g.f32_nn(mq, cnt, s.rope, qf + s.nope, s.qk, KeyRows::f32_at(qz.rope_rows, qz.rope.at(0, j0)), kKeyChunk, c, ldc,
+             true);
   }
 }
 
@@ -308,11 +334,13 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   const std::uint16_t* qt = a.q.as<const std::uint16_t>() + ((first_t + i0) * s.H + h) * s.qk;
   // Without the pair dot the scores run on f32 FMA: the tile's queries widened once.
   float* qf = nullptr;
-  if (kl.nope.width != 2) {
+  if (kl.nope.f32) {
     qf = static_cast<float*>(thread_scratch(kQueryTile * s.qk * sizeof(float), 1));
     for (std::size_t r = 0; r < mq; ++r)
       for (std::size_t e = 0; e < s.qk; ++e) qf[r * s.qk + e] = bf16_to_f32(qt[r * s.H * s.qk + e]);
   }
+  // P·V over value rows held as f32 (no pair dot) or bf16 words.
+  const float* vf = kl.nope.f32 ? reinterpret_cast<const float*>(v) + hl * kl.rows * s.v : nullptr;
   const std::uint16_t* vh = v + hl * kl.rows * s.v;
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
   const bool masked = sm.bits != nullptr;
@@ -326,6 +354,10 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   std::fill(o, o + mq * s.v, 0.0f);
   std::fill(m, m + mq, kNegInf);
   std::fill(l, l + mq, 0.0f);
+  auto pv = [&](std::size_t cnt, const float* p, std::size_t ldp, std::size_t j0) {
+    if (vf) g.f32_nn(mq, s.v, cnt, p, ldp, vf + j0 * s.v, s.v, o, s.v, true);
+    else g.f32_bf16_nn(mq, s.v, cnt, p, ldp, vh + j0 * s.v, s.v, o, s.v, true);
+  };
 
   if (d.numerics == MlaNumerics::max) {
     // Online softmax over 128-key chunks; P stays f32 (the spec allows no rounding).
@@ -346,7 +378,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
           online_softmax_scaled(g, sr, cm, vis, m[r], l[r], o + r * s.v, s.v);
         }
       }
-      g.f32_bf16_nn(mq, s.v, cnt, sbuf, kKeyChunk, vh + j0 * s.v, s.v, o, s.v, true);
+      pv(cnt, sbuf, kKeyChunk, j0);
     }
   } else {
     // deepseek: the row's weights normalized in f32, then rounded to bf16, then P·V. All scores of
@@ -373,7 +405,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     }
     for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk)
       if (live(j0))
-        g.f32_bf16_nn(mq, s.v, std::min(kKeyChunk, keys - j0), sall + j0, ld, vh + j0 * s.v, s.v, o, s.v, true);
+        pv(std::min(kKeyChunk, keys - j0), sall + j0, ld, j0);
     std::fill(l, l + mq, 1.0f);  // the weights are normalized already
   }
 
@@ -420,9 +452,14 @@ std::size_t window_rows(const MlaPrefillFp8Args& a, std::size_t b) {
   return last_pos < offset ? 0 : static_cast<std::size_t>(std::min(window, last_pos - offset + 1));
 }
 
+// 16-bit words of one head's V: rows of bf16 words, or of f32 values without the pair dot.
+std::size_t v_words(const Shape& s, std::size_t rows, bool pairs) {
+  return std::max<std::size_t>(1, rows) * s.v * (pairs ? 1 : 2);
+}
+
 // Heads per group: their K, V and laid-out weights within the workspace budget.
-std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, std::size_t wz_bytes) {
-  const std::size_t head_bytes = (head_words + std::max<std::size_t>(1, rows) * s.v) * sizeof(std::uint16_t) + wz_bytes;
+std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, bool pairs, std::size_t wz_bytes) {
+  const std::size_t head_bytes = (head_words + v_words(s, rows, pairs)) * sizeof(std::uint16_t) + wz_bytes;
   return items_within_budget(head_bytes, s.H);
 }
 
@@ -434,7 +471,7 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
   const bool pairs = gemm_kernels().bf16_nn != nullptr;
   const bool pair_gemm = pairs && s.bk % 2 == 0;
   const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
-  const KeyRows rope = KeyRows::of(s.rope, pairs ? 2 : 1), nope = KeyRows::of(s.nope, pairs ? 2 : 1);
+  const KeyRows rope = KeyRows::of(s.rope, pairs), nope = KeyRows::of(s.nope, pairs);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   for (std::size_t b = 0; b < B; ++b) {
@@ -446,9 +483,9 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
     if (a.topk_indices.data != nullptr)
       sizes.grow(kSlotMask, (SeqMask::bytes(iro[b + 1] - iro[b], rows) / sizeof(std::uint32_t) + 1) * sizeof(std::uint32_t));
     const std::size_t head_words = nope.words(rows);
-    const std::size_t hg = head_group(s, head_words, rows, wz_bytes);
+    const std::size_t hg = head_group(s, head_words, rows, pairs, wz_bytes);
     sizes.grow(kSlotK, hg * head_words * sizeof(std::uint16_t));
-    sizes.grow(kSlotV, hg * std::max<std::size_t>(1, rows) * s.v * sizeof(std::uint16_t));
+    sizes.grow(kSlotV, hg * v_words(s, rows, pairs) * sizeof(std::uint16_t));
     if (rows > 0) sizes.grow(kSlotWeights, std::min(hg, s.H) * wz_bytes);
   }
   return sizes;
@@ -481,9 +518,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   auto* out = a.output.as<std::uint16_t>();
 
   Quantized qz{};
-  qz.rope = KeyRows::of(s.rope, pairs ? 2 : 1);
+  qz.rope = KeyRows::of(s.rope, pairs);
   KLayout kl{};
-  kl.nope = KeyRows::of(s.nope, pairs ? 2 : 1);
+  kl.nope = KeyRows::of(s.nope, pairs);
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
   std::byte* wz = nullptr;
@@ -530,17 +567,21 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
         }
         if (pair_gemm) dec.to_bf16(codes, qz.xb + j * s.latent, s.latent);
         else dec.to_f32(codes, qz.xf + j * s.latent, s.latent);
-        for (std::size_t e = 0; e < s.rope; ++e) qz.rope_rows[qz.rope.at(e / qz.rope.width, j) + e % qz.rope.width] = row[s.latent + e];
-        if (qz.rope.width == 2 && s.rope % 2) qz.rope_rows[qz.rope.at(s.rope / 2, j) + 1] = 0;
+        if (qz.rope.f32) {
+          for (std::size_t e = 0; e < s.rope; ++e) *KeyRows::f32_at(qz.rope_rows, qz.rope.at(e, j)) = bf16_to_f32(row[s.latent + e]);
+        } else {
+          for (std::size_t e = 0; e < s.rope; ++e) qz.rope_rows[qz.rope.at(e / 2, j) + e % 2] = row[s.latent + e];
+          if (s.rope % 2) qz.rope_rows[qz.rope.at(s.rope / 2, j) + 1] = 0;
+        }
       }
     });
 
     // Heads in groups whose K, V and laid-out weights fit the workspace budget.
     kl.rows = rows;
     kl.head_words = kl.nope.words(rows);
-    const std::size_t hg = head_group(s, kl.head_words, rows, wz_bytes);
+    const std::size_t hg = head_group(s, kl.head_words, rows, pairs, wz_bytes);
     std::uint16_t* const k = call_buffer_of<std::uint16_t>(hg * kl.head_words, kSlotK);
-    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * std::max<std::size_t>(1, rows) * s.v, kSlotV);
+    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * v_words(s, rows, pairs), kSlotV);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
       if (rows > 0 && (!wz_valid || wz_h0 != h0 || wz_hn != hn)) {
