@@ -22,9 +22,9 @@
 //                      scores on the NN tile (bf16 pairs, or f32 FMA over the widened queries),
 //                      over the nope part and then on in the same chains over the rope part;
 //                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
-//                      tile (P stays f32: the spec allows no rounding). Under a deepseek profile the tile's scores are kept whole
-//                      ([64 x keys]) so that each row is normalized before its weights are
-//                      rounded to bf16, then one P·V pass. With topk_indices one bit per
+//                      tile (P stays f32: the spec allows no rounding). Under a deepseek profile
+//                      the tile's scores are kept whole ([64 x keys]) so that each row is
+//                      normalized before its weights are rounded to bf16, then one P·V pass. With topk_indices one bit per
 //                      (query, window row), built once per sequence for every head; key chunks
 //                      that no query of a tile keeps are skipped.
 // Steps 2 and 4 under a deepseek profile: DeepSeek's one-rounding RMSNorm in f64 (shared with the
