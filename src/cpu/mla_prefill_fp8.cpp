@@ -24,9 +24,9 @@
 //                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
 //                      tile (P stays f32: the spec allows no rounding). Under a deepseek profile
 //                      the tile's scores are kept whole ([64 x keys]) so that each row is
-//                      normalized before its weights are rounded to bf16, then one P·V pass. With topk_indices one bit per
-//                      (query, window row), built once per sequence for every head; key chunks
-//                      that no query of a tile keeps are skipped.
+//                      normalized before its weights are rounded to bf16, then one P·V pass.
+//                      With topk_indices one bit per (query, window row), built once per sequence
+//                      for every head; key chunks that no query of a tile keeps are skipped.
 // Steps 2 and 4 under a deepseek profile: DeepSeek's one-rounding RMSNorm in f64 (shared with the
 // reference: the same bits), and its act_quant (floored amax, x / sa or a power-of-two scale).
 // Heads are taken in groups whose K and V fit the workspace budget. A query that sees no key
@@ -71,11 +71,11 @@ struct Shape {
 // rows the whole key range apart, a chunk's rows lay a multiple of 4 KiB apart for the usual
 // lengths and every query tile waited on them from L3).
 struct KeyRows {
-  std::size_t slots;  // rows of the reduction per chunk: pairs, or f32 elements
-  std::size_t width;  // 16-bit words per slot: 2
-  bool f32;           // a slot holds one f32 element
+  static constexpr std::size_t width = 2;  // 16-bit words per slot
+  std::size_t slots;                        // rows of the reduction per chunk: pairs, or f32 elements
+  bool f32;                                 // a slot holds one f32 element
   // n elements of the reduction: in bf16 pairs, or one f32 element a slot.
-  static KeyRows of(std::size_t n, bool pairs) { return pairs ? KeyRows{(n + 1) / 2, 2, false} : KeyRows{n, 2, true}; }
+  static KeyRows of(std::size_t n, bool pairs) { return pairs ? KeyRows{(n + 1) / 2, false} : KeyRows{n, true}; }
   std::size_t chunk_words() const { return slots * width * kKeyChunk; }
   std::size_t words(std::size_t rows) const { return num_tiles(std::max<std::size_t>(1, rows), kKeyChunk) * chunk_words(); }
   // The first word of slot j of key r.
@@ -172,9 +172,9 @@ void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::u
 }
 
 // Steps 5-6 for head h and buffer rows [r0, r1): K's nope part (laid out as kl.nope) and V (rows
-// of bf16 values: bf16 words with the pair dot, else held as f32) of the head. Each bk group's product is scaled by sa · w_scale in the NN tile's
-// epilogue, against the head's laid-out weights wzf: bf16 pairs on the pair dot where pair_gemm,
-// else f32 on FMA.
+// of bf16 values: bf16 words with the pair dot, else held as f32) of the head. Each bk group's
+// product is scaled by sa · w_scale in the NN tile's epilogue, against the head's laid-out weights
+// wzf: bf16 pairs on the pair dot where pair_gemm, else f32 on FMA.
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bool pair_gemm, const void* wzf,
              const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, const KLayout& kl,
              std::uint16_t* k, std::uint16_t* v) {
