@@ -14,6 +14,7 @@
 
 #include "simd/block_score.hpp"
 #include "simd/templates/block_max_keys.hpp"
+#include "simd/vec/bf16_round.hpp"
 #include "simd/vec/scratch.hpp"
 #include "simd/templates/fp8_decode_impl.hpp"
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
@@ -45,12 +46,7 @@ inline QV k_step(const KE* p) { return fsplat(*p); }
 inline QV k_two_steps(const KE* p) { return fsplat_two(p); }
 #endif
 inline F mac(F acc, QV q, QV k) { return fmadd(q, k, acc); }
-inline QE q_elem(std::uint16_t bf16) {
-  const std::uint32_t u = static_cast<std::uint32_t>(bf16) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+inline QE q_elem(std::uint16_t bf16) { return f32_of_bf16(bf16); }
 #endif
 inline std::size_t steps_of(std::size_t dim) { return (dim + kPer - 1) / kPer; }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "simd/gemm.hpp"
+#include "simd/vec/bf16_round.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
@@ -27,12 +28,7 @@ constexpr std::size_t kPanelRows = 12;
 constexpr std::size_t kPanelCols = 2 * kLanes;
 
 inline float widen_element(float x) { return x; }
-inline float widen_element(std::uint16_t x) {
-  const std::uint32_t u = std::uint32_t(x) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, sizeof f);
-  return f;
-}
+inline float widen_element(std::uint16_t x) { return f32_of_bf16(x); }
 
 #if defined(MLAKIT_SIMD_LEVEL_avx2)
 // Eight elements of a row of B as f32 lanes (bf16 widened exactly).

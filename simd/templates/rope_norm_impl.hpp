@@ -21,12 +21,7 @@ inline std::uint16_t bf16_of_f32_bits(std::uint32_t u) {
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-inline double f64_of_bf16(std::uint16_t b) {
-  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return static_cast<double>(f);
-}
+inline double f64_of_bf16(std::uint16_t b) { return static_cast<double>(f32_of_bf16(b)); }
 
 // bf16(d), one rounding: toward zero to f32 (the nearest f32, stepped back when it rounded away;
 // an overflow to inf steps back to the largest finite value), odd when inexact, then to bf16.
