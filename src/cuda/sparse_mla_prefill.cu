@@ -47,7 +47,6 @@ struct Params {
   const std::uint16_t* q;
   DevPagedCache cache;
   bool fp8, vector_loads;
-  bool grouped;  // fp8 rows with several scale groups or a tail
   int wq, gran, groups;  // quantized width, columns per scale, scales per row (grouped rows)
   int layer;
   const std::int32_t* indices;
@@ -83,6 +82,9 @@ struct Layout {
   }
 };
 
+// Grouped is a template argument, not a branch on p: with both paths in one body the grouped P·V
+// loop (its group changes at run time) kept the 64 accumulators in local memory for both paths.
+template <bool Grouped>
 __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
   MLAKIT_DYNAMIC_SHARED(smem);
   const Layout L(p.Dp, p.groups);
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
       ok = idx >= 0 && idx < p.num_rows;
       valid[tid] = ok;
       rowbase[tid] = ok ? p.cache.row_offset(idx / ps, 0, p.layer, idx % ps, 0) : -1;
-      if (p.grouped) {
+      if constexpr (Grouped) {
         rscale[tid] = 1.0f;
         tailbase[tid] = ok && p.cache.tail != nullptr ? p.cache.tail_offset(idx / ps, 0, p.layer, idx % ps, 0) : -1;
         const std::int64_t s0 = ok ? p.cache.scale_offset(idx / ps, 0, p.layer, idx % ps, 0) : 0;
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
         s4[0] = s4[1] = s4[2] = s4[3] = 0.0f;
       };
       for (int k0 = 0; k0 < Dp; k0 += 16) {
-        if (p.grouped) {
+        if constexpr (Grouped) {
           const int grp = k0 < p.wq ? k0 / p.gran : p.groups;
           if (grp != cur) {
             if (cur >= 0) flush();
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
         load_b_nmajor(bf, ks, ld, n0, k0);
         mma_bf16_16816(s4, af, bf);
       }
-      if (p.grouped) {
+      if constexpr (Grouped) {
         flush();
       } else {
         tot[0] = s4[0] * rscale[col];
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
       for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       const float alpha = seen ? expf(m_old - m_new) : 0.0f;
       P[r * kLdP + lane] = f32_to_bf16(p.fp8 ? e * rscale[lane] : e);
-      if (p.grouped) S[r * kLdS + lane] = e;  // the weights, scaled per group in P·V
+      if constexpr (Grouped) S[r * kLdS + lane] = e;  // the weights, scaled per group in P·V
       __syncwarp();
       if (lane == 0) {
         m_run[r] = m_new;
@@ -262,12 +264,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
         acc[i][2] *= a1;
         acc[i][3] *= a1;
       }
-      if (p.grouped) {
+      if constexpr (Grouped) {
         // Per 8-column tile the weights times its group's scales, rounded to bf16 (the fragment of
         // load_a_rowmajor, built from S), rebuilt when the group changes.
         std::uint32_t af[2][4];
         int cur = -1;
         const int ra = mw * 16 + g, rb = ra + 8;
+#pragma unroll
         for (int i = 0; i < 16; ++i) {
           const int n0 = vc0 + cg * 128 + i * 8;
           if (n0 >= p.vd) break;
@@ -365,7 +368,6 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.q = static_cast<const std::uint16_t*>(a.q.data);
   p.cache = DevPagedCache::from(a.kv_cache);
   p.fp8 = fp8;
-  p.grouped = grouped;
   p.wq = static_cast<int>(kc.quantized_size());
   p.gran = static_cast<int>(fp8 ? kc.quant_granularity : kc.quantized_size());
   p.groups = groups;
@@ -390,7 +392,8 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
     return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
-  return launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kThreads, layout.bytes, as_stream(launch.stream), p);
+  const auto kernel = grouped ? attention_kernel<true> : attention_kernel<false>;
+  return launch_kernel(kOp, "attention_kernel", kernel, grid, kThreads, layout.bytes, as_stream(launch.stream), p);
 }
 
 }  // namespace mlakit::cuda
