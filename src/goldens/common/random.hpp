@@ -16,7 +16,8 @@ class Rng {
   double uniform();                                   // [0, 1)
   double uniform(double lo, double hi);
   std::int64_t integer(std::int64_t lo, std::int64_t hi);  // inclusive
-  double normal();                                    // Box–Muller
+  double normal();                                    // Box–Muller of two draws: u1 = 1 - uniform(), u2
+  static double box_muller(double u1, double u2);     // the transform normal() applies
   template <class T> void shuffle(std::vector<T>& v) {
     for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[static_cast<std::size_t>(integer(0, std::int64_t(i) - 1))]);
   }
