@@ -50,14 +50,24 @@ class DeviceBuffer {
 // stream-ordered allocation of the call's own. Regions are added first, then acquired at once.
 class Temporaries {
  public:
-  // A region of `bytes`; returns its index.
+  static constexpr std::size_t kMaxRegions = 8;
+  // A region of `bytes`; returns its index. Past kMaxRegions, or a size whose sum overflows, the
+  // call is refused at acquire() (nothing is written past the table; the region reads as 0).
   std::size_t add(std::size_t bytes) {
+    const std::size_t rounded = (bytes / 256 + (bytes % 256 != 0)) * 256;
+    if (count_ == kMaxRegions || bytes > SIZE_MAX - 255 || rounded > SIZE_MAX - total_) {
+      overflow_ = true;
+      return 0;
+    }
     offsets_[count_] = total_;
-    total_ += (bytes + 255) / 256 * 256;
+    total_ += rounded;
     return count_++;
   }
   std::size_t total() const { return total_; }
   Status acquire(const char* op, const core::DeviceLaunch& launch, cudaStream_t stream) {
+    if (overflow_)
+      return Status::error(StatusCode::internal, op, "temporaries",
+                           "more than " + std::to_string(kMaxRegions) + " regions or a size past the address space");
     if (launch.workspace != nullptr && launch.workspace_bytes >= total_) {
       base_ = static_cast<unsigned char*>(launch.workspace);
       return Status::success();
@@ -70,8 +80,9 @@ class Temporaries {
   T* at(std::size_t region) const { return reinterpret_cast<T*>(base_ + offsets_[region]); }
 
  private:
-  std::size_t offsets_[8] = {};
+  std::size_t offsets_[kMaxRegions] = {};
   std::size_t count_ = 0, total_ = 0;
+  bool overflow_ = false;
   unsigned char* base_ = nullptr;
   DeviceBuffer own_;
 };

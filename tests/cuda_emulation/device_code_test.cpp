@@ -156,6 +156,38 @@ __global__ void divergent_collective_kernel() {
   __syncthreads();
 }
 
+// ---- temporaries ---------------------------------------------------------------------------------
+TEST(DeviceCode, TemporariesAlignRegionsAndRefuseOverflow) {
+  alignas(256) static unsigned char workspace[4096];
+  core::DeviceLaunch launch;
+  launch.workspace = workspace;
+  launch.workspace_bytes = sizeof workspace;
+  Temporaries t;
+  EXPECT_EQ(t.add(1), 0u);
+  EXPECT_EQ(t.add(256), 1u);
+  EXPECT_EQ(t.add(0), 2u);
+  EXPECT_EQ(t.add(257), 3u);
+  EXPECT_EQ(t.total(), 256u + 256u + 0u + 512u);
+  ASSERT_TRUE(t.acquire("op", launch, nullptr).ok());
+  EXPECT_EQ(t.at<unsigned char>(1) - workspace, 256);
+  EXPECT_EQ(t.at<unsigned char>(3) - workspace, 512);
+
+  Temporaries many;  // one region past the table
+  for (std::size_t i = 0; i < Temporaries::kMaxRegions; ++i) EXPECT_EQ(many.add(16), i);
+  EXPECT_EQ(many.add(16), 0u);
+  const Status s = many.acquire("op", launch, nullptr);
+  EXPECT_EQ(s.code, StatusCode::internal);
+  EXPECT_NE(s.message.find("more than 8 regions"), std::string::npos) << s.message;
+
+  Temporaries huge;  // sizes whose sum leaves the address space
+  huge.add(SIZE_MAX / 2);
+  huge.add(SIZE_MAX / 2 + 1024);
+  EXPECT_EQ(huge.acquire("op", launch, nullptr).code, StatusCode::internal);
+  Temporaries top;
+  top.add(SIZE_MAX - 3);
+  EXPECT_EQ(top.acquire("op", launch, nullptr).code, StatusCode::internal);
+}
+
 TEST(CudaEmulationDeathTest, CollectiveInDivergentCodeIsReported) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(mlakit_cuda_emu::launch(divergent_collective_kernel, dim3(1), dim3(64), 0, nullptr), "deadlock");
