@@ -63,24 +63,30 @@ struct Shape {
   std::size_t H, nope, rope, v, latent, bn, bk, qk, kv_cols, groups;
 };
 
-// Keys laid out as the B of an NN tile, by chunks of kKeyChunk keys: per chunk [slots x kKeyChunk]
-// slots, a slot being a pair of bf16 elements of the reduction (bf16_nn, on the levels with the
-// pair dot) or one element held as f32 (f32_nn elsewhere: the bf16 values widened once when the
-// keys are made, not in every tile that reads them; the same bits as f32_bf16_nn over bf16 keys).
-// Both are two 16-bit words a slot. Each chunk is one contiguous block, read front to back (with
-// rows the whole key range apart, a chunk's rows lay a multiple of 4 KiB apart for the usual
-// lengths and every query tile waited on them from L3).
+// Keys laid out as the B of the score products, by chunks of kKeyChunk keys, a slot being a pair
+// of bf16 elements of the reduction (bf16_nn, on the levels with the pair dot: per chunk [slots x
+// kKeyChunk]) or one element held as f32 (elsewhere: the bf16 values widened once when the keys
+// are made, not in every tile that reads them). f32 chunks are cut into panels of the panel GEMM
+// (panel keys each, [slots x panel] inside), which its register tiles read front to back; its
+// chains are f32_nn's, so the bits are those of f32_nn over [slots x kKeyChunk] rows. Both are two
+// 16-bit words a slot. Each chunk is one contiguous block (with rows the whole key range apart, a
+// chunk's rows lay a multiple of 4 KiB apart for the usual lengths and every query tile waited on
+// them from L3).
 struct KeyRows {
   static constexpr std::size_t width = 2;  // 16-bit words per slot
   std::size_t slots;                        // rows of the reduction per chunk: pairs, or f32 elements
   bool f32;                                 // a slot holds one f32 element
-  // n elements of the reduction: in bf16 pairs, or one f32 element a slot.
-  static KeyRows of(std::size_t n, bool pairs) { return pairs ? KeyRows{(n + 1) / 2, false} : KeyRows{n, true}; }
+  std::size_t panel;                        // f32: keys per panel (the panel GEMM's columns)
+  // n elements of the reduction: in bf16 pairs, or one f32 element a slot in panels of `panel` keys.
+  static KeyRows of(std::size_t n, bool pairs, std::size_t panel) {
+    return pairs ? KeyRows{(n + 1) / 2, false, kKeyChunk} : KeyRows{n, true, panel};
+  }
   std::size_t chunk_words() const { return slots * width * kKeyChunk; }
   std::size_t words(std::size_t rows) const { return num_tiles(std::max<std::size_t>(1, rows), kKeyChunk) * chunk_words(); }
   // The first word of slot j of key r.
   std::size_t at(std::size_t j, std::size_t r) const {
-    return (r / kKeyChunk) * chunk_words() + width * (j * kKeyChunk + r % kKeyChunk);
+    const std::size_t c = r % kKeyChunk;
+    return (r / kKeyChunk) * chunk_words() + width * ((c / panel) * slots * panel + j * panel + c % panel);
   }
   // Slot j of key r of f32 keys (at(j, r) counts 16-bit words).
   static float* f32_at(std::uint16_t* base, std::size_t word) { return reinterpret_cast<float*>(base + word); }
@@ -95,6 +101,18 @@ struct KLayout {
   std::size_t rows, head_words;  // head_words: bf16 words per head
   KeyRows nope;
 };
+
+// One head's V held as f32 (levels without the pair dot) as the panel GEMM's B of P·V: columns in
+// strips of `panel`, each strip [rows x panel], so that a key chunk's rows of a strip are one
+// contiguous run.
+struct VPanels {
+  std::size_t rows, panel, floats;
+  std::size_t at(std::size_t r, std::size_t e) const { return (e / panel) * rows * panel + r * panel + e % panel; }
+};
+VPanels v_panels(const Shape& s, std::size_t rows, std::size_t panel) {
+  const std::size_t r = std::max<std::size_t>(1, rows);
+  return VPanels{r, panel, num_tiles(s.v, panel) * r * panel};
+}
 
 // The attended buffer rows of one sequence, quantized: the codes [rows x latent] widened exactly to
 // the KV GEMM's A (bf16 for the pair dot, else f32), scales [groups x rows] (a group's scales of
@@ -204,19 +222,25 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
     for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
     return;
   }
-  // f32 keys and values: rounded to bf16 as the spec says, held widened.
+  // f32 keys and values: rounded to bf16 as the spec says, held widened, in the panels the panel
+  // GEMM reads (keys: kl.nope; values: v_panels).
   auto* t = static_cast<std::uint16_t*>(thread_scratch(std::max(s.nope * kKeyChunk, s.v) * sizeof(std::uint16_t), 4));
+  const std::size_t P = kl.nope.panel;
   for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {
     const std::size_t n = std::min(kKeyChunk, r1 - c0);
     g.transpose_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, t, kKeyChunk);
-    float* dst = KeyRows::f32_at(kh, kl.nope.at(0, c0));
-    for (std::size_t e = 0; e < s.nope; ++e)
-      for (std::size_t i = 0; i < n; ++i) dst[e * kKeyChunk + i] = bf16_to_f32(t[e * kKeyChunk + i]);
+    for (std::size_t p0 = 0; p0 < n; p0 += P) {
+      float* dst = KeyRows::f32_at(kh, kl.nope.at(0, c0 + p0));
+      const std::size_t pn = std::min(P, n - p0);
+      for (std::size_t e = 0; e < s.nope; ++e)
+        for (std::size_t i = 0; i < pn; ++i) dst[e * P + i] = bf16_to_f32(t[e * kKeyChunk + p0 + i]);
+    }
   }
-  float* vh = reinterpret_cast<float*>(v) + hl * rows * s.v;
+  const VPanels vp = v_panels(s, rows, P);
+  float* vh = reinterpret_cast<float*>(v) + hl * vp.floats;
   for (std::size_t i = 0; i < m; ++i) {
     g.round_bf16(acc + i * cols + s.nope, t, s.v);
-    for (std::size_t e = 0; e < s.v; ++e) vh[(r0 + i) * s.v + e] = bf16_to_f32(t[e]);
+    for (std::size_t e = 0; e < s.v; ++e) vh[vp.at(r0 + i, e)] = bf16_to_f32(t[e]);
   }
 }
 
@@ -314,9 +338,12 @@ void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, 
     g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, c, ldc, false);
     g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, c, ldc, true);
   } else {
-    g.f32_nn(mq, cnt, s.nope, qf, s.qk, KeyRows::f32_at(kh, kl.nope.at(0, j0)), kKeyChunk, c, ldc, false);
-    g.f32_nn(mq, cnt, s.rope, qf + s.nope, s.qk, KeyRows::f32_at(qz.rope_rows, qz.rope.at(0, j0)), kKeyChunk, c, ldc,
-             true);
+    for (std::size_t p0 = 0; p0 < cnt; p0 += kl.nope.panel) {
+      const std::size_t n = std::min(kl.nope.panel, cnt - p0);
+      g.gemm_panel(mq, n, s.nope, qf, s.qk, KeyRows::f32_at(kh, kl.nope.at(0, j0 + p0)), c + p0, ldc, false);
+      g.gemm_panel(mq, n, s.rope, qf + s.nope, s.qk, KeyRows::f32_at(qz.rope_rows, qz.rope.at(0, j0 + p0)), c + p0,
+                   ldc, true);
+    }
   }
 }
 
@@ -339,8 +366,9 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     for (std::size_t r = 0; r < mq; ++r)
       for (std::size_t e = 0; e < s.qk; ++e) qf[r * s.qk + e] = bf16_to_f32(qt[r * s.H * s.qk + e]);
   }
-  // P·V over value rows held as f32 (no pair dot) or bf16 words.
-  const float* vf = kl.nope.f32 ? reinterpret_cast<const float*>(v) + hl * kl.rows * s.v : nullptr;
+  // P·V over value panels of f32 (no pair dot) or rows of bf16 words.
+  const VPanels vp = v_panels(s, kl.rows, kl.nope.panel);
+  const float* vf = kl.nope.f32 ? reinterpret_cast<const float*>(v) + hl * vp.floats : nullptr;
   const std::uint16_t* vh = v + hl * kl.rows * s.v;
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
   const bool masked = sm.bits != nullptr;
@@ -355,8 +383,12 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   std::fill(m, m + mq, kNegInf);
   std::fill(l, l + mq, 0.0f);
   auto pv = [&](std::size_t cnt, const float* p, std::size_t ldp, std::size_t j0) {
-    if (vf) g.f32_nn(mq, s.v, cnt, p, ldp, vf + j0 * s.v, s.v, o, s.v, true);
-    else g.f32_bf16_nn(mq, s.v, cnt, p, ldp, vh + j0 * s.v, s.v, o, s.v, true);
+    if (!vf) {
+      g.f32_bf16_nn(mq, s.v, cnt, p, ldp, vh + j0 * s.v, s.v, o, s.v, true);
+      return;
+    }
+    for (std::size_t e0 = 0; e0 < s.v; e0 += vp.panel)
+      g.gemm_panel(mq, std::min(vp.panel, s.v - e0), cnt, p, ldp, vf + vp.at(j0, e0), o + e0, s.v, true);
   };
 
   if (d.numerics == MlaNumerics::max) {
@@ -452,9 +484,9 @@ std::size_t window_rows(const MlaPrefillFp8Args& a, std::size_t b) {
   return last_pos < offset ? 0 : static_cast<std::size_t>(std::min(window, last_pos - offset + 1));
 }
 
-// 16-bit words of one head's V: rows of bf16 words, or of f32 values without the pair dot.
+// 16-bit words of one head's V: rows of bf16 words, or f32 value panels without the pair dot.
 std::size_t v_words(const Shape& s, std::size_t rows, bool pairs) {
-  return std::max<std::size_t>(1, rows) * s.v * (pairs ? 1 : 2);
+  return pairs ? std::max<std::size_t>(1, rows) * s.v : v_panels(s, rows, gemm_kernels().panel_cols).floats * 2;
 }
 
 // Heads per group: their K, V and laid-out weights within the workspace budget.
@@ -471,7 +503,8 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
   const bool pairs = gemm_kernels().bf16_nn != nullptr;
   const bool pair_gemm = pairs && s.bk % 2 == 0;
   const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
-  const KeyRows rope = KeyRows::of(s.rope, pairs), nope = KeyRows::of(s.nope, pairs);
+  const std::size_t panel = gemm_kernels().panel_cols;
+  const KeyRows rope = KeyRows::of(s.rope, pairs, panel), nope = KeyRows::of(s.nope, pairs, panel);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   for (std::size_t b = 0; b < B; ++b) {
@@ -518,9 +551,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   auto* out = a.output.as<std::uint16_t>();
 
   Quantized qz{};
-  qz.rope = KeyRows::of(s.rope, pairs);
+  qz.rope = KeyRows::of(s.rope, pairs, g.panel_cols);
   KLayout kl{};
-  kl.nope = KeyRows::of(s.nope, pairs);
+  kl.nope = KeyRows::of(s.nope, pairs, g.panel_cols);
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
   std::byte* wz = nullptr;
