@@ -13,16 +13,20 @@
 //                      to bf16. On the bf16 pair dot against weights widened and zipped in pairs
 //                      once per call where the level has it and bk is even, else on f32 FMA
 //                      against weights widened to f32 (both exact). K's nope part is stored as the
-//                      B of the scores' NN tile (pairs or single elements of the reduction by rows
-//                      of 128 keys); its rope part, the same for every head, once per sequence.
-//                      K and V hold the bf16 values the spec's rounding leaves of them: as bf16
-//                      words with the pair dot, else widened to f32 once here (each key is read
-//                      by every 64-query tile: widening it there cost a quarter of the attention)
+//                      B of the score products (with the pair dot, rows of pairs of 128 keys; else
+//                      panels of the panel GEMM); its rope part, the same for every head, once per
+//                      sequence. K and V hold the bf16 values the spec's rounding leaves of them:
+//                      as bf16 words with the pair dot, else widened to f32 once here (each key is
+//                      read by every 64-query tile: widening it there cost a quarter of the
+//                      attention), V then in column strips as panels of the panel GEMM
 //   attention          per (head, 64-query tile): 128-key chunks up to the tile's last visible key,
-//                      scores on the NN tile (bf16 pairs, or f32 FMA over the widened queries),
-//                      over the nope part and then on in the same chains over the rope part;
-//                      online softmax in f32 (simd scale_max / exp_sum, 2 ulp), P·V on the f32 NN
-//                      tile (P stays f32: the spec allows no rounding). Under a deepseek profile
+//                      scores on the bf16 NN tile with the pair dot, else on the panel GEMM over
+//                      the widened queries (the same chains as the f32 NN tile: 3 x 4-vector tiles
+//                      striding over key rows took 42 % of the time where its outer-product tiles
+//                      read panels in order), over the nope part and then on in the same chains
+//                      over the rope part; online softmax in f32 (simd scale_max / exp_sum, 2 ulp),
+//                      P·V in f32 on the NN tile or the panel GEMM (P stays f32: the spec allows no
+//                      rounding). Under a deepseek profile
 //                      the tile's scores are kept whole ([64 x keys]) so that each row is
 //                      normalized before its weights are rounded to bf16, then one P·V pass.
 //                      With topk_indices one bit per (query, window row), built once per sequence
