@@ -228,17 +228,15 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
   }
   // f32 keys and values: rounded to bf16 as the spec says, held widened, in the panels the panel
   // GEMM reads (keys: kl.nope; values: v_panels).
+  // A key's nope row is rounded to bf16, and the panel packer widens a panel's rows into it.
   auto* t = static_cast<std::uint16_t*>(thread_scratch(std::max(s.nope * kKeyChunk, s.v) * sizeof(std::uint16_t), 4));
   const std::size_t P = kl.nope.panel;
   for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {
     const std::size_t n = std::min(kKeyChunk, r1 - c0);
-    g.transpose_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, t, kKeyChunk);
-    for (std::size_t p0 = 0; p0 < n; p0 += P) {
-      float* dst = KeyRows::f32_at(kh, kl.nope.at(0, c0 + p0));
-      const std::size_t pn = std::min(P, n - p0);
-      for (std::size_t e = 0; e < s.nope; ++e)
-        for (std::size_t i = 0; i < pn; ++i) dst[e * P + i] = bf16_to_f32(t[e * kKeyChunk + p0 + i]);
-    }
+    for (std::size_t i = 0; i < n; ++i) g.round_bf16(acc + (c0 - r0 + i) * cols, t + i * s.nope, s.nope);
+    for (std::size_t p0 = 0; p0 < n; p0 += P)
+      g.pack_panel_bf16(t + p0 * s.nope, s.nope, std::min(P, n - p0), s.nope,
+                        KeyRows::f32_at(kh, kl.nope.at(0, c0 + p0)));
   }
   const VPanels vp = v_panels(s, rows, P);
   float* vh = reinterpret_cast<float*>(v) + hl * vp.floats;
