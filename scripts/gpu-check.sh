@@ -237,16 +237,28 @@ phase_table() {
     rc=0
     MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout "${MLAKIT_TABLE_OP_SECONDS:-150}" "$bin/mlakit_bench_ops" \
       --benchmark_filter="^$op/.*/cuda\$" --benchmark_min_time=0.05 --benchmark_format=json \
-      --benchmark_out="$out/bench.$op.json" --benchmark_out_format=json >>"$out/table_rows.txt" 2>&1 || rc=$?
+      >"$out/bench.$op.json" 2>>"$out/table_rows.txt" || rc=$?
     note "table bench $op: exit $rc"
-    [ $rc -eq 0 ] && files+=("$out/bench.$op.json")
+    files+=("$out/bench.$op.json")
   done
+  # A process stopped at its bound leaves its JSON cut off after some row: the rows it finished
+  # are kept (the document is closed after the last complete one).
   python3 - "$out/bench_ops.json" "${files[@]}" <<'PY'
 import json, sys
 merged = None
 for path in sys.argv[2:]:
     with open(path) as f:
-        run = json.load(f)
+        text = f.read()
+    start = text.find("{")
+    if start < 0:
+        continue
+    try:
+        run = json.loads(text[start:])
+    except ValueError:
+        end = text.rfind("\n    },")
+        if end < 0:
+            continue
+        run = json.loads(text[start:end] + "\n    }\n  ]\n}")
     if merged is None:
         merged = run
     else:
@@ -254,6 +266,7 @@ for path in sys.argv[2:]:
 with open(sys.argv[1], "w") as f:
     json.dump(merged or {"benchmarks": []}, f, indent=1)
 PY
+  cat "${files[@]}" >>"$out/table_rows.txt"
   rm -f "$out"/bench.*.json
   note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   rc=0
