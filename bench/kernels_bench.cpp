@@ -230,6 +230,51 @@ void register_panel(Isa level) {
     });
 }
 
+// The tile GEMM (AMX levels) on the fused QKV projection's work tile, one call of k: 256 rows x
+// 256 weight columns x 1024, the weights packed beforehand (dense bf16, and fp8 with a scale per
+// 128 x 128 block applied on the tile sums), against the AMX tile peak; and the packing itself
+// (GB/s of weights read and packed bf16 written).
+void register_tiles(Isa level) {
+  const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
+  if (!g->gemm_tiles) return;
+  const std::string lv = isa_name(level);
+  constexpr std::size_t kM = 256, kN = 256, kK = 1024;
+  const std::size_t ldp = 16 * simd::tile_pack_k(kK);
+  for (const bool fp8 : {false, true}) {
+    add(std::string("gemm/tiles_") + (fp8 ? "f8_scaled" : "bf16") + "_m256n256k1024/" + lv, level, [=](benchmark::State& st) {
+      const auto a = random_operand<std::uint16_t>(kM * kK, 1);
+      const auto bb = random_operand<std::uint16_t>(kN * kK, 2);
+      const auto b8 = random_operand<std::uint8_t>(kN * kK, 2);
+      std::vector<std::uint16_t> packed((kN / 16) * ldp);
+      if (fp8) g->pack_tiles_f8(b8.data(), kK, kN, kK, packed.data(), ldp);
+      else g->pack_tiles_bf16(bb.data(), kK, kN, kK, packed.data(), ldp);
+      const std::vector<float> scales((kN / 128) * (kK / 128), 0.01f);
+      const simd::TileScales ts{scales.data(), kK / 128, 128, 128};
+      std::vector<float> c(kM * kN);
+      for (auto _ : st) {
+        g->gemm_tiles(kM, kN, kK, a.data(), kK, packed.data(), ldp, 32, fp8 ? &ts : nullptr, c.data(), kN, false);
+        benchmark::DoNotOptimize(c.data());
+        benchmark::ClobberMemory();
+      }
+      set_rate(st, "gflops", 2.0 * kM * kN * kK, peak().amx_gflops_1t * 1e9);
+    });
+    add(std::string("gemm/tiles_pack_") + (fp8 ? "f8" : "bf16") + "_n256k1024/" + lv, level, [=](benchmark::State& st) {
+      const auto bb = random_operand<std::uint16_t>(kN * kK, 2);
+      const auto b8 = random_operand<std::uint8_t>(kN * kK, 2);
+      std::vector<std::uint16_t> packed((kN / 16) * ldp);
+      for (auto _ : st) {
+        if (fp8) g->pack_tiles_f8(b8.data(), kK, kN, kK, packed.data(), ldp);
+        else g->pack_tiles_bf16(bb.data(), kK, kN, kK, packed.data(), ldp);
+        benchmark::DoNotOptimize(packed.data());
+        benchmark::ClobberMemory();
+      }
+      st.counters["gbps"] = benchmark::Counter(static_cast<double>(kN * kK) * (fp8 ? 3 : 4) *
+                                                   static_cast<double>(st.iterations()),
+                                               benchmark::Counter::kIsRate);
+    });
+  }
+}
+
 void register_gemm(Isa level) {
   const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
   const std::string lv = isa_name(level);
@@ -283,6 +328,7 @@ void register_gemm(Isa level) {
   }
   register_int4(level);
   register_panel(level);
+  register_tiles(level);
 }
 
 // ---- top-k ------------------------------------------------------------------------------------------

@@ -45,6 +45,15 @@ template <class TA>
 using Int4GemmFn = void (*)(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda,
                             const Int4Columns& b, float* c, std::size_t ldc, bool accumulate);
 
+// Block scales of gemm_tiles (below): the scale of block q of k for column j is
+// s[(j / cols) * lds + q].
+struct TileScales {
+  const float* s;
+  std::size_t lds;
+  std::size_t cols;   // columns per scale row, a multiple of tile_cols
+  std::size_t block;  // k per scale, a multiple of tile_k
+};
+
 struct GemmKernels {
   const char* level;
   unsigned mr, nr;  // register tile: rows of A x rows of B
@@ -165,6 +174,40 @@ struct GemmKernels {
   // The first n int4 columns of b (k a multiple of 8) expanded to f32 rows for pack_panel_f32:
   // rows[j*ldr + p] = B[j][p] as Int4Columns defines it (the table value, exact in f32).
   void (*int4_rows_f32)(const Int4Columns& b, std::size_t n, std::size_t k, float* rows, std::size_t ldr);
+
+  // Tile GEMM, where the level has AMX tiles (zero and null elsewhere): bf16 activation rows
+  // against weights packed once into the pair layout of the tile unit's B operand.
+  // pack_tiles_bf16 / pack_tiles_f8 write columns [0, cols) of B (rows along k, stride ldb; fp8
+  //   codes decoded exactly to bf16) as strips of 16 columns: strip s at packed + s * ldp (ldp >=
+  //   16 * tile_pack_k(k)), pair row p (k = 2p, 2p + 1) at 32p within it, column j's pair at 2j,
+  //   k = 2p in the low half; columns past cols (to the strip's end) and k past k (to
+  //   tile_pack_k(k)) are zero. A chunk of k starting at a multiple of tile_k continues a strip
+  //   at + 16·k0.
+  // gemm_tiles: C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + sum_p A[i*lda + p] * B[j][p] for
+  //   i < m, j < n, with B in the pair layout: B[j][2q + e] at b[(j / 16) * ldp + q * ldq + 2 (j % 16)
+  //   + e], for q up to tile_pack_k(k) / 2 (pairs past k must hold finite values; A's are read as
+  //   zero there): ldq = 32 for packed strips, or B zipped by pairs of rows along n (zip_rows_bf16:
+  //   ldp = 32, ldq = twice the zipped row length), read in place. Each output is a chain of TDPBF16PS
+  //   steps of 32 k: per step the even and the odd products summed apart from 0 (one fused
+  //   multiply-add rounded to nearest even each), their sum added to the running sum; bf16
+  //   subnormal inputs read as 0 and every result flushed to zero where subnormal, as the tile
+  //   unit does (so |err| <= (k/2 + k/32 + 1)·2^-24·(|C| + sum|a·b|) for normal operands). With
+  //   scales: each block of scales->block k (a multiple of tile_k, counted from the call's first
+  //   k) is such a chain from zero, and S += s·chain by one f32 FMA per block, S starting at C
+  //   (accumulating) or 0; s = scales->s[(j / scales->cols) * scales->lds + q] for the block q of
+  //   column j (scales->cols a multiple of tile_cols). The bits depend only on the operands, never on
+  //   m, n, the row's or column's place, or the thread. Nothing outside the m x n tile touched.
+  unsigned tile_rows, tile_cols, tile_k;  // the block of C one pass of tiles computes; k per step
+  void (*pack_tiles_bf16)(const std::uint16_t* b, std::size_t ldb, std::size_t cols, std::size_t k,
+                          std::uint16_t* packed, std::size_t ldp);
+  void (*pack_tiles_f8)(const std::uint8_t* b, std::size_t ldb, std::size_t cols, std::size_t k,
+                        std::uint16_t* packed, std::size_t ldp);
+  void (*gemm_tiles)(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                     const std::uint16_t* b, std::size_t ldp, std::size_t ldq, const TileScales* scales, float* c,
+                     std::size_t ldc, bool accumulate);
 };
+
+// k rounded up to whole tile steps (the packed strips' k).
+constexpr std::size_t tile_pack_k(std::size_t k) { return (k + 31) / 32 * 32; }
 
 }  // namespace mlakit::simd

@@ -54,7 +54,13 @@ constexpr GemmKernels make_gemm_kernels() {
                      &pack_panel<float>,
                      &pack_panel<std::uint16_t>,
                      &gemm_panel,
-                     &int4_rows_f32};
+                     &int4_rows_f32,
+                     0,
+                     0,
+                     0,
+                     nullptr,
+                     nullptr,
+                     nullptr};
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "simd/block_score.hpp"
+#include "simd/gemm.hpp"
 #include "simd/index_score.hpp"
 #include "simd/peak.hpp"
 
@@ -12,6 +13,8 @@ namespace mlakit::simd {
 // tests run every check on.
 extern const IndexScoreKernels index_score_amx_emulated;
 extern const BlockScoreKernels block_score_amx_emulated;
+// The amx gemm table (the tile GEMM) over emulated tiles.
+extern const GemmKernels gemm_amx_emulated;
 
 // The amx level's peak probes, the tile probe over emulated tiles.
 extern const PeakKernels peak_amx_emulated;
