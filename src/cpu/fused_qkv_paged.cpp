@@ -66,6 +66,7 @@
 #include "cpu/common/library_gemm.hpp"
 #include "cpu/common/panel_gemm.hpp"
 #include "cpu/common/parallel.hpp"
+#include "cpu/common/tile_gemm.hpp"
 #include "mlakit/dtype.hpp"
 
 namespace mlakit::cpu {
@@ -288,7 +289,7 @@ constexpr std::size_t kLibraryRows = 512;
 constexpr std::size_t kLibraryColumns = 1024;
 constexpr std::size_t kLibraryGroup = 2048;
 // Call-buffer slots: the library path's operands and tables, the panel path's shared panels.
-enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels };
+enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles };
 
 bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
@@ -569,13 +570,132 @@ Status run_panels(const Plan& p) {
   return Status::success();
 }
 
-// Which GEMM a call runs on: the library's when forced on, else the panel GEMM from its row
-// threshold, else the library's from its own (reached only with the panel GEMM off), else the own
-// tiles.
-enum class Route { own, panel, library };
+// ---- the tile GEMM (AMX) ---------------------------------------------------------------------------
+
+// Rows from which a bf16 prefill takes the tile GEMM on a level with tiles, in its automatic
+// mode: a block of C is 32 rows, so fewer rows leave most of every tile product empty, and the
+// weights are packed once per call (a copy of every weight as bf16).
+constexpr std::size_t kTilesMinRows = 32;
+// Work tiles of kTilesRowTile rows x kTilesColTile columns (a multiple of the fp8 scale block and
+// of the tiles' 32 columns), k in calls of kTilesChunk (a multiple of the fp8 block): a call's
+// activation rows (256 x 1024 bf16, 512 KiB) and its weight strips (as much) stay in L2.
+constexpr std::size_t kTilesRowTile = 256;
+constexpr std::size_t kTilesColTile = 256;
+constexpr std::size_t kTilesChunk = 1024;
+// A call of more than one row tile packs the weights of a group of column tiles once, all
+// threads together, then runs the group's work tiles: the group is sized for kTilesPerGroup work
+// tiles (for the threads), from T alone so that a plan sizes the same buffer as its runs.
+constexpr std::size_t kTilesPerGroup = 16;
+
+bool tiles_path(const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
+  const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
+  const bool available = g.gemm_tiles != nullptr && a.hidden_state.dtype == DType::bf16;
+  return tile_gemm::use_for(available, T, kTilesMinRows);
+}
+
+// Elements between packed strips: all of K, in whole tile steps.
+std::size_t tile_strip_elems(std::size_t K) { return 16 * simd::tile_pack_k(K); }
+// Columns per packing group of a call (0: each work tile packs its own).
+std::size_t tile_group_cols(std::size_t T, std::size_t N) {
+  if (T <= kTilesRowTile) return 0;
+  const std::size_t row_tiles = num_tiles(T, kTilesRowTile);
+  const std::size_t col_tiles = std::max<std::size_t>(1, num_tiles(kTilesPerGroup, row_tiles));
+  return std::min(col_tiles * kTilesColTile, round_up(N, kTilesColTile));
+}
+
+// Weight columns [c, c + cols) over all of K into packed strips (stride ldp): dense and fp8 rows
+// straight from storage (fp8 codes decoded exactly, their scales applied by the tile GEMM), GPTQ
+// formed as bf16 rows a chunk of k at a time as the other routes form them.
+void form_tiles(const Plan& p, std::size_t c, std::size_t cols, std::uint16_t* packed, std::size_t ldp) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const simd::GemmKernels& g = *p.g;
+  const std::size_t K = p.K;
+  switch (p.d->weight_format) {
+    case WeightFormat::dense:
+      g.pack_tiles_bf16(static_cast<const std::uint16_t*>(a.weight.data) + c * K, K, cols, K, packed, ldp);
+      return;
+    case WeightFormat::fp8_block:
+      g.pack_tiles_f8(static_cast<const std::uint8_t*>(a.weight.data) + c * K, K, cols, K, packed, ldp);
+      return;
+    case WeightFormat::gptq: {
+      const std::size_t chunk = std::min(kGptqChunk, K), gs = static_cast<std::size_t>(p.d->group_size);
+      auto* wq = static_cast<std::uint16_t*>(thread_scratch(cols * chunk * sizeof(std::uint16_t), 5));
+      for (std::size_t k0 = 0; k0 < K; k0 += chunk) {
+        const std::size_t kn = std::min(chunk, K - k0);
+        if (a.g_idx.data != nullptr) {
+          dequantize_gptq_act_order(p, c, c + cols, k0, kn, wq);
+        } else {
+          // Table values are bf16 values held as f32: the rounding back to bf16 is exact.
+          auto* rows = static_cast<float*>(thread_scratch(cols * kn * sizeof(float), 3));
+          auto* tables = static_cast<float*>(thread_scratch(cols * (kn / gs) * 16 * sizeof(float), 4));
+          gptq_tables(p, c, c + cols, k0, kn, tables);
+          weight_chunk_f32(p, c, cols, k0, kn, tables, rows);
+          g.round_bf16(rows, wq, cols * kn);
+        }
+        g.pack_tiles_bf16(wq, kn, cols, kn, packed + 16 * k0, ldp);
+      }
+      return;
+    }
+  }
+}
+
+// Rows [r0, r1) x columns [c0, c1) on the tiles; `packed`: the columns' strips formed beforehand
+// (strip stride ldp), or null to form them here.
+void run_tiles_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1,
+                    const std::uint16_t* packed, std::size_t ldp) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const simd::GemmKernels& g = *p.g;
+  const std::size_t m = r1 - r0, n = c1 - c0, K = p.K;
+  auto* acc = static_cast<float*>(thread_scratch(m * n * sizeof(float), 0));
+  if (packed == nullptr) {
+    auto* own = static_cast<std::uint16_t*>(thread_scratch(num_tiles(n, 16) * ldp * sizeof(std::uint16_t), 2));
+    form_tiles(p, c0, n, own, ldp);
+    packed = own;
+  }
+  const auto* x = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
+  const bool fp8 = p.d->weight_format == WeightFormat::fp8_block;
+  const std::size_t kblocks = num_tiles(K, kFp8Block);
+  const float* scales = fp8 ? static_cast<const float*>(a.weight_scale.data) + (c0 / kFp8Block) * kblocks : nullptr;
+  for (std::size_t k0 = 0; k0 < K; k0 += kTilesChunk) {
+    const std::size_t kn = std::min(kTilesChunk, K - k0);
+    const simd::TileScales ts{fp8 ? scales + k0 / kFp8Block : nullptr, kblocks, kFp8Block, kFp8Block};
+    g.gemm_tiles(m, n, kn, x + k0, K, packed + 16 * k0, ldp, 32, fp8 ? &ts : nullptr, acc, n, k0 != 0);
+  }
+  store_tile(p, r0, r1, c0, c1, acc);
+}
+
+Status run_tiles(const Plan& p) {
+  const std::size_t ldp = tile_strip_elems(p.K), group = tile_group_cols(p.T, p.N);
+  if (group == 0) {
+    parallel_for_tiles_2d(p.T, kTilesRowTile, p.N, kTilesColTile,
+                          [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+                            run_tiles_tile(p, r0, r1, c0, c1, nullptr, ldp);
+                          });
+    return Status::success();
+  }
+  auto* packed = call_buffer_of<std::uint16_t>(num_tiles(group, 16) * ldp, kSlotTiles);
+  constexpr std::size_t kPackCols = 32;  // columns per packing task: two strips
+  for (std::size_t g0 = 0; g0 < p.N; g0 += group) {
+    const std::size_t g1 = std::min(p.N, g0 + group);
+    parallel_for_tiles(g1 - g0, kPackCols, [&](std::size_t j0, std::size_t j1) {
+      form_tiles(p, g0 + j0, j1 - j0, packed + (j0 / 16) * ldp, ldp);
+    });
+    parallel_for_tiles_2d(p.T, kTilesRowTile, g1 - g0, kTilesColTile,
+                          [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+                            run_tiles_tile(p, r0, r1, g0 + c0, g0 + c1, packed + (c0 / 16) * ldp, ldp);
+                          });
+  }
+  return Status::success();
+}
+
+// Which GEMM a call runs on: the library's when forced on, else the tile GEMM or the panel GEMM
+// from their row thresholds, else the library's from its own (reached only with the panel GEMM
+// off), else the own tiles.
+enum class Route { own, tiles, panel, library };
 Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const bool library = library_path(d, a, g);
   if (library && library_gemm::mode() == library_gemm::Mode::on) return Route::library;
+  if (tiles_path(a, g)) return Route::tiles;
   if (panel_path(d, a, g)) return Route::panel;
   return library ? Route::library : Route::own;
 }
@@ -585,6 +705,13 @@ Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const sim
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;
   const Route route = route_of(d, a, gemm_kernels());
+  if (route == Route::tiles) {
+    const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
+    const auto K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+    const PagedKVCacheView& kc = a.kv_cache;
+    const auto N = static_cast<std::size_t>(d.q_dim + kc.kv_dim() * kc.num_kv_heads() * kc.head_size());
+    sizes.grow(kSlotTiles, num_tiles(tile_group_cols(T, N), 16) * tile_strip_elems(K) * sizeof(std::uint16_t));
+  }
   if (route == Route::panel)
     sizes.grow(kSlotPanels, panel_group_floats(static_cast<std::size_t>(a.hidden_state.shape[0]),
                                                static_cast<std::size_t>(a.hidden_state.shape[1])) * sizeof(float));
@@ -625,6 +752,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
 
   switch (route_of(d, a, *p.g)) {
     case Route::library: return run_library(p);
+    case Route::tiles: return run_tiles(p);
     case Route::panel: return run_panels(p);
     case Route::own: break;
   }

@@ -15,8 +15,10 @@
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/library_gemm.hpp"
 #include "cpu/common/panel_gemm.hpp"
+#include "cpu/common/tile_gemm.hpp"
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
+#include "support/amx_tile_subjects.hpp"
 #include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
@@ -78,19 +80,23 @@ void expect_same_outputs(const Bundle& a, const Bundle& b, const std::string& wh
   EXPECT_TRUE(a.at("out.kv_cache.blocks").same_bytes(b.at("out.kv_cache.blocks"))) << what << ": cache";
 }
 
-// The library GEMM's and the panel GEMM's modes for one scope (the panel GEMM, taken before the
-// library's in the automatic mode, is turned off where a test forces the library's on).
+// The library GEMM's, the panel GEMM's and the tile GEMM's modes for one scope (the tile and the
+// panel GEMM, taken before the library's in the automatic mode, are turned off where a test forces
+// another route on; the tile GEMM is off unless a test names it).
 struct RouteModes {
-  RouteModes(cpu::RouteMode library, cpu::RouteMode panel)
-      : saved_library(cpu::library_gemm::mode()), saved_panel(cpu::panel_gemm::mode()) {
+  RouteModes(cpu::RouteMode library, cpu::RouteMode panel, cpu::RouteMode tiles = cpu::RouteMode::off)
+      : saved_library(cpu::library_gemm::mode()), saved_panel(cpu::panel_gemm::mode()),
+        saved_tiles(cpu::tile_gemm::mode()) {
     cpu::library_gemm::set_mode(library);
     cpu::panel_gemm::set_mode(panel);
+    cpu::tile_gemm::set_mode(tiles);
   }
   ~RouteModes() {
     cpu::library_gemm::set_mode(saved_library);
     cpu::panel_gemm::set_mode(saved_panel);
+    cpu::tile_gemm::set_mode(saved_tiles);
   }
-  cpu::RouteMode saved_library, saved_panel;
+  cpu::RouteMode saved_library, saved_panel, saved_tiles;
 };
 using cpu::RouteMode;
 
@@ -245,9 +251,12 @@ void expect_planned_runs_fit_their_workspace(std::uint64_t seed, Needs needs) {
 TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
   if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
   RouteModes on(RouteMode::on, RouteMode::off);
-  // Only f32 activations with f32 weights need no buffer (the sgemm reads both as stored).
+  // Only f32 activations with f32 weights need no buffer (the sgemm reads both as stored); bf16
+  // activations on a level with the bf16 dot stay on the own tiles, which need none.
   expect_planned_runs_fit_their_workspace(9, [](const Bundle& in) {
-    return !(in.at("hidden_state").dtype() == DType::f32 && in.has("weight") && !in.has("weight_scale"));
+    const bool f32 = in.at("hidden_state").dtype() == DType::f32;
+    if (!f32 && cpu::gemm_kernels().bf16_dot) return false;
+    return !(f32 && in.has("weight") && !in.has("weight_scale"));
   });
 }
 
@@ -259,6 +268,61 @@ TEST(FusedQkvPanelGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
     return in.at("hidden_state").shape()[0] > 256 && !bf16_dot;
   });
 }
+
+
+// ---- the tile GEMM (AMX) ---------------------------------------------------------------------------
+//
+// The tile route forced on from one row, on the real tiles where this CPU has AMX and on the
+// emulated tiles (the same kernel over a scalar model of the tile instructions) wherever
+// avx512bf16 runs: the bf16 big cases against the reference and bitwise identical for 1, 2 and 4
+// threads, a decode call giving each row its prefill bits, every golden-matrix case within
+// tolerance, and planned runs fitting the workspace their plan asked for.
+
+// The tile subject's gemm table, its level and the routes (the tile GEMM forced on), for one scope.
+struct TileScope {
+  explicit TileScope(const TileSubject& t) : table(t), routes(RouteMode::off, RouteMode::off, RouteMode::on) {}
+  GemmTableScope table;
+  RouteModes routes;
+};
+
+bool bf16_case(const BigCase& c) { return !c.knobs.contains("dtype") || c.knobs.at("dtype") == "bf16"; }
+
+using FusedQkvTileGemm = TileSubjectTest;
+
+TEST_P(FusedQkvTileGemm, BigCasesMatchReferenceAndAreThreadCountInvariant) {
+  TileScope scope(GetParam());
+  ASSERT_NE(cpu::gemm_kernels().gemm_tiles, nullptr);
+  for (const BigCase& c : big_cases()) {
+    if (!bf16_case(c)) continue;
+    SCOPED_TRACE(c.name);
+    expect_reference_match_and_thread_invariance(driver(), driver().generate(c.knobs, 13), expect_same_outputs);
+  }
+}
+
+TEST_P(FusedQkvTileGemm, DecodeEqualsPrefillRowByRow) {
+  TileScope scope(GetParam());
+  for (const BigCase& c : big_cases()) {
+    if (!bf16_case(c)) continue;
+    SCOPED_TRACE(c.name);
+    expect_decode_equals_prefill_row_by_row(c.knobs);
+  }
+}
+
+TEST_P(FusedQkvTileGemm, EveryGoldenMatrixCaseWithinTolerance) {
+  TileScope scope(GetParam());
+  expect_golden_matrix_within_tolerance(GetParam().name);
+}
+
+// Calls of more than one row tile (256) pack a group of column tiles once into the call buffer.
+TEST_P(FusedQkvTileGemm, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
+  TileScope scope(GetParam());
+  expect_planned_runs_fit_their_workspace(14, [](const Bundle& in) {
+    const bool f32 = in.at("hidden_state").dtype() == DType::f32;
+    return in.at("hidden_state").shape()[0] > 256 && !f32;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvTileGemm, ::testing::ValuesIn(tile_subjects()), tile_subject_name);
 
 }  // namespace
 }  // namespace mlakit::testing

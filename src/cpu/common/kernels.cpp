@@ -1,6 +1,7 @@
 #include "cpu/common/kernels.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -115,7 +116,15 @@ const simd::Fp8QuantKernels& fp8_quant_kernels(Isa level, std::vector<Decline>* 
 }
 
 const simd::Fp8DecodeKernels& fp8_decode_kernels() { return fp8_decode_kernels(active_isa()); }
-const simd::GemmKernels& gemm_kernels() { return gemm_kernels(active_isa()); }
+namespace {
+std::atomic<const simd::GemmKernels*> gemm_for_tests{nullptr};
+}  // namespace
+
+void set_gemm_kernels_for_tests(const simd::GemmKernels* table) { gemm_for_tests.store(table); }
+const simd::GemmKernels& gemm_kernels() {
+  const simd::GemmKernels* t = gemm_for_tests.load(std::memory_order_relaxed);
+  return t ? *t : gemm_kernels(active_isa());
+}
 const simd::TopkKernels& topk_kernels() { return topk_kernels(active_isa()); }
 const simd::IndexScoreKernels& index_score_kernels() { return index_score_kernels(active_isa()); }
 const simd::BlockScoreKernels& block_score_kernels() { return block_score_kernels(active_isa()); }

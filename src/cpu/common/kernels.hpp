@@ -44,6 +44,11 @@ const simd::BlockScoreKernels& block_score_kernels();
 const simd::RopeNormKernels& rope_norm_kernels();
 const simd::Fp8QuantKernels& fp8_quant_kernels();
 
+// Tests only: the gemm table gemm_kernels() returns from now on, whatever the level (null: the
+// dispatched one again). The amx level's tile GEMM over emulated tiles runs the operators' tile
+// route with it on CPUs without AMX.
+void set_gemm_kernels_for_tests(const simd::GemmKernels* table);
+
 // The table compiled for exactly `level`, or nullptr when the library has none for it (tests and
 // benchmarks use this to run every level the CPU supports, whatever the cap).
 const simd::Fp8DecodeKernels* fp8_decode_kernels_at(Isa level);
