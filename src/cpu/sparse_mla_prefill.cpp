@@ -17,8 +17,11 @@
 //            then scale (· row scale) and the chunk maximum (simd scale_max)
 //   softmax  running maximum m and sum l per head; P = exp(S - m) in f32 (simd exp_sum, 2 ulp),
 //            the accumulated output rescaled by exp(m_old - m) when m grows
+//            On the amx level both products run on the tile GEMM (TDPBF16PS): Sᵀ = K·Qᵀ with the
+//            gathered bf16 K rows read in place and Q packed once per tile, then transposed
 //   O       += P·V on the simd NN tile: where the level has vdpbf16ps, P rounded to bf16 (as the
-//            spec allows, and FlashMLA does) against V row pairs zipped from the bf16 K rows;
+//            spec allows, and FlashMLA does) against V row pairs zipped from the bf16 K rows (on
+//            the amx level the tiles read the zipped pairs in place);
 //            elsewhere in f32 (P not rounded) on the panel GEMM, V gathered into column strips
 //            as its panels; for an fp8 cache P carries the row scale, so V is the exact codes
 // End: out = bf16(O / (l + exp(sink - m))), lse = m + log(l), max_logits = m; a row with no valid
@@ -38,6 +41,7 @@
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
+#include "cpu/common/tile_gemm.hpp"
 #include "core/shared/cache_rows.hpp"
 #include "mlakit/dtype.hpp"
 
@@ -56,6 +60,7 @@ struct Plan {
   std::int64_t page, num_rows;
   bool fp8;
   bool grouped;  // fp8 rows with several scales or a tail: dequantized into f32 rows
+  bool tiles;    // the bf16 products on the tile GEMM (amx; MLAKIT_TILE_GEMM=off keeps the dot tiles)
   std::size_t wq, wt, gran;
 };
 
@@ -181,6 +186,21 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
     vs = st + kSlotChunk * hp;
     for (std::size_t h = 0; h < hn; h += P) g.pack_panel_f32(q + h * ldq, ldq, std::min(P, hn - h), qk, qpanels + h * qk);
   }
+  // Tiles (amx): Q packed once into the tile unit's pair layout (heads as its columns), so that
+  // Sᵀ = K·Qᵀ reads the gathered K rows in place as the tiles' A, then is transposed to rows of
+  // heads; P·V reads the zipped V row pairs in place as the tiles' B.
+  std::uint16_t* qtiles = nullptr;
+  float* stt = nullptr;
+  std::size_t ldqt = 0;
+  if constexpr (kBf16) {
+    if (p.tiles) {
+      ldqt = 16 * simd::tile_pack_k(qk);
+      const std::size_t words = round_up(num_tiles(hn, 16) * ldqt, 32);
+      qtiles = static_cast<std::uint16_t*>(thread_scratch(words * sizeof(std::uint16_t) + kSlotChunk * hn * sizeof(float), 3));
+      stt = reinterpret_cast<float*>(qtiles + words);
+      g.pack_tiles_bf16(q, ldq, hn, qk, qtiles, ldqt);
+    }
+  }
   std::fill(obuf, obuf + hn * ldv, 0.0f);
   std::fill(m, m + hn, -std::numeric_limits<float>::infinity());
   std::fill(l, l + hn, 0.0f);
@@ -225,7 +245,13 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
           std::memcpy(vs + (e0 / P * kSlotChunk + i) * P, vr + e0, std::min(P, vd - e0) * sizeof(float));
     }
     if constexpr (kBf16) {
-      g.bf16_bf16(hn, cnt, qk, q, ldq, kbuf, ldk, sbuf, kSlotChunk, false);
+      if (qtiles) {
+        g.gemm_tiles(cnt, hn, qk, kbuf, ldk, qtiles, ldqt, 32, nullptr, stt, hn, false);
+        for (std::size_t h = 0; h < hn; ++h)
+          for (std::size_t i = 0; i < cnt; ++i) sbuf[h * kSlotChunk + i] = stt[i * hn + h];
+      } else {
+        g.bf16_bf16(hn, cnt, qk, q, ldq, kbuf, ldk, sbuf, kSlotChunk, false);
+      }
     } else {
       for (std::size_t h = 0; h < hn; h += P)
         g.gemm_panel(cnt, std::min(P, hn - h), qk, kbuf, ldk, qpanels + h * qk, st + h, hp, false);
@@ -246,7 +272,15 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
     if constexpr (kBf16) {
       for (std::size_t i = 0; i < cnt; i += 2)
         g.zip_rows_bf16(kbuf + i * ldk, i + 1 < cnt ? kbuf + (i + 1) * ldk : nullptr, vd, vz + i * ldv);
-      g.bf16_nn(hn, vd, cnt, pbuf, kSlotChunk, vz, 2 * ldv, obuf, ldv, true);
+      if (qtiles) {
+        // The tiles read whole steps of 16 row pairs: the pairs past the chunk's rows are zeroed
+        // (P is read as zero there, but stale rows could hold infinities).
+        const std::size_t pairs = (cnt + 1) / 2, padded = simd::tile_pack_k(cnt) / 2;
+        std::memset(vz + pairs * 2 * ldv, 0, (padded - pairs) * 2 * ldv * sizeof(std::uint16_t));
+        g.gemm_tiles(hn, vd, cnt, pbuf, kSlotChunk, vz, 32, 2 * ldv, nullptr, obuf, ldv, true);
+      } else {
+        g.bf16_nn(hn, vd, cnt, pbuf, kSlotChunk, vz, 2 * ldv, obuf, ldv, true);
+      }
     } else {
       for (std::size_t e0 = 0; e0 < vd; e0 += P)
         g.gemm_panel(hn, std::min(P, vd - e0), cnt, sbuf, kSlotChunk, vs + e0 / P * kSlotChunk * P, obuf + e0, ldv, true);
@@ -290,6 +324,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.wt = static_cast<std::size_t>(a.kv_cache.tail_size());
   p.gran = p.fp8 ? static_cast<std::size_t>(a.kv_cache.quant_granularity) : p.wq;
   p.grouped = p.fp8 && (p.wt > 0 || p.gran < p.wq);
+  p.tiles = tile_gemm::use_for(p.gemm->gemm_tiles != nullptr, 1, 1);
   p.ldk = round_up(p.qk, 32);  // 64-byte rows in bf16, 128-byte in f32
   p.ldv = round_up(p.vd, 16);
   if (p.T == 0 || p.Hq == 0) return Status::success();

@@ -14,6 +14,7 @@
 #include "goldens/common/driver.hpp"
 #include "mlakit/dtype.hpp"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
+#include "support/amx_tile_subjects.hpp"
 #include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
@@ -65,9 +66,7 @@ TEST_P(SparseMlaCpu, ConcurrentCallersMatchSerial) {
 // Token 0: q[., ., 0] = -inf against cache rows whose element 0 is positive: every score is -inf,
 // which the reference turns into NaN (exp(-inf - (-inf))). Token 1: +inf, every score +inf: NaN
 // as well. Token 2 keeps finite scores. The cpu back-end gives the same, row by row.
-TEST_P(SparseMlaCpu, InfiniteScoresAsTheReference) {
-  IsaCap cap(GetParam().level);
-  json knobs = GetParam().c.knobs;
+void expect_infinite_scores_as_the_reference(json knobs) {
   knobs["cache_dtype"] = "bf16";
   Bundle in = driver().generate(knobs, 9);
   Tensor& blocks = in.at("kv_cache.blocks");
@@ -96,8 +95,53 @@ TEST_P(SparseMlaCpu, InfiniteScoresAsTheReference) {
   for (const auto& c : driver().compare(ref, got)) EXPECT_TRUE(c.pass) << goldens::describe(c);
 }
 
+TEST_P(SparseMlaCpu, InfiniteScoresAsTheReference) {
+  IsaCap cap(GetParam().level);
+  expect_infinite_scores_as_the_reference(GetParam().c.knobs);
+}
+
 INSTANTIATE_TEST_SUITE_P(sparse_mla_prefill, SparseMlaCpu, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
+
+
+// The tile GEMM (amx): both products on the tiles, on the real tiles where this CPU has AMX and on
+// the emulated ones wherever avx512bf16 runs: the big cases against the reference and bitwise
+// identical for 1, 2 and 4 threads, infinite scores as the reference gives them, and every
+// golden-matrix case (two seeds) within tolerance.
+using SparseMlaTileGemm = TileSubjectTest;
+
+TEST_P(SparseMlaTileGemm, BigCasesMatchReferenceAndAreThreadCountInvariant) {
+  GemmTableScope scope(GetParam());
+  ASSERT_NE(cpu::gemm_kernels().gemm_tiles, nullptr);
+  for (const BigCase& c : big_cases()) {
+    SCOPED_TRACE(c.name);
+    expect_reference_match_and_thread_invariance(driver(), driver().generate(c.knobs, 17), expect_same_outputs);
+  }
+}
+
+TEST_P(SparseMlaTileGemm, InfiniteScoresAsTheReference) {
+  GemmTableScope scope(GetParam());
+  for (const BigCase& c : big_cases()) {
+    SCOPED_TRACE(c.name);
+    expect_infinite_scores_as_the_reference(c.knobs);
+  }
+}
+
+TEST_P(SparseMlaTileGemm, EveryGoldenMatrixCaseWithinTolerance) {
+  GemmTableScope scope(GetParam());
+  for (const goldens::CaseSpec& c : driver().cases()) {
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle in = driver().generate(c.knobs, seed);
+      Bundle ref = in;
+      ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok()) << c.name;
+      const Bundle got = run_cpu(in);
+      for (const auto& cmp : driver().compare(ref, got))
+        EXPECT_TRUE(cmp.pass) << c.name << " seed " << seed << ": " << goldens::describe(cmp);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(sparse_mla_prefill, SparseMlaTileGemm, ::testing::ValuesIn(tile_subjects()), tile_subject_name);
 
 }  // namespace
 }  // namespace mlakit::testing
