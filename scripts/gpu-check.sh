@@ -32,6 +32,10 @@
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
+#         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
+#                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
+#                    PyTorch's bf16 CPU formulations            -> OUT/amx_tests.log, OUT/amx_*.json,
+#                                                                  OUT/amx_torch.txt
 #       (default: all of the first list, in that order; `first` is the short first call on a loaned
 #       GPU host: driver info gpu-tests sanitizers headline, about 4 minutes). OUT/summary.txt gets
 #       one line per phase, the PyTorch table and, after bench and torch (or headline), the table of
@@ -380,6 +384,51 @@ phase_torch_ops() {
   ! grep -q "skipped" "$out/torch_ops.log" || fail "torch-ops: CUDA cases skipped"
 }
 
+# The amx level on the host's CPU (where it has AMX): the tile kernels' and the operators' amx
+# tests (real tiles against the emulation, the tile routes against the reference), then the tile
+# GEMM rows (one thread, against the tile peak) and ops 4 and 5 at the amx and avx512bf16 levels in
+# one process (two threads, and the amx rows again on every core), beside PyTorch's bf16 CPU
+# formulations of the same cases.
+amx_ops='^(fused_qkv_paged/(llama3_8b_dense_t512|llama3_8b_dense_t2048|llama3_8b_gptq_t512|deepseek_v3_mla_fp8_t512|deepseek_v3_mla_fp8_t2048)|sparse_mla_prefill/(dsv32_t256|dsv32_fp8_t1024|quick_h64_k512))/cpu/(amx|avx512bf16)$'
+phase_amx() {
+  if ! grep -q amx_tile /proc/cpuinfo; then
+    note "amx: this CPU has no AMX tiles; skipped"
+    return
+  fi
+  local rc=0
+  : >"$out/amx_tests.log"
+  for t in test_kernels:'*GemmTiles*:*AmxTiles*:KernelDispatch*' test_fused_qkv_paged:'*amx*' \
+    test_sparse_mla_prefill:'*amx*'; do
+    rc=0
+    MLAKIT_NUM_THREADS=$(nproc) timeout 150 "$bin/${t%%:*}" --gtest_filter="${t#*:}" --gtest_brief=1 \
+      >>"$out/amx_tests.log" 2>&1 || rc=$?
+    note "amx tests ${t%%:*}: exit $rc; $(grep -Eo '^\[  PASSED  \] [0-9]+' "$out/amx_tests.log" | tail -1 | grep -Eo '[0-9]+$') passed"
+    [ $rc -eq 0 ] || fail "amx tests ${t%%:*}"
+  done
+  rc=0
+  timeout 60 "$bin/mlakit_bench_kernels" --benchmark_filter='^(peak/.*|gemm/(tiles_.*|bf16_f8_block_scaled_m64.*|bf16_bf16_m128n64k576|bf16_nn_m128n512k64))/(amx|avx512bf16)$' \
+    --benchmark_min_time=0.2 --benchmark_format=json --benchmark_out="$out/amx_kernels.json" \
+    --benchmark_out_format=json >/dev/null 2>&1 || rc=$?
+  note "amx kernels: exit $rc, $(grep -c '"name"' "$out/amx_kernels.json" 2>/dev/null) rows"
+  rc=0
+  MLAKIT_NUM_THREADS=2 timeout "${MLAKIT_AMX_OPS_SECONDS:-150}" "$bin/mlakit_bench_ops" --benchmark_filter="$amx_ops" \
+    --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_format=json >"$out/amx_ops.json" 2>/dev/null || rc=$?
+  note "amx ops, 2 threads: exit $rc"
+  rc=0
+  MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout 60 "$bin/mlakit_bench_ops" \
+    --benchmark_filter="${amx_ops%(amx|avx512bf16)\$}amx\$" --benchmark_min_time=0.2 \
+    --benchmark_format=json >"$out/amx_ops_all.json" 2>/dev/null || rc=$?
+  note "amx ops, $(nproc) threads: exit $rc"
+  rc=0
+  PYTHONUNBUFFERED=1 timeout 90 python3 bench/torch_baseline.py --device cpu --op 5 --compute bf16 --threads 2 \
+    --reps 3 --case llama3_8b_dense_t512 --case deepseek_v3_mla_fp8_t512 --case llama3_8b_gptq_t512 \
+    >>"$out/amx_torch.txt" 2>&1 || rc=$?
+  PYTHONUNBUFFERED=1 timeout 60 python3 bench/torch_baseline.py --device cpu --op 4 --compute bf16 --threads 2 \
+    --reps 3 --case dsv32_t256 --case quick_h64_k512 >>"$out/amx_torch.txt" 2>&1 || rc=$?
+  note "amx torch: exit $rc"
+}
+
 run() {
   out=$1
   shift
@@ -411,7 +460,7 @@ run() {
   [ "${phases[*]}" != first ] || phases=(driver info gpu-tests torch-ops sanitizers headline)
   for p in "${phases[@]}"; do
     case $p in
-      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline | table) "phase_$p" ;;
+      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline | table | amx) "phase_$p" ;;
       gpu-tests) phase_gpu_tests ;;
       torch-ops) phase_torch_ops ;;
       *) echo "unknown phase: $p" >&2; return 2 ;;
