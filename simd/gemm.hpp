@@ -51,7 +51,7 @@ struct TileScales {
   const float* s;
   std::size_t lds;
   std::size_t cols;   // columns per scale row, a multiple of tile_cols
-  std::size_t block;  // k per scale, a multiple of tile_k
+  std::size_t block;  // k per scale, a multiple of tile_k, at most 1024
 };
 
 struct GemmKernels {
@@ -184,19 +184,20 @@ struct GemmKernels {
   //   tile_pack_k(k)) are zero. A chunk of k starting at a multiple of tile_k continues a strip
   //   at + 16·k0.
   // gemm_tiles: C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + sum_p A[i*lda + p] * B[j][p] for
-  //   i < m, j < n, with B in the pair layout: B[j][2q + e] at b[(j / 16) * ldp + q * ldq + 2 (j % 16)
-  //   + e], for q up to tile_pack_k(k) / 2 (pairs past k must hold finite values; A's are read as
-  //   zero there): ldq = 32 for packed strips, or B zipped by pairs of rows along n (zip_rows_bf16:
-  //   ldp = 32, ldq = twice the zipped row length), read in place. Each output is a chain of TDPBF16PS
-  //   steps of 32 k: per step the even and the odd products summed apart from 0 (one fused
-  //   multiply-add rounded to nearest even each), their sum added to the running sum; bf16
-  //   subnormal inputs read as 0 and every result flushed to zero where subnormal, as the tile
-  //   unit does (so |err| <= (k/2 + k/32 + 1)·2^-24·(|C| + sum|a·b|) for normal operands). With
-  //   scales: each block of scales->block k (a multiple of tile_k, counted from the call's first
-  //   k) is such a chain from zero, and S += s·chain by one f32 FMA per block, S starting at C
-  //   (accumulating) or 0; s = scales->s[(j / scales->cols) * scales->lds + q] for the block q of
-  //   column j (scales->cols a multiple of tile_cols). The bits depend only on the operands, never on
-  //   m, n, the row's or column's place, or the thread. Nothing outside the m x n tile touched.
+  //   i < m, j < n, with B in the pair layout: B[j][2q + e] at b[(j / 16) * ldp + q * ldq +
+  //   2 (j % 16) + e], for q up to tile_pack_k(k) / 2 (pairs past k must hold finite values; A is
+  //   read as zero there): ldq = 32 for packed strips, or B zipped by pairs of rows along n
+  //   (zip_rows_bf16: ldp = 32, ldq = twice the zipped row length), read in place. Each output is
+  //   a chain of TDPBF16PS steps of 32 k: per step the even and the odd products summed apart
+  //   from 0 (one fused multiply-add rounded to nearest even each), their sum added to the running
+  //   sum; bf16 subnormal inputs read as 0 and every result flushed to zero where subnormal, as
+  //   the tile unit does (so |err| <= (k/2 + k/32 + 1)·2^-24·(|C| + sum|a·b|) for normal
+  //   operands). With scales: each block of scales->block k (a multiple of tile_k up to 1024,
+  //   counted from the call's first k) is such a chain from zero, and S += s·chain by one f32 FMA
+  //   per block, S starting at C (accumulating) or 0; s = scales->s[(j / scales->cols) *
+  //   scales->lds + q] for the block q of column j (scales->cols a multiple of tile_cols). The
+  //   bits depend only on the operands, never on m, n, the row's or column's place, or the
+  //   thread. Nothing outside the m x n tile touched.
   unsigned tile_rows, tile_cols, tile_k;  // the block of C one pass of tiles computes; k per step
   void (*pack_tiles_bf16)(const std::uint16_t* b, std::size_t ldb, std::size_t cols, std::size_t k,
                           std::uint16_t* packed, std::size_t ldp);

@@ -4,14 +4,16 @@
 // it over the real instructions, the tests over an emulation of them.
 //
 // Tiles (every one 16 rows x 64 bytes), for a block of 32 rows x 32 columns of C:
-//   A (tmm4, tmm5)   16 rows x 32 k, bf16: the activation rows as they lie (stride lda), or, for
-//                    the last rows of a call or the last k of a row, an L1 copy padded with zeros.
+//   A (tmm4, tmm5)   16 rows x 32 k, bf16: the block's rows copied once per pass of 512 k into
+//                    the tile layout (contiguous 64-byte rows, zero past the last row or k), so
+//                    that every column block reads them from L1 (rows of a large lda, read in
+//                    place, would fall into one cache set).
 //   B (tmm6, tmm7)   16 k pairs x 16 columns x 2 bf16: two strips of the packed weights (64 bytes
 //                    a pair row), or of rows zipped by pairs (a pair row every ldq elements), read
 //                    in place.
 //   C (tmm0..tmm3)   16 rows x 16 columns f32: C[a][b] += A[a] . B[b], k 32 at a time.
-// Without scales the C tiles stay in their registers over all of k and are loaded from / stored
-// to C in place (through an L1 copy at the edges of C). With block scales each block of k is
+// Without scales the C tiles stay in their registers over a pass and are loaded from / stored to
+// C in place (through an L1 copy at the edges of C). With block scales each block of k is
 // summed in the tiles from zero, stored, and added times its scale to f32 sums kept in L1 (one
 // FMA per element and block): the scale never touches an operand.
 //
@@ -153,7 +155,14 @@ inline void zero_c_tiles(Tiles& tiles) {
   unroll<kATiles * kBTiles>([&](auto t) { tiles.template zero<static_cast<int>(t)>(); });
 }
 
-// C (+)= A·Bᵀ over the packed B (simd/gemm.hpp, gemm_tiles).
+// k per pass over the blocks of C: the A block of a pass (32 rows x 512 bf16, 32 KiB) is copied
+// once into the tile layout and stays in L1 while every column block reads it; the C tiles go back
+// to C between passes (which the unit's accumulator flush makes exact).
+constexpr std::size_t kPassSteps = 16;
+constexpr std::size_t kMaxPassSteps = 32;  // a pass with block scales is whole blocks (up to 1024 k)
+constexpr std::size_t kStepWords = kBlockRows * kStepK;  // one step of the A block: 2 KiB
+
+// C (+)= A·Bᵀ over B in the pair layout (simd/gemm.hpp, gemm_tiles).
 template <class Tiles>
 void gemm_tiles(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t* a, std::size_t lda,
                 const std::uint16_t* packed, std::size_t ldp, std::size_t ldq, const TileScales* scales, float* c,
@@ -164,66 +173,75 @@ void gemm_tiles(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t
       for (std::size_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, n * sizeof(float));
     return;
   }
-  alignas(64) std::uint16_t abuf[kBlockRows * kStepK];
+  // The A block of a pass, in the tile layout: step s at s * kStepWords, row r at r * kStepK.
+  alignas(64) static thread_local std::uint16_t ablock[kMaxPassSteps * kStepWords];
   alignas(64) float cblk[kBlockRows * kBlockCols];
   alignas(64) float sums[kBlockRows * kBlockCols];
   const std::size_t steps = (k + kStepK - 1) / kStepK, step_elems = kStepK / 2 * ldq;
+  // With block scales a pass is whole blocks, so that each block's chain runs in the tiles from 0.
+  std::size_t pass_steps = kPassSteps;
+  if (scales) {
+    const std::size_t bs = scales->block / kStepK;
+    pass_steps = bs >= kPassSteps ? std::min(bs, kMaxPassSteps) : kPassSteps / bs * bs;
+  }
   Tiles tiles(&kTileConfig);
-  for (std::size_t j0 = 0; j0 < n; j0 += kBlockCols) {
-    const std::size_t cols = std::min(kBlockCols, n - j0);
-    const std::uint16_t* b0 = packed + (j0 / kStripCols) * ldp;
-    // A block of at most 16 columns has one strip: its second B tile repeats the first, and the
-    // C tiles it feeds are never stored.
-    const std::uint16_t* b1 = cols > kStripCols ? b0 + ldp : b0;
+  for (std::size_t s0 = 0; s0 < steps; s0 += pass_steps) {
+    const std::size_t s1 = std::min(steps, s0 + pass_steps);
+    // C holds the sums so far: from the second pass on, or when accumulating.
+    const bool c_in = s0 > 0 || accumulate;
     for (std::size_t i0 = 0; i0 < m; i0 += kBlockRows) {
       const std::size_t rows = std::min(kBlockRows, m - i0);
-      const bool whole = rows == kBlockRows && cols == kBlockCols;
-      float* cb = c + i0 * ldc + j0;
-      const std::uint16_t* ab = a + i0 * lda;
-      if (scales) {
-        if (accumulate) block_from_c(cb, ldc, rows, cols, sums);
-        else std::memset(sums, 0, sizeof sums);
-        zero_c_tiles(tiles);
-      } else if (!accumulate) {
-        zero_c_tiles(tiles);
-      } else if (whole) {
-        load_c_tiles(tiles, cb, ldc * sizeof(float));
-      } else {
-        block_from_c(cb, ldc, rows, cols, cblk);
-        load_c_tiles(tiles, cblk, kBlockCols * sizeof(float));
-      }
-      for (std::size_t s = 0; s < steps; ++s) {
-        const std::size_t k0 = s * kStepK, kn = std::min(kStepK, k - k0);
-        if (rows == kBlockRows && kn == kStepK) {
-          tiles.template load<a_tile(0)>(ab + k0, lda * 2);
-          tiles.template load<a_tile(1)>(ab + kTileRows * lda + k0, lda * 2);
-        } else {
-          copy_a_block(ab + k0, lda, rows, kn, abuf);
-          tiles.template load<a_tile(0)>(abuf, kStepK * 2);
-          tiles.template load<a_tile(1)>(abuf + kTileRows * kStepK, kStepK * 2);
-        }
-        tiles.template load<b_tile(0)>(b0 + s * step_elems, ldq * 2);
-        tiles.template load<b_tile(1)>(b1 + s * step_elems, ldq * 2);
-        tiles.template dp_bf16<c_tile(0, 0), a_tile(0), b_tile(0)>();
-        tiles.template dp_bf16<c_tile(0, 1), a_tile(0), b_tile(1)>();
-        tiles.template dp_bf16<c_tile(1, 0), a_tile(1), b_tile(0)>();
-        tiles.template dp_bf16<c_tile(1, 1), a_tile(1), b_tile(1)>();
-        if (scales && ((k0 + kStepK) % scales->block == 0 || s + 1 == steps)) {
-          // One block of k done: its sums times the block's scale into the running sums.
-          store_c_tiles(tiles, cblk, kBlockCols * sizeof(float));
+      for (std::size_t s = s0; s < s1; ++s)
+        copy_a_block(a + i0 * lda + s * kStepK, lda, rows, std::min(kStepK, k - s * kStepK),
+                     ablock + (s - s0) * kStepWords);
+      for (std::size_t j0 = 0; j0 < n; j0 += kBlockCols) {
+        const std::size_t cols = std::min(kBlockCols, n - j0);
+        const std::uint16_t* b0 = packed + (j0 / kStripCols) * ldp;
+        // A block of at most 16 columns has one strip: its second B tile repeats the first, and
+        // the C tiles it feeds are never stored.
+        const std::uint16_t* b1 = cols > kStripCols ? b0 + ldp : b0;
+        const bool whole = rows == kBlockRows && cols == kBlockCols;
+        float* cb = c + i0 * ldc + j0;
+        if (scales) {
+          if (c_in) block_from_c(cb, ldc, rows, cols, sums);
+          else std::memset(sums, 0, sizeof sums);
           zero_c_tiles(tiles);
-          const __m512 sc = _mm512_set1_ps(scales->s[(j0 / scales->cols) * scales->lds + k0 / scales->block]);
-          for (std::size_t e = 0; e < kBlockRows * kBlockCols; e += 16)
-            _mm512_store_ps(sums + e, _mm512_fmadd_ps(sc, _mm512_load_ps(cblk + e), _mm512_load_ps(sums + e)));
+        } else if (!c_in) {
+          zero_c_tiles(tiles);
+        } else if (whole) {
+          load_c_tiles(tiles, cb, ldc * sizeof(float));
+        } else {
+          block_from_c(cb, ldc, rows, cols, cblk);
+          load_c_tiles(tiles, cblk, kBlockCols * sizeof(float));
         }
-      }
-      if (scales) {
-        block_to_c(sums, rows, cols, cb, ldc);
-      } else if (whole) {
-        store_c_tiles(tiles, cb, ldc * sizeof(float));
-      } else {
-        store_c_tiles(tiles, cblk, kBlockCols * sizeof(float));
-        block_to_c(cblk, rows, cols, cb, ldc);
+        for (std::size_t s = s0; s < s1; ++s) {
+          const std::uint16_t* as = ablock + (s - s0) * kStepWords;
+          tiles.template load<a_tile(0)>(as, kRowBytes);
+          tiles.template load<a_tile(1)>(as + kTileRows * kStepK, kRowBytes);
+          tiles.template load<b_tile(0)>(b0 + s * step_elems, ldq * 2);
+          tiles.template load<b_tile(1)>(b1 + s * step_elems, ldq * 2);
+          tiles.template dp_bf16<c_tile(0, 0), a_tile(0), b_tile(0)>();
+          tiles.template dp_bf16<c_tile(0, 1), a_tile(0), b_tile(1)>();
+          tiles.template dp_bf16<c_tile(1, 0), a_tile(1), b_tile(0)>();
+          tiles.template dp_bf16<c_tile(1, 1), a_tile(1), b_tile(1)>();
+          const std::size_t k0 = s * kStepK;
+          if (scales && ((k0 + kStepK) % scales->block == 0 || s + 1 == steps)) {
+            // One block of k done: its sums times the block's scale into the running sums.
+            store_c_tiles(tiles, cblk, kBlockCols * sizeof(float));
+            zero_c_tiles(tiles);
+            const __m512 sc = _mm512_set1_ps(scales->s[(j0 / scales->cols) * scales->lds + k0 / scales->block]);
+            for (std::size_t e = 0; e < kBlockRows * kBlockCols; e += 16)
+              _mm512_store_ps(sums + e, _mm512_fmadd_ps(sc, _mm512_load_ps(cblk + e), _mm512_load_ps(sums + e)));
+          }
+        }
+        if (scales) {
+          block_to_c(sums, rows, cols, cb, ldc);
+        } else if (whole) {
+          store_c_tiles(tiles, cb, ldc * sizeof(float));
+        } else {
+          store_c_tiles(tiles, cblk, kBlockCols * sizeof(float));
+          block_to_c(cblk, rows, cols, cb, ldc);
+        }
       }
     }
   }

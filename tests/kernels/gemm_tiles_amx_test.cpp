@@ -52,6 +52,8 @@ std::vector<Subject> subjects() {
           {"amx", cpu::gemm_kernels_at(Isa::amx), Isa::amx}};
 }
 
+void PrintTo(const Subject& s, std::ostream* os) { *os << s.name; }
+
 class GemmTiles : public ::testing::TestWithParam<Subject> {};
 
 TEST(GemmTilesTable, OnlyTheAmxLevelHasTheTileGemm) {
@@ -117,7 +119,7 @@ struct Shape {
 // Every output against the model, C outside the tile untouched, for plain and block-scaled calls
 // with and without accumulation; bf16 weights and fp8 weights (all 256 codes in every fp8 set);
 // activations with a few subnormal and tiny values so that the unit's flushes are exercised.
-void check_calls(const simd::GemmKernels& g, const Shape& sh, std::uint64_t seed) {
+void check_calls(const simd::GemmKernels& g, const Shape& sh, std::uint64_t seed, std::size_t block_override = 0) {
   Rng rng(seed);
   const std::size_t lda = sh.k + 3, ldb = sh.k + 1, ldc = sh.n + 5;
   std::vector<std::uint16_t> a(sh.m * lda), bb(sh.n * ldb);
@@ -137,7 +139,7 @@ void check_calls(const simd::GemmKernels& g, const Shape& sh, std::uint64_t seed
   std::vector<std::uint16_t> pb(strips * ldp), p8(strips * ldp);
   g.pack_tiles_bf16(bb.data(), ldb, sh.n, sh.k, pb.data(), ldp);
   g.pack_tiles_f8(b8.data(), ldb, sh.n, sh.k, p8.data(), ldp);
-  const std::size_t block = 32u << (seed % 3), scale_cols = 32u << (seed % 2);
+  const std::size_t block = block_override ? block_override : 32u << (seed % 3), scale_cols = 32u << (seed % 2);
   const std::size_t kblocks = (sh.k + block - 1) / block, srows = (sh.n + scale_cols - 1) / scale_cols;
   std::vector<float> scales(srows * (kblocks + 1));
   for (auto& s : scales) s = rng.uniform(0.001f, 0.02f);
@@ -198,7 +200,7 @@ TEST_P(GemmTiles, EveryOutputIsTheTileChain) {
   std::uint64_t seed = 100;
   for (std::size_t m : {1u, 15u, 16u, 17u, 32u, 33u, 70u})
     for (std::size_t n : {1u, 16u, 17u, 32u, 33u, 70u})
-      for (std::size_t k : {0u, 1u, 31u, 32u, 33u, 100u, 256u}) check_calls(g, {m, n, k}, seed++);
+      for (std::size_t k : {0u, 1u, 31u, 32u, 33u, 100u, 256u, 600u}) check_calls(g, {m, n, k}, seed++);
 }
 
 // An operator's work tile: 128 rows x 128 columns x 1024 k, a chunk of a larger k continued
@@ -240,6 +242,13 @@ TEST_P(GemmTiles, ZippedRowPairsReadInPlace) {
         for (std::size_t i = 0; i < m * n; ++i)
           ASSERT_EQ(bits_of(cz[i]), bits_of(cp[i])) << "m " << m << " n " << n << " k " << k << " at " << i;
       }
+}
+
+// Scale blocks that do not divide the 512 k of a pass (96: passes of 480) and the largest (1024:
+// passes of 1024), over several passes.
+TEST_P(GemmTiles, ScaleBlocksSpanWholePasses) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam().runs_on);
+  for (std::size_t block : {96u, 1024u}) check_calls(*GetParam().g, {40, 40, 2100}, 7 + block, block);
 }
 
 // A call loads the tile configuration and releases it, whatever its shape.
