@@ -389,7 +389,9 @@ phase_torch_ops() {
 # GEMM rows (one thread, against the tile peak) and ops 4 and 5 at the amx and avx512bf16 levels in
 # one process (two threads, and the amx rows again on every core), beside PyTorch's bf16 CPU
 # formulations of the same cases.
-amx_ops='^(fused_qkv_paged/(llama3_8b_dense_t512|llama3_8b_dense_t2048|llama3_8b_gptq_t512|deepseek_v3_mla_fp8_t512|deepseek_v3_mla_fp8_t2048)|sparse_mla_prefill/(dsv32_t256|dsv32_fp8_t1024|quick_h64_k512))/cpu/(amx|avx512bf16)$'
+# MLAKIT_AMX_LEVELS narrows the operator rows' levels (default "amx|avx512bf16"); MLAKIT_AMX_TORCH=off
+# leaves PyTorch out.
+amx_ops_rows='^(fused_qkv_paged/(llama3_8b_dense_t512|llama3_8b_dense_t2048|llama3_8b_gptq_t512|deepseek_v3_mla_fp8_t512|deepseek_v3_mla_fp8_t2048)|sparse_mla_prefill/(dsv32_t256|dsv32_fp8_t1024|quick_h64_k512))/cpu/'
 phase_amx() {
   if ! grep -q amx_tile /proc/cpuinfo; then
     note "amx: this CPU has no AMX tiles; skipped"
@@ -411,15 +413,17 @@ phase_amx() {
     --benchmark_out_format=json >/dev/null 2>&1 || rc=$?
   note "amx kernels: exit $rc, $(grep -c '"name"' "$out/amx_kernels.json" 2>/dev/null) rows"
   rc=0
-  MLAKIT_NUM_THREADS=2 timeout "${MLAKIT_AMX_OPS_SECONDS:-150}" "$bin/mlakit_bench_ops" --benchmark_filter="$amx_ops" \
+  MLAKIT_NUM_THREADS=2 timeout "${MLAKIT_AMX_OPS_SECONDS:-150}" "$bin/mlakit_bench_ops" \
+    --benchmark_filter="$amx_ops_rows(${MLAKIT_AMX_LEVELS:-amx|avx512bf16})\$" \
     --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_format=json >"$out/amx_ops.json" 2>/dev/null || rc=$?
   note "amx ops, 2 threads: exit $rc"
   rc=0
   MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout 60 "$bin/mlakit_bench_ops" \
-    --benchmark_filter="${amx_ops%(amx|avx512bf16)\$}amx\$" --benchmark_min_time=0.2 \
+    --benchmark_filter="${amx_ops_rows}amx\$" --benchmark_min_time=0.2 \
     --benchmark_format=json >"$out/amx_ops_all.json" 2>/dev/null || rc=$?
   note "amx ops, $(nproc) threads: exit $rc"
+  [ "${MLAKIT_AMX_TORCH:-on}" != off ] || return 0
   rc=0
   PYTHONUNBUFFERED=1 timeout 90 python3 bench/torch_baseline.py --device cpu --op 5 --compute bf16 --threads 2 \
     --reps 3 --case llama3_8b_dense_t512 --case deepseek_v3_mla_fp8_t512 --case llama3_8b_gptq_t512 \
