@@ -159,7 +159,11 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   out.emplace_back("fp8_decode", std::string(f.level) + " (" + f.kind + ")");
   const simd::GemmKernels& g = gemm_kernels(want);
   out.emplace_back("gemm", std::string(g.level) + " (" + std::to_string(g.mr) + "x" + std::to_string(g.nr) +
-                               " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") + ")");
+                               " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") +
+                               (g.gemm_tiles ? "; " + std::to_string(g.tile_rows) + "x" + std::to_string(g.tile_cols) +
+                                                   " blocks of AMX bf16 tiles (tdpbf16ps)"
+                                             : "") +
+                               ")");
   out.emplace_back("topk", topk_kernels(want).level);
   const simd::IndexScoreKernels& is = index_score_kernels(want);
   const bool amx_tiles = std::strcmp(is.level, "amx") == 0;
