@@ -62,6 +62,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/library_gemm.hpp"
 #include "cpu/common/panel_gemm.hpp"
@@ -295,7 +296,7 @@ bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const 
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
   const auto N = static_cast<std::size_t>(d.q_dim + a.kv_cache.kv_dim() * a.kv_cache.num_kv_heads() * a.kv_cache.head_size());
   // The bf16-dot levels keep bf16 operands on their own pair-dot tiles.
-  if (g.bf16_dot && a.hidden_state.dtype == DType::bf16) return false;
+  if (bf16_dot::use(g) && a.hidden_state.dtype == DType::bf16) return false;
   if (T > INT_MAX || K > INT_MAX || N > INT_MAX) return false;
   return library_gemm::use_for(T, kLibraryMinRows[static_cast<int>(d.weight_format)]);
 }
@@ -437,7 +438,7 @@ constexpr std::size_t kPanelChunk = 256;
 
 bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   // The bf16-dot levels keep bf16 operands on their own pair-dot tiles.
-  if (g.bf16_dot && a.hidden_state.dtype == DType::bf16) return false;
+  if (bf16_dot::use(g) && a.hidden_state.dtype == DType::bf16) return false;
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
   return panel_gemm::use_for(T, kPanelMinRows[static_cast<int>(d.weight_format)]);
 }

@@ -48,6 +48,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
@@ -502,7 +503,7 @@ std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows,
 CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   CallBufferSizes sizes;
   const Shape s = shape_of(d);
-  const bool pairs = gemm_kernels().bf16_nn != nullptr;
+  const bool pairs = bf16_dot::use(gemm_kernels());
   const bool pair_gemm = pairs && s.bk % 2 == 0;
   const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
   const std::size_t panel = gemm_kernels().panel_cols;
@@ -537,7 +538,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   const simd::Fp8QuantKernels& fq = fp8_quant_kernels();
   // Where the level has the bf16 pair dot, K is laid out in pairs for it, and the KV GEMM runs on it
   // unless a pair would straddle two scale groups (odd bk); everything else runs on f32 FMA.
-  const bool pairs = g.bf16_nn != nullptr;
+  const bool pairs = bf16_dot::use(g);
   const bool pair_gemm = pairs && s.bk % 2 == 0;
   const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);

@@ -38,6 +38,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
@@ -333,7 +334,8 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.head_tile = std::min(kHeadTile, p.Hq);
   while (p.head_tile > 16 && p.T * ((p.Hq + p.head_tile - 1) / p.head_tile) < want_tiles) p.head_tile /= 2;
   const std::size_t groups = (p.Hq + p.head_tile - 1) / p.head_tile;
-  const bool bf16 = p.gemm->bf16_dot && !p.grouped;
+  // bf16 rows on the tiles (amx), or on the pair dot where it outruns the f32 paths here.
+  const bool bf16 = (p.tiles || bf16_dot::use(*p.gemm)) && !p.grouped;
   parallel_for_tiles(p.T * groups, 1, [&](std::size_t b, std::size_t e) {
     for (std::size_t i = b; i < e; ++i) {
       const std::size_t t = i / groups, h0 = (i % groups) * p.head_tile;

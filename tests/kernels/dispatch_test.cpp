@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "kernels/kernel_list.hpp"
 
 namespace mlakit::kernel_tests {
@@ -115,6 +116,34 @@ TEST(KernelDispatch, ChoicesForInfo) {
           << choice;
     }
   EXPECT_TRUE(index_score) << "index_score missing from kernel_choices()";
+}
+
+
+// The pair dot for the GEMM-shaped work: never where the level has none, forced on or off by the
+// switch, and in its automatic mode on AMD CPUs only (Intel's vdpbf16ps runs at half the f32
+// FMA's flops, so the f32 paths win there).
+TEST(KernelDispatch, Bf16DotChoice) {
+  const cpu::RouteMode saved = cpu::bf16_dot::mode();
+  const simd::GemmKernels& with = *cpu::gemm_kernels_at(Isa::avx512bf16);
+  const simd::GemmKernels& without = *cpu::gemm_kernels_at(Isa::avx512);
+  ASSERT_TRUE(with.bf16_dot);
+  ASSERT_FALSE(without.bf16_dot);
+  for (cpu::RouteMode m : {cpu::RouteMode::automatic, cpu::RouteMode::on, cpu::RouteMode::off}) {
+    cpu::bf16_dot::set_mode(m);
+    EXPECT_FALSE(cpu::bf16_dot::use(without));
+  }
+  cpu::bf16_dot::set_mode(cpu::RouteMode::on);
+  EXPECT_TRUE(cpu::bf16_dot::use(with));
+  cpu::bf16_dot::set_mode(cpu::RouteMode::off);
+  EXPECT_FALSE(cpu::bf16_dot::use(with));
+  cpu::bf16_dot::set_mode(cpu::RouteMode::automatic);
+  EXPECT_EQ(cpu::bf16_dot::use(with), core::cpu_info().vendor == "AuthenticAMD") << core::cpu_info().vendor;
+  cpu::bf16_dot::set_mode(saved);
+}
+
+TEST(KernelDispatch, CpuVendorIsRead) {
+  const std::string& v = core::cpu_info().vendor;
+  EXPECT_EQ(v.size(), 12u) << v;  // the 12 characters of CPUID leaf 0
 }
 
 }  // namespace

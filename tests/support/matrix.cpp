@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "goldens/common/device_staging.hpp"
 
 namespace mlakit::testing {
@@ -9,8 +10,16 @@ namespace mlakit::testing {
 using goldens::Bundle;
 using goldens::Comparison;
 
-IsaCap::IsaCap(Isa cap) : saved_(max_isa()) { set_max_isa(cap); }
-IsaCap::~IsaCap() { set_max_isa(saved_); }
+// Levels with the bf16 pair dot are tested on it on every CPU (the automatic choice takes it on
+// AMD CPUs only): their f32 paths are the avx512 level's, tested there.
+IsaCap::IsaCap(Isa cap) : saved_(max_isa()), saved_bf16_dot_(cpu::bf16_dot::mode()) {
+  set_max_isa(cap);
+  if (static_cast<int>(cap) >= static_cast<int>(Isa::avx512bf16)) cpu::bf16_dot::set_mode(cpu::RouteMode::on);
+}
+IsaCap::~IsaCap() {
+  set_max_isa(saved_);
+  cpu::bf16_dot::set_mode(saved_bf16_dot_);
+}
 
 std::vector<BackendUnderTest> backends_under_test() {
   std::vector<BackendUnderTest> v;

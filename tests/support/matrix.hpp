@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cpu/common/route_switch.hpp"
 #include "goldens/common/driver.hpp"
 
 namespace mlakit::testing {
@@ -52,13 +53,18 @@ using Oracle = std::function<void(goldens::Bundle&)>;
 void run_reference_against_oracle(const goldens::OpDriver& driver, const goldens::CaseSpec& spec, std::uint64_t seed,
                                   const Oracle& oracle);
 
-// Sets the ISA cap for the lifetime of the object.
+// Sets the ISA cap for the lifetime of the object; at the levels with the bf16 pair dot it also
+// turns the pair dot on for the GEMM-shaped work (cpu/common/bf16_dot.hpp), so that each level's
+// own arithmetic is what its cases test, on every CPU.
 class IsaCap {
  public:
   explicit IsaCap(Isa cap);
   ~IsaCap();
+  IsaCap(const IsaCap&) = delete;
+  IsaCap& operator=(const IsaCap&) = delete;
  private:
   Isa saved_;
+  cpu::RouteMode saved_bf16_dot_;
 };
 
 }  // namespace mlakit::testing

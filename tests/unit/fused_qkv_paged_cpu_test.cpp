@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/library_gemm.hpp"
 #include "cpu/common/panel_gemm.hpp"
@@ -255,7 +256,7 @@ TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
   // activations on a level with the bf16 dot stay on the own tiles, which need none.
   expect_planned_runs_fit_their_workspace(9, [](const Bundle& in) {
     const bool f32 = in.at("hidden_state").dtype() == DType::f32;
-    if (!f32 && cpu::gemm_kernels().bf16_dot) return false;
+    if (!f32 && cpu::bf16_dot::use(cpu::gemm_kernels())) return false;
     return !(f32 && in.has("weight") && !in.has("weight_scale"));
   });
 }
@@ -264,7 +265,7 @@ TEST(FusedQkvLibraryGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
 TEST(FusedQkvPanelGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
   RouteModes on(RouteMode::off, RouteMode::on);
   expect_planned_runs_fit_their_workspace(12, [](const Bundle& in) {
-    const bool bf16_dot = cpu::gemm_kernels().bf16_dot && in.at("hidden_state").dtype() == DType::bf16;
+    const bool bf16_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && in.at("hidden_state").dtype() == DType::bf16;
     return in.at("hidden_state").shape()[0] > 256 && !bf16_dot;
   });
 }

@@ -40,6 +40,11 @@ CpuInfo detect() {
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return info;
   const unsigned max_leaf = a;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  info.vendor = vendor;
   __get_cpuid(1, &a, &b, &c, &d);
   const bool osxsave = (c >> 27) & 1;
   const bool fma = (c >> 12) & 1, f16c = (c >> 29) & 1, avx = (c >> 28) & 1;

@@ -28,6 +28,7 @@ enum CpuFeature : std::uint32_t {
 struct CpuInfo {
   std::uint32_t features = 0;  // CpuFeature bits usable here (OS state enabled)
   std::string model;           // brand string
+  std::string vendor;          // CPUID leaf 0: "GenuineIntel", "AuthenticAMD", ...
   bool has(std::uint32_t f) const { return (features & f) == f; }
 };
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/common/cpu_features.hpp"
+#include "cpu/common/bf16_dot.hpp"
 
 namespace mlakit::cpu {
 namespace {
@@ -160,6 +161,7 @@ std::vector<std::pair<std::string, std::string>> kernel_choices() {
   const simd::GemmKernels& g = gemm_kernels(want);
   out.emplace_back("gemm", std::string(g.level) + " (" + std::to_string(g.mr) + "x" + std::to_string(g.nr) +
                                " tile, " + (g.bf16_dot ? "bf16 dot" : "f32 FMA") +
+                               (g.bf16_dot && !bf16_dot::use(g) ? "; ops 3-5 on f32 FMA here (MLAKIT_BF16_DOT)" : "") +
                                (g.gemm_tiles ? "; " + std::to_string(g.tile_rows) + "x" + std::to_string(g.tile_cols) +
                                                    " blocks of AMX bf16 tiles (tdpbf16ps)"
                                              : "") +
