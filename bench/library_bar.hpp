@@ -15,7 +15,28 @@
 
 #include "goldens/common/tensor.hpp"
 
+#include <cstddef>
+#include <functional>
+#include <vector>
+
 namespace mlakit::bench {
+
+// One product C (m x n) = A (m x k) · Bᵀ (B n x k).
+struct Gemm {
+  std::size_t m, n, k;
+};
+// `calls` rounds of the products, their time multiplied by `multiplier` (a sample scaled to the
+// whole call, or one head's products times the heads).
+struct GemmGroup {
+  std::vector<Gemm> gemms;
+  std::size_t calls;
+  double multiplier;
+};
+// The GEMMs a library would run for op's call on bundle b (empty: the operator has no such form).
+std::vector<GemmGroup> library_gemms(const std::string& op, const goldens::Bundle& b);
+// Seconds of `calls` rounds of the products on `threads` threads, the best of three.
+using GemmTimer = std::function<double(const std::vector<Gemm>& gemms, std::size_t calls, int threads)>;
+double time_groups(const std::vector<GemmGroup>& groups, const GemmTimer& timer, int threads);
 
 // Seconds the library GEMMs of bundle b's call take on the back-end's threads, or nothing.
 std::optional<double> library_seconds(const std::string& op, const goldens::Bundle& b, int threads);

@@ -7,6 +7,7 @@
 
 #include "bench/gpu_peak.hpp"
 #include "bench/library_bar.hpp"
+#include "bench/onednn_bar.hpp"
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
 #include "cpu/common/kernels.hpp"
@@ -136,9 +137,13 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   state.counters["pct_paged_read"] = w.bytes / t.seconds_per_call / (peak().paged_gbps_all * 1e9) * 100.0;
   // pct_of_library: the same GEMMs through the BLAS library (bench/library_bar.hpp) against this
   // call, in time: above 100 the operator, with all it does besides, beats the library's GEMMs.
-  if (be.backend == Backend::cpu)
+  // pct_of_onednn: the same against oneDNN's bf16 matmul (bench/onednn_bar.hpp), where built in.
+  if (be.backend == Backend::cpu) {
     if (const auto lib = library_seconds(driver.name(), bundle, cpu::num_threads()))
       state.counters["pct_of_library"] = *lib / t.seconds_per_call * 100.0;
+    if (const auto dn = onednn_seconds(driver.name(), bundle, cpu::num_threads()))
+      state.counters["pct_of_onednn"] = *dn / t.seconds_per_call * 100.0;
+  }
 }
 
 void time_cpu_call(benchmark::State& state, const goldens::Work& w, const std::function<Status()>& call) {

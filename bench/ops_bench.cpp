@@ -2,7 +2,8 @@
 // on every back-end, named <op>/<case>/<backend>[/<isa>]. The peak probe runs first in the same
 // process; cpu rows' pct_peak is against its all-threads figure for their level's arithmetic, cuda
 // rows' against the GPU's bf16 matmul rate measured beside it (where a GPU is present); GEMM-shaped
-// cpu rows' pct_of_library against the BLAS library's GEMMs of the same shapes (library_bar.hpp).
+// cpu rows' pct_of_library against the BLAS library's GEMMs of the same shapes (library_bar.hpp)
+// and pct_of_onednn against oneDNN's bf16 matmuls of them (onednn_bar.hpp).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "bench/gpu_peak.hpp"
 #include "bench/library_bar.hpp"
+#include "bench/onednn_bar.hpp"
 #include "bench/op_bench.hpp"
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("peak", bench::describe(p));
   }
   benchmark::AddCustomContext("library_gemm", bench::library_description());
+  benchmark::AddCustomContext("onednn", bench::onednn_description());
   if (backend_available(Backend::cuda)) {
     const bench::GpuPeak& g = bench::gpu_peak();
     std::fprintf(stderr, "%s\n", bench::describe(g).c_str());

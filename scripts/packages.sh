@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libtbb-dev nlohmann-json3-dev
-          libcli11-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-dev clang)
+          libcli11-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-dev clang)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
