@@ -30,6 +30,16 @@ double time_sgemm(const std::vector<Gemm>& gemms, std::size_t calls, int threads
       for (const Gemm& g : gemms)
         cpu::library_gemm::sgemm_nt_threads(g.m, g.n, g.k, a.data(), g.k, b.data(), g.k, c.data(), g.n, threads);
   };
+  return best_of_three(once);
+}
+
+std::size_t dim(const goldens::Bundle& b, const char* tensor, int axis) {
+  return static_cast<std::size_t>(b.at(tensor).shape()[static_cast<std::size_t>(axis)]);
+}
+
+}  // namespace
+
+double best_of_three(const std::function<void()>& once) {
   once();  // warm-up
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
@@ -39,12 +49,6 @@ double time_sgemm(const std::vector<Gemm>& gemms, std::size_t calls, int threads
   }
   return best;
 }
-
-std::size_t dim(const goldens::Bundle& b, const char* tensor, int axis) {
-  return static_cast<std::size_t>(b.at(tensor).shape()[static_cast<std::size_t>(axis)]);
-}
-
-}  // namespace
 
 std::vector<GemmGroup> library_gemms(const std::string& op, const goldens::Bundle& b) {
   if (op == "fused_qkv_paged") {

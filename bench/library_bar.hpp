@@ -34,6 +34,8 @@ struct GemmGroup {
 };
 // The GEMMs a library would run for op's call on bundle b (empty: the operator has no such form).
 std::vector<GemmGroup> library_gemms(const std::string& op, const goldens::Bundle& b);
+// The best of three timings of once(), after one untimed call (warm-up), in seconds.
+double best_of_three(const std::function<void()>& once);
 // Seconds of `calls` rounds of the products on `threads` threads, the best of three.
 using GemmTimer = std::function<double(const std::vector<Gemm>& gemms, std::size_t calls, int threads)>;
 double time_groups(const std::vector<GemmGroup>& groups, const GemmTimer& timer, int threads);

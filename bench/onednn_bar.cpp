@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <tuple>
@@ -19,8 +18,6 @@ namespace mlakit::bench {
 
 #if defined(MLAKIT_HAVE_ONEDNN)
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Product {
   dnnl::matmul mm;
@@ -80,14 +77,7 @@ double time_bf16(const std::vector<Gemm>& gemms, std::size_t calls, int threads)
       }
     strm.wait();
   };
-  once();  // warm-up
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    once();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
+  return best_of_three(once);
 }
 
 }  // namespace

@@ -64,6 +64,21 @@ inline goldens::Bundle run_cpu(const goldens::OpDriver& driver, const goldens::B
 // Runs `in` on the cpu back-end with one thread and compares it with the reference (the driver's
 // comparison), then expects 2 and 4 threads to give the same bits: same(a, b, what) checks the
 // operator's outputs.
+// Every golden-matrix case of the driver, two seeds, on the cpu back-end as configured now (level,
+// routes), within the reference's tolerance; `where` names the configuration in failures.
+inline void expect_golden_matrix_within_tolerance(const goldens::OpDriver& driver, const std::string& where) {
+  for (const goldens::CaseSpec& c : driver.cases()) {
+    for (std::uint64_t seed : {1, 2}) {
+      const goldens::Bundle in = driver.generate(c.knobs, seed);
+      goldens::Bundle ref = in;
+      ASSERT_TRUE(driver.run(ref, RunOptions{Backend::reference}).ok()) << c.name;
+      const goldens::Bundle got = run_cpu(driver, in);
+      for (const auto& cmp : driver.compare(ref, got))
+        EXPECT_TRUE(cmp.pass) << where << " " << c.name << " seed " << seed << ": " << goldens::describe(cmp);
+    }
+  }
+}
+
 template <class Same>
 void expect_reference_match_and_thread_invariance(const goldens::OpDriver& driver, const goldens::Bundle& in,
                                                   Same same) {

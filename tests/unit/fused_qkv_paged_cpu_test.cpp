@@ -194,20 +194,8 @@ TEST_P(FusedQkvPanelGemm, DecodeEqualsPrefillRowByRow) {
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvPanelGemm, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
 
-// Every golden-matrix case (partial scale blocks, GPTQ v1 zeros, act-order, NaN columns, empty
-// batches, f32 and bf16), two seeds, on the route in force, within the reference's tolerance.
-void expect_golden_matrix_within_tolerance(const char* where) {
-  for (const goldens::CaseSpec& c : driver().cases()) {
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle in = driver().generate(c.knobs, seed);
-      Bundle ref = in;
-      ASSERT_TRUE(driver().run(ref, RunOptions{Backend::reference}).ok()) << c.name;
-      const Bundle got = run_cpu(in);
-      for (const auto& cmp : driver().compare(ref, got))
-        EXPECT_TRUE(cmp.pass) << where << " " << c.name << " seed " << seed << ": " << goldens::describe(cmp);
-    }
-  }
-}
+// The golden matrix's cases (partial scale blocks, GPTQ v1 zeros, act-order, NaN columns, empty
+// batches, f32 and bf16) on the route in force: expect_golden_matrix_within_tolerance.
 
 // Through the panel GEMM at every level this CPU runs (the bf16-dot levels keep bf16 activations
 // on their own tiles).
@@ -216,7 +204,7 @@ TEST(FusedQkvPanelGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
   for (const Isa level : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
     if (static_cast<int>(level) > static_cast<int>(cpu_supported_isa())) continue;
     IsaCap cap(level);
-    expect_golden_matrix_within_tolerance(isa_name(level));
+    expect_golden_matrix_within_tolerance(driver(), isa_name(level));
   }
 }
 
@@ -224,7 +212,7 @@ TEST(FusedQkvPanelGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
 TEST(FusedQkvLibraryGemmMatrix, EveryGoldenMatrixCaseWithinTolerance) {
   if (!cpu::library_gemm::available()) GTEST_SKIP() << cpu::library_gemm::description();
   RouteModes on(RouteMode::on, RouteMode::off);
-  expect_golden_matrix_within_tolerance("library");
+  expect_golden_matrix_within_tolerance(driver(), "library");
 }
 
 // Every big case planned with a workspace and run on exactly the size the plan asked for: no
@@ -311,7 +299,7 @@ TEST_P(FusedQkvTileGemm, DecodeEqualsPrefillRowByRow) {
 
 TEST_P(FusedQkvTileGemm, EveryGoldenMatrixCaseWithinTolerance) {
   TileScope scope(GetParam());
-  expect_golden_matrix_within_tolerance(GetParam().name);
+  expect_golden_matrix_within_tolerance(driver(), GetParam().name);
 }
 
 // Calls of more than one row tile (256) pack a group of column tiles once into the call buffer.
