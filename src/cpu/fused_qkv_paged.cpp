@@ -36,7 +36,15 @@
 // one thread in one fixed order: outputs are bitwise identical for 1, 2 or N threads, and a row
 // gets the same bits in a decode call as in a prefill call.
 //
-// The panel GEMM. On levels without a bf16 dot, and for f32 activations on every level, a prefill
+// The tile GEMM. On the amx level, bf16 prefills of at least kTilesMinRows rows run on AMX tiles
+// (simd/gemm.hpp, "Tile GEMM"): the weights of a group of column tiles packed once per call into
+// the tile unit's pair layout (fp8 codes decoded exactly, their block scales applied on the tile
+// sums; GPTQ formed as bf16 rows as below), then work tiles of 256 x 256 with k in calls of 1024.
+// Each output is one fixed chain of tile steps: thread-count independent, and a decode row on the
+// route gets its prefill bits. Within the same bound.
+//
+// The panel GEMM. Where the bf16 dot is not used (levels without it, and Intel CPUs, whose
+// vdpbf16ps is slower than their f32 FMA: cpu/common/bf16_dot.hpp), and for f32 activations, a prefill
 // of at least kPanelMinRows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; per chunk the tile's activations are
 // widened to f32 rows once, and each panel of weight columns (dense rows widened as they are
@@ -295,7 +303,7 @@ enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles };
 bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
   const auto N = static_cast<std::size_t>(d.q_dim + a.kv_cache.kv_dim() * a.kv_cache.num_kv_heads() * a.kv_cache.head_size());
-  // The bf16-dot levels keep bf16 operands on their own pair-dot tiles.
+  // Where the bf16 dot is used, bf16 operands stay on the own pair-dot tiles.
   if (bf16_dot::use(g) && a.hidden_state.dtype == DType::bf16) return false;
   if (T > INT_MAX || K > INT_MAX || N > INT_MAX) return false;
   return library_gemm::use_for(T, kLibraryMinRows[static_cast<int>(d.weight_format)]);
@@ -437,7 +445,7 @@ constexpr std::size_t kPanelColTile = 256;
 constexpr std::size_t kPanelChunk = 256;
 
 bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
-  // The bf16-dot levels keep bf16 operands on their own pair-dot tiles.
+  // Where the bf16 dot is used, bf16 operands stay on the own pair-dot tiles.
   if (bf16_dot::use(g) && a.hidden_state.dtype == DType::bf16) return false;
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
   return panel_gemm::use_for(T, kPanelMinRows[static_cast<int>(d.weight_format)]);

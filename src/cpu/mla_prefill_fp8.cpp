@@ -11,7 +11,8 @@
 //   KV                 per (128-row tile, head), one NN-tile call per bk group whose epilogue
 //                      scales the group's sums by sa · w_scale and adds them in f32; rounded once
 //                      to bf16. On the bf16 pair dot against weights widened and zipped in pairs
-//                      once per call where the level has it and bk is even, else on f32 FMA
+//                      once per call where it is used (a level with it, on a CPU where it outruns
+//                      f32 FMA: cpu/common/bf16_dot.hpp) and bk is even, else on f32 FMA
 //                      against weights widened to f32 (both exact). K's nope part is stored as the
 //                      B of the score products (with the pair dot, rows of pairs of 128 keys; else
 //                      panels of the panel GEMM); its rope part, the same for every head, once per
