@@ -387,11 +387,11 @@ phase_torch_ops() {
 # The amx level on the host's CPU (where it has AMX): the tile kernels' and the operators' amx
 # tests (real tiles against the emulation, the tile routes against the reference), then the tile
 # GEMM rows (one thread, against the tile peak) and ops 4 and 5 at the amx and avx512bf16 levels in
-# one process (two threads, and the amx rows again on every core), beside PyTorch's bf16 CPU
-# formulations of the same cases.
+# one process (two threads, and the amx rows again on every core), op 3's beside them (its f32
+# paths on Intel CPUs), and PyTorch's bf16 CPU formulations of ops 4 and 5.
 # MLAKIT_AMX_LEVELS narrows the operator rows' levels (default "amx|avx512bf16"); MLAKIT_AMX_TORCH=off
 # leaves PyTorch out.
-amx_ops_rows='^(fused_qkv_paged/(llama3_8b_dense_t512|llama3_8b_dense_t2048|llama3_8b_gptq_t512|deepseek_v3_mla_fp8_t512|deepseek_v3_mla_fp8_t2048)|sparse_mla_prefill/(dsv32_t256|dsv32_fp8_t1024|quick_h64_k512))/cpu/'
+amx_ops_rows='^(fused_qkv_paged/(llama3_8b_dense_t512|llama3_8b_dense_t2048|llama3_8b_gptq_t512|deepseek_v3_mla_fp8_t512|deepseek_v3_mla_fp8_t2048)|sparse_mla_prefill/(dsv32_t256|dsv32_fp8_t1024|quick_h64_k512)|mla_prefill_fp8/(h16_b1_s1024_c4096|h128_b1_s1024_c0))/cpu/'
 phase_amx() {
   if ! grep -q amx_tile /proc/cpuinfo; then
     note "amx: this CPU has no AMX tiles; skipped"
