@@ -30,7 +30,7 @@ constexpr std::size_t kPanelCols = 2 * kLanes;
 inline float widen_element(float x) { return x; }
 inline float widen_element(std::uint16_t x) { return f32_of_bf16(x); }
 
-#if defined(MLAKIT_SIMD_LEVEL_avx2)
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
 // Eight elements of a row of B as f32 lanes (bf16 widened exactly).
 inline __m256 row8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 row8(const std::uint16_t* p) {
@@ -60,14 +60,14 @@ inline void pack_block8(const T* b, std::size_t ldb, std::size_t j0, std::size_t
 }
 #endif
 
-// panel[p*kPanelCols + j] = B[j*ldb + p] widened to f32, columns cols.. zero. On avx2 eight
-// columns by eight elements at a time, transposed in registers; elsewhere (and for the last k % 8
-// elements) column by column: each read a contiguous row of B, the writes staying in the panel
-// (L1-sized for the callers' k).
+// panel[p*kPanelCols + j] = B[j*ldb + p] widened to f32, columns cols.. zero. On the vector
+// levels eight columns by eight elements at a time, transposed in 256-bit registers; on generic
+// (and for the last k % 8 elements) column by column: each read a contiguous row of B, the writes
+// staying in the panel (L1-sized for the callers' k).
 template <class T>
 void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel) {
   std::size_t p0 = 0;
-#if defined(MLAKIT_SIMD_LEVEL_avx2)
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
   for (; p0 + 8 <= k; p0 += 8)
     for (std::size_t j0 = 0; j0 < kPanelCols; j0 += 8) pack_block8(b, ldb, j0, cols, p0, panel);
 #endif
