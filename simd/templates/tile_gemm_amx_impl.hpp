@@ -116,9 +116,13 @@ inline void copy_a_block(const std::uint16_t* a, std::size_t lda, std::size_t ro
 }
 
 // The first `cols` f32 of each of `rows` rows between C (stride ldc) and a 32 x 32 block.
+// The lanes of the first `cols` columns in a block row's two vectors.
+inline __mmask16 lanes_below(std::size_t cols) {
+  return static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1u);
+}
+
 inline void block_from_c(const float* c, std::size_t ldc, std::size_t rows, std::size_t cols, float* blk) {
-  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1u);
-  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1u);
+  const __mmask16 m0 = lanes_below(cols), m1 = lanes_below(cols > 16 ? cols - 16 : 0);
   for (std::size_t r = 0; r < kBlockRows; ++r) {
     const bool live = r < rows;
     _mm512_store_ps(blk + r * kBlockCols, live ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps());
@@ -126,8 +130,7 @@ inline void block_from_c(const float* c, std::size_t ldc, std::size_t rows, std:
   }
 }
 inline void block_to_c(const float* blk, std::size_t rows, std::size_t cols, float* c, std::size_t ldc) {
-  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1u);
-  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1u);
+  const __mmask16 m0 = lanes_below(cols), m1 = lanes_below(cols > 16 ? cols - 16 : 0);
   for (std::size_t r = 0; r < rows; ++r) {
     _mm512_mask_storeu_ps(c + r * ldc, m0, _mm512_load_ps(blk + r * kBlockCols));
     _mm512_mask_storeu_ps(c + r * ldc + 16, m1, _mm512_load_ps(blk + r * kBlockCols + 16));

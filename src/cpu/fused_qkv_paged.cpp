@@ -98,6 +98,12 @@ std::size_t chunk_of(WeightFormat f, std::size_t K) {
 constexpr std::size_t kRowTile = 128;
 constexpr std::size_t kColTile = kFp8Block;  // weight columns per work tile: one fp8 scale block of N
 
+// Output columns of the projection: q_dim, then every cache row's K (and V) heads.
+std::size_t output_columns(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+  const PagedKVCacheView& kc = a.kv_cache;
+  return static_cast<std::size_t>(d.q_dim + kc.kv_dim() * kc.num_kv_heads() * kc.head_size());
+}
+
 struct Plan {
   const FusedQkvPagedDesc* d;
   const FusedQkvPagedArgs* a;
@@ -302,7 +308,7 @@ enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles };
 
 bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
-  const auto N = static_cast<std::size_t>(d.q_dim + a.kv_cache.kv_dim() * a.kv_cache.num_kv_heads() * a.kv_cache.head_size());
+  const std::size_t N = output_columns(d, a);
   // Where the bf16 dot is used, bf16 operands stay on the own pair-dot tiles.
   if (bf16_dot::use(g) && a.hidden_state.dtype == DType::bf16) return false;
   if (T > INT_MAX || K > INT_MAX || N > INT_MAX) return false;
@@ -717,9 +723,8 @@ CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const F
   if (route == Route::tiles) {
     const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
     const auto K = static_cast<std::size_t>(a.hidden_state.shape[1]);
-    const PagedKVCacheView& kc = a.kv_cache;
-    const auto N = static_cast<std::size_t>(d.q_dim + kc.kv_dim() * kc.num_kv_heads() * kc.head_size());
-    sizes.grow(kSlotTiles, num_tiles(tile_group_cols(T, N), 16) * tile_strip_elems(K) * sizeof(std::uint16_t));
+    sizes.grow(kSlotTiles,
+               num_tiles(tile_group_cols(T, output_columns(d, a)), 16) * tile_strip_elems(K) * sizeof(std::uint16_t));
   }
   if (route == Route::panel)
     sizes.grow(kSlotPanels, panel_group_floats(static_cast<std::size_t>(a.hidden_state.shape[0]),
@@ -741,7 +746,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   p.f32 = a.hidden_state.dtype == DType::f32;
   p.T = static_cast<std::size_t>(a.hidden_state.shape[0]);
   p.K = static_cast<std::size_t>(a.hidden_state.shape[1]);
-  p.N = static_cast<std::size_t>(d.q_dim + kc.kv_dim() * kc.num_kv_heads() * kc.head_size());
+  p.N = output_columns(d, a);
   if (p.T == 0) return Status::success();
 
   // Each row's cache block and page offset (the validator checked every page exists).

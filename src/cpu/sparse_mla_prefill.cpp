@@ -10,15 +10,15 @@
 //            dequantized instead, code · scale in f32 (one rounding, within the dot bound), and
 //            runs in f32 at every level: a bf16 copy of code · scale would round it coarser than
 //            the spec allows
-//   S        = Q·Kᵀ: in bf16 on the simd dot tiles (Q read in place); in f32 as Sᵀ = K·Qᵀ on the
-//            panel GEMM, Q packed once per tile as its panels (heads as columns) and the chunk's
-//            gathered K rows as its A (one chain per score over qk in order; 1.1-1.2x faster on
-//            avx2 than the dot tiles over the same rows), then transposed to rows of heads;
-//            then scale (· row scale) and the chunk maximum (simd scale_max)
+//   S        = Q·Kᵀ: in bf16 on the simd dot tiles (Q read in place), or on the amx level on the
+//            tile GEMM (TDPBF16PS) as Sᵀ = K·Qᵀ, the gathered bf16 K rows read in place and Q
+//            packed once per tile; in f32 as Sᵀ = K·Qᵀ on the panel GEMM, Q packed once per tile
+//            as its panels (heads as columns) and the chunk's gathered K rows as its A (one chain
+//            per score over qk in order; 1.1-1.2x faster on avx2 than the dot tiles over the same
+//            rows); Sᵀ transposed to rows of heads; then scale (· row scale) and the chunk maximum
+//            (simd scale_max)
 //   softmax  running maximum m and sum l per head; P = exp(S - m) in f32 (simd exp_sum, 2 ulp),
 //            the accumulated output rescaled by exp(m_old - m) when m grows
-//            On the amx level both products run on the tile GEMM (TDPBF16PS): Sᵀ = K·Qᵀ with the
-//            gathered bf16 K rows read in place and Q packed once per tile, then transposed
 //   O       += P·V on the simd NN tile: where the level has vdpbf16ps, P rounded to bf16 (as the
 //            spec allows, and FlashMLA does) against V row pairs zipped from the bf16 K rows (on
 //            the amx level the tiles read the zipped pairs in place);
@@ -245,20 +245,26 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
         for (std::size_t e0 = 0; e0 < vd; e0 += P)
           std::memcpy(vs + (e0 / P * kSlotChunk + i) * P, vr + e0, std::min(P, vd - e0) * sizeof(float));
     }
+    // Sᵀ (cnt rows of lds scores) where a product computes it, transposed into S below.
+    const float* s_t = nullptr;
+    std::size_t lds = 0;
     if constexpr (kBf16) {
       if (qtiles) {
         g.gemm_tiles(cnt, hn, qk, kbuf, ldk, qtiles, ldqt, 32, nullptr, stt, hn, false);
-        for (std::size_t h = 0; h < hn; ++h)
-          for (std::size_t i = 0; i < cnt; ++i) sbuf[h * kSlotChunk + i] = stt[i * hn + h];
+        s_t = stt;
+        lds = hn;
       } else {
         g.bf16_bf16(hn, cnt, qk, q, ldq, kbuf, ldk, sbuf, kSlotChunk, false);
       }
     } else {
       for (std::size_t h = 0; h < hn; h += P)
         g.gemm_panel(cnt, std::min(P, hn - h), qk, kbuf, ldk, qpanels + h * qk, st + h, hp, false);
-      for (std::size_t h = 0; h < hn; ++h)
-        for (std::size_t i = 0; i < cnt; ++i) sbuf[h * kSlotChunk + i] = st[i * hp + h];
+      s_t = st;
+      lds = hp;
     }
+    if (s_t)
+      for (std::size_t h = 0; h < hn; ++h)
+        for (std::size_t i = 0; i < cnt; ++i) sbuf[h * kSlotChunk + i] = s_t[i * lds + h];
 
     for (std::size_t h = 0; h < hn; ++h) {
       float* s = sbuf + h * kSlotChunk;
