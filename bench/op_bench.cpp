@@ -10,7 +10,9 @@
 #include "bench/onednn_bar.hpp"
 #include "bench/peak_probe.hpp"
 #include "core/common/cpu_features.hpp"
+#include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/kernels.hpp"
+#include "cpu/common/tile_gemm.hpp"
 #include "cpu/common/parallel.hpp"
 #include "goldens/common/device_staging.hpp"
 
@@ -97,6 +99,23 @@ goldens::Bundle& case_inputs(const goldens::OpDriver& driver, const goldens::Cas
 
 }  // namespace
 
+// The all-threads peak of the arithmetic an operator's call runs on at the current level: the
+// indexers (ops 1, 2) multiply on the level's best (bf16 dot from avx512bf16, f32 FMA below); the
+// GEMM-shaped ops 3-5 on the AMX tiles where they take the tile route (ops 4, 5, bf16 prefills),
+// else on the bf16 pair dot only where the CPU takes it (cpu/common/bf16_dot.hpp: AMD), else on f32
+// FMA: on Intel's avx512bf16 and amx levels that is the f32 peak, which their rows were once
+// wrongly put against the bf16 dot's.
+double arithmetic_peak_gflops(const goldens::OpDriver& driver, Isa level) {
+  const std::string op = driver.name();
+  if (op == "lightning_indexer" || op == "msa_block_indexer") return relevant_gflops(peak(), level, true);
+  const simd::GemmKernels& g = cpu::gemm_kernels();
+  const bool tiles = g.gemm_tiles != nullptr && cpu::tile_gemm::mode() != cpu::RouteMode::off &&
+                     (op == "sparse_mla_prefill" || op == "fused_qkv_paged");
+  if (tiles && peak().amx) return peak().amx_gflops_all;
+  if (cpu::bf16_dot::use(g) && peak().bf16_kind == "vdpbf16ps") return peak().bf16_gflops_all;
+  return peak().f32_gflops_all;
+}
+
 void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec,
                  const BackendChoice& be) {
   const std::string why = backend_skip_reason(be);
@@ -112,6 +131,7 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   // Operators run on many threads (or a GPU): rates come from wall time measured here (the
   // benchmark's own rate counters would divide by the calling thread's CPU time).
   const TimedCalls t = time_calls(state, driver, bundle, options);
+  const double peak_gflops = be.backend == Backend::cpu ? arithmetic_peak_gflops(driver, be.isa) : 0.0;
   set_max_isa(saved);
   if (!t.status.ok()) {
     state.SkipWithError((std::string(status_code_name(t.status.code)) + ": " + t.status.message).c_str());
@@ -126,10 +146,9 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
     if (g.measured) state.counters["pct_peak"] = w.flops / t.seconds_per_call / (g.bf16_matmul_tflops * 1e12) * 100.0;
     return;
   }
-  // pct_peak: against the peak of the arithmetic the level runs on (AMX tiles on amx, bf16 dot on
-  // avx512bf16, f32 FMA below); pct_f32_peak: always against the f32 FMA peak, to compare levels.
-  const Isa level = be.backend == Backend::cpu ? be.isa : Isa::generic;
-  state.counters["pct_peak"] = w.flops / t.seconds_per_call / (relevant_gflops(peak(), level, true) * 1e9) * 100.0;
+  // pct_peak: against the peak of the arithmetic the call runs on (peak_gflops above);
+  // pct_f32_peak: always against the f32 FMA peak, to compare levels.
+  state.counters["pct_peak"] = w.flops / t.seconds_per_call / (peak_gflops * 1e9) * 100.0;
   state.counters["pct_f32_peak"] = w.flops / t.seconds_per_call / (peak().f32_gflops_all * 1e9) * 100.0;
   // pct_paged_read: the bytes the call reads against a plain read of shuffled 16 KiB pages on as
   // many threads, no arithmetic: for a decode call, which reads each cache page once through its
