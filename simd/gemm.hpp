@@ -171,6 +171,13 @@ struct GemmKernels {
   void (*pack_panel_bf16)(const std::uint16_t* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel);
   void (*gemm_panel)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
                      float* c, std::size_t ldc, bool accumulate);
+  // gemm_panel_scaled: gemm_panel with a scale per row of A and per column of B on the call's sum,
+  //   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + (rs[i] * cs[j]) * sum_{p<k} A[i*lda + p] * panel[p*panel_cols + j],
+  //   the sum one chain from zero as gemm_panel's, the scale product rounded to f32, then one fused
+  //   multiply-add: the bits of f32_nn_scaled over the same B (one block-scaled group per call).
+  void (*gemm_panel_scaled)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                            const float* panel, const float* rs, const float* cs, float* c, std::size_t ldc,
+                            bool accumulate);
   // The first n int4 columns of b (k a multiple of 8) expanded to f32 rows for pack_panel_f32:
   // rows[j*ldr + p] = B[j][p] as Int4Columns defines it (the table value, exact in f32).
   void (*int4_rows_f32)(const Int4Columns& b, std::size_t n, std::size_t k, float* rows, std::size_t ldr);

@@ -54,6 +54,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &pack_panel<float>,
                      &pack_panel<std::uint16_t>,
                      &gemm_panel,
+                     &gemm_panel_scaled,
                      &int4_rows_f32,
                      0,
                      0,

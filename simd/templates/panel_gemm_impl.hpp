@@ -96,18 +96,30 @@ inline void store_part(float* p, F v, std::size_t n) {
   else if (n) fstore_n(p, v, n);
 }
 
+// Where a tile's sums go: C (+)= sum, or with row and column scales C (+)= (rs[r] * cs[j]) * sum,
+// the sum then started from zero.
+struct PanelOut {
+  float* c;
+  std::size_t ldc;
+  bool accumulate;
+  const float* rs = nullptr;  // the tile's rows' scales, or null
+  const float* cs = nullptr;  // the columns' scales (with rs)
+};
+
 // R rows of A against one panel: C[r][j] (+)= sum_p A[r][p] * panel[p][j], j < n.
 // (The unroll pragmas matter: without them GCC keeps the accumulator arrays in memory and stores
 // them on every step.)
 template <std::size_t R>
-void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* panel, float* c, std::size_t ldc,
-                std::size_t n, bool accumulate) {
+void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* panel, PanelOut out, std::size_t n) {
   const std::size_t n0 = n < kLanes ? n : kLanes, n1 = n - n0;
+  float* const c = out.c;
+  const std::size_t ldc = out.ldc;
+  const bool chain_from_c = out.accumulate && !out.rs;
   F s0[R], s1[R];
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < R; ++r) {
-    s0[r] = accumulate ? load_part(c + r * ldc, n0) : fzero();
-    s1[r] = accumulate ? load_part(c + r * ldc + kLanes, n1) : fzero();
+    s0[r] = chain_from_c ? load_part(c + r * ldc, n0) : fzero();
+    s1[r] = chain_from_c ? load_part(c + r * ldc + kLanes, n1) : fzero();
   }
 #pragma GCC unroll 4
   for (std::size_t p = 0; p < k; ++p) {
@@ -119,6 +131,15 @@ void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* pan
       s1[r] = fmadd(x, v1, s1[r]);
     }
   }
+  if (out.rs) {
+    const F cs0 = load_part(out.cs, n0), cs1 = load_part(out.cs + kLanes, n1);
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < R; ++r) {
+      const F rs = fsplat(out.rs[r]);
+      s0[r] = out.accumulate ? fmadd(rs * cs0, s0[r], load_part(c + r * ldc, n0)) : rs * cs0 * s0[r];
+      s1[r] = out.accumulate ? fmadd(rs * cs1, s1[r], load_part(c + r * ldc + kLanes, n1)) : rs * cs1 * s1[r];
+    }
+  }
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < R; ++r) {
     store_part(c + r * ldc, s0[r], n0);
@@ -127,21 +148,38 @@ void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* pan
 }
 
 template <std::size_t R>
-void panel_rows_tail(std::size_t rest, std::size_t k, const float* a, std::size_t lda, const float* panel, float* c,
-                     std::size_t ldc, std::size_t n, bool accumulate) {
+void panel_rows_tail(std::size_t rest, std::size_t k, const float* a, std::size_t lda, const float* panel,
+                     PanelOut out, std::size_t n) {
   if constexpr (R > 0) {
-    if (rest == R) panel_tile<R>(k, a, lda, panel, c, ldc, n, accumulate);
-    else panel_rows_tail<R - 1>(rest, k, a, lda, panel, c, ldc, n, accumulate);
+    if (rest == R) panel_tile<R>(k, a, lda, panel, out, n);
+    else panel_rows_tail<R - 1>(rest, k, a, lda, panel, out, n);
   }
+}
+
+void panel_rows(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
+                PanelOut out) {
+  if (n == 0) return;
+  if (n > kPanelCols) n = kPanelCols;  // the contract bounds n; never write past the panel's columns
+  const auto at = [&](std::size_t i) {
+    PanelOut o = out;
+    o.c = out.c + i * out.ldc;
+    if (out.rs) o.rs = out.rs + i;
+    return o;
+  };
+  std::size_t i = 0;
+  for (; i + kPanelRows <= m; i += kPanelRows) panel_tile<kPanelRows>(k, a + i * lda, lda, panel, at(i), n);
+  if (i < m) panel_rows_tail<kPanelRows - 1>(m - i, k, a + i * lda, lda, panel, at(i), n);
 }
 
 void gemm_panel(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
                 float* c, std::size_t ldc, bool accumulate) {
-  if (n == 0) return;
-  if (n > kPanelCols) n = kPanelCols;  // the contract bounds n; never write past the panel's columns
-  std::size_t i = 0;
-  for (; i + kPanelRows <= m; i += kPanelRows) panel_tile<kPanelRows>(k, a + i * lda, lda, panel, c + i * ldc, ldc, n, accumulate);
-  if (i < m) panel_rows_tail<kPanelRows - 1>(m - i, k, a + i * lda, lda, panel, c + i * ldc, ldc, n, accumulate);
+  panel_rows(m, n, k, a, lda, panel, PanelOut{c, ldc, accumulate});
+}
+
+void gemm_panel_scaled(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                       const float* panel, const float* rs, const float* cs, float* c, std::size_t ldc,
+                       bool accumulate) {
+  panel_rows(m, n, k, a, lda, panel, PanelOut{c, ldc, accumulate, rs, cs});
 }
 
 }  // namespace

@@ -8,12 +8,14 @@
 //   gather + quantize  the attended buffer rows' latent parts, per bk group, with the spec's exact
 //                      f32 steps: the group scale from the quantizer shared with the reference, the
 //                      maximum and the codes from the simd fp8_quant kernels (the same bits)
-//   KV                 per (128-row tile, head), one NN-tile call per bk group whose epilogue
-//                      scales the group's sums by sa · w_scale and adds them in f32; rounded once
-//                      to bf16. On the bf16 pair dot against weights widened and zipped in pairs
-//                      once per call where it is used (a level with it, on a CPU where it outruns
-//                      f32 FMA: cpu/common/bf16_dot.hpp) and bk is even, else on f32 FMA
-//                      against weights widened to f32 (both exact). K's nope part is stored as the
+//   KV                 per (128-row tile, head), one call per bk group whose epilogue scales
+//                      the group's sums by sa · w_scale and adds them in f32; rounded once to
+//                      bf16. On the bf16 NN tile's pair dot against weights widened and zipped in
+//                      pairs once per call where it is used (a level with it, on a CPU where it
+//                      outruns f32 FMA: cpu/common/bf16_dot.hpp) and bk is even, else on the
+//                      panel GEMM against weights widened to f32 panels once per call (both
+//                      exact; the panel tiles read their B in order where the f32 NN tile strode
+//                      over weight rows at 66-75 % of the FMA peak). K's nope part is stored as the
 //                      B of the score products (with the pair dot, rows of pairs of 128 keys; else
 //                      panels of the panel GEMM); its rope part, the same for every head, once per
 //                      sequence. K and V hold the bf16 values the spec's rounding leaves of them:
@@ -172,21 +174,21 @@ void rope_and_norm(const Shape& s, const MlaPrefillFp8Desc& d, const MlaPrefillF
   });
 }
 
-// Head h's kv_b_proj rows (cols of them) widened and laid out as the B of an NN tile along latent:
-// bf16 pairs for bf16_nn (wz[q * 2 cols + 2 n + e] = W[n][2q + e], a missing last element 0) or
-// f32 for f32_nn (wz[k * cols + n] = W[n][k]). Rows are widened 16 at a time, so that each output
-// row is written 64 bytes at a time rather than one slot per cols.
-template <class E>
-void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::uint8_t* w, std::size_t h, E* wz) {
-  constexpr std::size_t kRows = 16, kWidth = std::is_same_v<E, float> ? 1 : 2;
+// Head h's kv_b_proj rows (cols of them) widened and laid out as the B of the KV GEMM along latent:
+// bf16 pairs for bf16_nn (wz[q * 2 cols + 2 n + e] = W[n][2q + e], a missing last element 0), or
+// f32 panels of the panel GEMM (panel_weights below). Rows are widened 16 at a time, so that each
+// output row is written 64 bytes at a time rather than one slot per cols.
+void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::uint8_t* w, std::size_t h,
+                 std::uint16_t* wz) {
+  using E = std::uint16_t;
+  constexpr std::size_t kRows = 16, kWidth = 2;
   const std::size_t cols = s.kv_cols, slots = (s.latent + kWidth - 1) / kWidth, ld = slots * kWidth;
   auto* rows = static_cast<E*>(thread_scratch(kRows * ld * sizeof(E), 0));
   for (std::size_t n0 = 0; n0 < cols; n0 += kRows) {
     const std::size_t nn = std::min(kRows, cols - n0);
     for (std::size_t j = 0; j < nn; ++j) {
       rows[j * ld + ld - 1] = E{0};
-      if constexpr (kWidth == 1) dec.to_f32(w + (h * cols + n0 + j) * s.latent, rows + j * ld, s.latent);
-      else dec.to_bf16(w + (h * cols + n0 + j) * s.latent, rows + j * ld, s.latent);
+      dec.to_bf16(w + (h * cols + n0 + j) * s.latent, rows + j * ld, s.latent);
     }
     for (std::size_t q = 0; q < slots; ++q) {
       E* dst = wz + q * kWidth * cols + kWidth * n0;
@@ -198,7 +200,8 @@ void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::u
 // Steps 5-6 for head h and buffer rows [r0, r1): K's nope part (laid out as kl.nope) and V (rows
 // of bf16 values: bf16 words with the pair dot, else held as f32) of the head. Each bk group's
 // product is scaled by sa · w_scale in the NN tile's epilogue, against the head's laid-out weights
-// wzf: bf16 pairs on the pair dot where pair_gemm, else f32 on FMA.
+// wzf: bf16 pairs on the pair dot where pair_gemm, else f32 panels on the panel GEMM (the same bits
+// as the NN tile over the same values: one chain per output and group, then the scaled add).
 void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bool pair_gemm, const void* wzf,
              const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, const KLayout& kl,
              std::uint16_t* k, std::uint16_t* v) {
@@ -215,8 +218,11 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
       g.bf16_nn_scaled(m, cols, kn, qz.xb + r0 * s.latent + k0, s.latent,
                        static_cast<const std::uint16_t*>(wzf) + k0 * cols, 2 * cols, sa, ws, acc, cols, gi > 0);
     else
-      g.f32_nn_scaled(m, cols, kn, qz.xf + r0 * s.latent + k0, s.latent, static_cast<const float*>(wzf) + k0 * cols,
-                      cols, sa, ws, acc, cols, gi > 0);
+      for (std::size_t c0 = 0; c0 < cols; c0 += g.panel_cols)
+        g.gemm_panel_scaled(m, std::min<std::size_t>(g.panel_cols, cols - c0), kn, qz.xf + r0 * s.latent + k0, s.latent,
+                            static_cast<const float*>(wzf) + (c0 / g.panel_cols) * s.latent * g.panel_cols +
+                                k0 * g.panel_cols,
+                            sa, ws + c0, acc + c0, cols, gi > 0);
   }
   std::uint16_t* kh = k + hl * kl.head_words;
   if (!kl.nope.f32) {
@@ -244,7 +250,10 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
   float* vh = reinterpret_cast<float*>(v) + hl * vp.floats;
   for (std::size_t i = 0; i < m; ++i) {
     g.round_bf16(acc + i * cols + s.nope, t, s.v);
-    for (std::size_t e = 0; e < s.v; ++e) vh[vp.at(r0 + i, e)] = bf16_to_f32(t[e]);
+    for (std::size_t e0 = 0; e0 < s.v; e0 += P) {
+      float* dst = vh + vp.at(r0 + i, e0);
+      for (std::size_t e = e0; e < std::min(s.v, e0 + P); ++e) dst[e - e0] = bf16_to_f32(t[e]);
+    }
   }
 }
 
@@ -473,8 +482,23 @@ Shape shape_of(const MlaPrefillFp8Desc& d) {
 }
 
 // Bytes of one head's laid-out weights.
-std::size_t weight_bytes(const Shape& s, bool pair_gemm) {
-  return pair_gemm ? (s.latent + 1) / 2 * 2 * s.kv_cols * sizeof(std::uint16_t) : s.latent * s.kv_cols * sizeof(float);
+std::size_t weight_bytes(const Shape& s, bool pair_gemm, std::size_t panel) {
+  return pair_gemm ? (s.latent + 1) / 2 * 2 * s.kv_cols * sizeof(std::uint16_t)
+                   : s.latent * round_up(s.kv_cols, panel) * sizeof(float);
+}
+
+// Head h's kv_b_proj rows as f32 panels of the panel GEMM along latent: the columns in strips of
+// panel_cols, strip q at wz + q * latent * panel_cols, panel[k * panel_cols + j] = W[q panel_cols + j][k]
+// (fp8 decoded exactly; a last strip's missing columns zero).
+void panel_weights(const Shape& s, const simd::GemmKernels& g, const simd::Fp8DecodeKernels& dec,
+                   const std::uint8_t* w, std::size_t h, float* wz) {
+  const std::size_t cols = s.kv_cols, P = g.panel_cols;
+  auto* rows = static_cast<float*>(thread_scratch(P * s.latent * sizeof(float), 0));
+  for (std::size_t n0 = 0; n0 < cols; n0 += P) {
+    const std::size_t nn = std::min(P, cols - n0);
+    for (std::size_t j = 0; j < nn; ++j) dec.to_f32(w + (h * cols + n0 + j) * s.latent, rows + j * s.latent, s.latent);
+    g.pack_panel_f32(rows, s.latent, nn, s.latent, wz + (n0 / P) * s.latent * P);
+  }
 }
 
 // The buffer rows sequence b attends: its window, cut at the last new token's position.
@@ -506,8 +530,8 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
   const Shape s = shape_of(d);
   const bool pairs = bf16_dot::use(gemm_kernels());
   const bool pair_gemm = pairs && s.bk % 2 == 0;
-  const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
   const std::size_t panel = gemm_kernels().panel_cols;
+  const std::size_t wz_bytes = weight_bytes(s, pair_gemm, panel);
   const KeyRows rope = KeyRows::of(s.rope, pairs, panel), nope = KeyRows::of(s.nope, pairs, panel);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
@@ -541,7 +565,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   // unless a pair would straddle two scale groups (odd bk); everything else runs on f32 FMA.
   const bool pairs = bf16_dot::use(g);
   const bool pair_gemm = pairs && s.bk % 2 == 0;
-  const std::size_t wz_bytes = weight_bytes(s, pair_gemm);
+  const std::size_t wz_bytes = weight_bytes(s, pair_gemm, g.panel_cols);
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const auto* cache_offsets = a.cache_offsets.as<const std::uint32_t>();
@@ -627,7 +651,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
         parallel_for_tiles(hn, 1, [&](std::size_t hb, std::size_t he) {
           for (std::size_t hl = hb; hl < he; ++hl) {
             if (pair_gemm) zip_weights(s, dec, w, h0 + hl, reinterpret_cast<std::uint16_t*>(wz + hl * wz_bytes));
-            else zip_weights(s, dec, w, h0 + hl, reinterpret_cast<float*>(wz + hl * wz_bytes));
+            else panel_weights(s, g, dec, w, h0 + hl, reinterpret_cast<float*>(wz + hl * wz_bytes));
           }
         });
         wz_h0 = h0;

@@ -928,6 +928,81 @@ TEST_P(Gemm, PanelGemmIsOneChainPerOutput) {
         }
 }
 
+// The scaled panel GEMM: each output is the plain chain from zero, then (rs·cs) applied by one
+// fused multiply-add onto C (a product and a sum on generic), exactly as f32_nn_scaled over the
+// same B, whose bits the block-scaled projections had before they moved onto panels; shapes around
+// the register tile and the panel, NaN and zero scales; nothing written outside the tile.
+TEST_P(Gemm, PanelGemmScaledIsTheChainThenOneScaledAdd) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  const std::size_t pc = g.panel_cols, pr = g.panel_rows, half = pc / 2;
+  const bool fused = GetParam() != Isa::generic;
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(67);
+  std::size_t seed = 0;
+  for (std::size_t m : {std::size_t{1}, pr - 1, pr, pr + 1, 2 * pr + 3})
+    for (std::size_t n : {std::size_t{1}, half - 1, half + 1, pc})
+      for (std::size_t k : {0, 1, 65, 128})
+        for (bool acc : {false, true}) {
+          ++seed;
+          SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + (acc ? " +=" : " ="));
+          const std::size_t lda = k + seed % 3, ldc = n + seed % 3, off = 1 + seed % 3;
+          std::vector<float> a(off + m * lda + 4), b(n * k + 1), bnn(k * n + 1), rs(m), cs(n);
+          for (auto& x : a) x = rng.uniform(-2.0f, 2.0f);
+          for (auto& x : b) x = rng.uniform(-2.0f, 2.0f);
+          for (auto& x : rs) x = rng.uniform(0.01f, 3.0f);
+          for (auto& x : cs) x = rng.uniform(0.01f, 3.0f);
+          if (seed % 7 == 0) rs[rng.below(m)] = std::numeric_limits<float>::quiet_NaN();
+          if (seed % 5 == 0) cs[rng.below(n)] = 0.0f;
+          for (std::size_t j = 0; j < n; ++j)
+            for (std::size_t p = 0; p < k; ++p) bnn[p * n + j] = b[j * k + p];
+          std::vector<float> panel(pc * k + 1);
+          g.pack_panel_f32(b.data(), k, n, k, panel.data());
+          std::vector<float> c(off + m * ldc + 4, float_of(kGuard));
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          std::vector<float> nn = c;
+          const std::vector<float> c0 = c;
+          g.gemm_panel_scaled(m, n, k, a.data() + off, lda, panel.data(), rs.data(), cs.data(), c.data() + off, ldc, acc);
+          g.f32_nn_scaled(m, n, k, a.data() + off, lda, bnn.data(), n, rs.data(), cs.data(), nn.data() + off, ldc, acc);
+          for (std::size_t e = 0; e < c.size(); ++e) {
+            const bool inside = e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
+            if (!inside) {
+              ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e;
+              continue;
+            }
+            const std::size_t i = (e - off) / ldc, j = (e - off) % ldc;
+            float chain = 0.0f;
+            for (std::size_t p = 0; p < k; ++p) {
+              const float x = a[off + i * lda + p], w = b[j * k + p];
+              if (fused) {
+                chain = std::fma(x, w, chain);
+              } else {
+                const volatile float prod = x * w;
+                chain = chain + prod;
+              }
+            }
+            const float f = rs[i] * cs[j];
+            float want;
+            if (!acc) {
+              want = f * chain;
+            } else if (fused) {
+              want = std::fma(f, chain, c0[e]);
+            } else {
+              const volatile float prod = f * chain;
+              want = c0[e] + prod;
+            }
+            if (std::isnan(want)) {
+              ASSERT_TRUE(std::isnan(c[e])) << "at (" << i << "," << j << ")";
+              ASSERT_TRUE(std::isnan(nn[e])) << "at (" << i << "," << j << ")";
+              continue;
+            }
+            ASSERT_EQ(bits_of(c[e]), bits_of(want)) << "at (" << i << "," << j << "): not the chain, then one scaled add";
+            ASSERT_EQ(bits_of(c[e]), bits_of(nn[e])) << "at (" << i << "," << j << "): not f32_nn_scaled's bits";
+          }
+        }
+}
+
 // A row's outputs do not depend on the other rows of the call or on where the row sits among them,
 // and k cut into two calls (the second accumulating over a panel of the rest) gives the bits of one
 // call: the properties that make the operators' results independent of tiles and threads.
@@ -1012,7 +1087,7 @@ TEST_P(Gemm, TableDescribesItself) {
   EXPECT_GE(t.panel_rows, 1u);
   EXPECT_GE(t.panel_cols, 8u);
   EXPECT_EQ(t.panel_cols % 8, 0u);
-  EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.int4_rows_f32);
+  EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.gemm_panel_scaled && t.int4_rows_f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Gemm, ::testing::ValuesIn(levels_of("gemm")), level_param_name);
