@@ -21,8 +21,9 @@
 #                    version it was built for                                    -> OUT/torch_ops.log
 #         driver     fails (exit 3) unless the NVIDIA driver is R580 or newer: the CUDA 13
 #                    runtime linked in needs it, and on an older one every cuda case would skip
-#         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, test_gpu's graph capture
-#                    and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel;
+#         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
+#                    through the decode-once route, test_gpu's graph capture and device-flag
+#                    tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
 #         sanitizers compute-sanitizer memcheck, racecheck and synccheck on golden files
 #                    of every operator                                             -> OUT/sanitizers.log
@@ -161,6 +162,15 @@ phase_gpu_tests() {
       --gtest_filter="$filter" --gtest_brief=1 >"$logs/$name.log" 2>&1 &
     pids+=($!)
   done
+  # Op 5's GPTQ cases once more through the decode-once route (taken by the golden cases' few rows
+  # only when forced).
+  if [ -x "$bin/test_fused_qkv_paged" ]; then
+    names+=("test_fused_qkv_paged.gptq_decode_once")
+    MLAKIT_CUDA_GPTQ_DECODE_ONCE=on CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" \
+      "$bin/test_fused_qkv_paged" --gtest_filter='*gptq*cuda*' --gtest_brief=1 \
+      >"$logs/test_fused_qkv_paged.gptq_decode_once.log" 2>&1 &
+    pids+=($!)
+  fi
   for i in "${!pids[@]}"; do
     local rc=0 log="$logs/${names[$i]}.log" passed skipped failures
     wait "${pids[$i]}" || rc=$?
@@ -187,10 +197,12 @@ phase_sanitizers() {
   run_tool() {
     local tool=$1 failed=0
     shift
-    for name in "$@"; do
-      local rc=0
-      echo "== $tool $name" >>"$out/sanitizer.$tool.log"
-      timeout 40 "$sanitizer" --tool "$tool" --error-exitcode 99 "$bin/mlakit" check \
+    for entry in "$@"; do
+      # NAME@decode_once: op 5's GPTQ file through the decode-once route.
+      local rc=0 name=${entry%@decode_once} once=auto
+      [ "$name" = "$entry" ] || once=on
+      echo "== $tool $entry" >>"$out/sanitizer.$tool.log"
+      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once timeout 40 "$sanitizer" --tool "$tool" --error-exitcode 99 "$bin/mlakit" check \
         "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
       echo "exit $rc" >>"$out/sanitizer.$tool.log"
       [ $rc -eq 0 ] || failed=$((failed + 1))
@@ -290,6 +302,7 @@ sanitizer_files=(
   mla_prefill_fp8.deepseek_dims mla_prefill_fp8.chunked
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
+  fused_qkv_paged.gptq_bf16_g32_gidx@decode_once
 )
 
 phase_sanitizer() {
@@ -301,10 +314,12 @@ phase_sanitizer() {
     return
   fi
   : >"$out/sanitizer.log"
-  for name in "${sanitizer_files[@]}"; do
-    local f="$root/data/golden/$name.s1.safetensors" rc=0
-    echo "== $name" >>"$out/sanitizer.log"
-    "$sanitizer" --tool memcheck --error-exitcode 99 "$bin/mlakit" check "$f" --backend cuda \
+  for entry in "${sanitizer_files[@]}"; do
+    local name=${entry%@decode_once} once=auto rc=0
+    [ "$name" = "$entry" ] || once=on
+    local f="$root/data/golden/$name.s1.safetensors"
+    echo "== $entry" >>"$out/sanitizer.log"
+    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once "$sanitizer" --tool memcheck --error-exitcode 99 "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?
     [ $rc -eq 0 ] || failed=$((failed + 1))
     echo "exit $rc" >>"$out/sanitizer.log"

@@ -10,6 +10,11 @@
 // weight is decoded to f32 (fp8: code·scale rounded once to f32; GPTQ: its bf16 value).
 // Both accumulate in f32 and round once to the dtype in the epilogue, which writes each row's Q
 // part to `output` and its K/V part to (LUT[b, pos / page], kv, layer, pos % page, head, d).
+// GPTQ with bf16 activations and more than one row tile (MLAKIT_CUDA_GPTQ_DECODE_ONCE): a first
+// kernel decodes the weight once into a bf16 workspace ([columns x K], in column groups within
+// kDecodeBudgetBytes), then the dense kernel with 16-byte loads runs on it. Decoding inside the
+// GEMM repeats the work for every row tile (8 times at T = 512) in the k loop's critical path; the
+// values, the tiles and the products are the same, so are the bits.
 // TODO(perf): decode (T <= 32) reads the weight with ceil(N/64) blocks only; a deterministic split-K
 // (fixed-order reduction of partial tiles) would spread the weight stream over every SM.
 #include <algorithm>
@@ -28,6 +33,9 @@ constexpr int kBM = 64, kBN = 64;
 constexpr int kBK = 32, kLdT = kBK + 8;  // tensor-core path: k tile and shared row stride (bf16)
 constexpr int kFK = 16, kLdF = kBM + 4;  // f32 path: k tile and shared row stride (f32)
 constexpr int kMmaThreads = 128, kFmaThreads = 256;
+constexpr std::int64_t kDecodeOnceMinRows = kBM + 1;     // two row tiles: each would decode the weight
+constexpr std::int64_t kDecodeBudgetBytes = 256ll << 20;  // the decoded weight of a column group
+constexpr int kDecodeThreads = 256;
 static_assert(kBM == kTileRows && kBN == kTileRows && kBK == kTileK && kLdT == kTileLd, "gemm_tile.cuh's tile");
 
 enum Format : int { kDense = 0, kFp8 = 1, kGptq = 2 };
@@ -51,6 +59,9 @@ struct Params {
   DevPagedCache cache;
   int layer;
   void* out;
+  // The launch's columns [n_begin, n_end); weight row n lies at row n - w_row0 of w (w_row0: the
+  // first column of a decoded group, else 0).
+  std::int64_t n_begin, n_end, w_row0;
 };
 
 __device__ __forceinline__ std::uint32_t nibble(std::uint32_t word, std::int64_t i) { return (word >> (4 * i)) & 0xFu; }
@@ -118,7 +129,8 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
   __shared__ std::uint16_t table[256];
   __shared__ std::int64_t base[kBM];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kBN, m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  const std::int64_t n0 = p.n_begin + static_cast<std::int64_t>(blockIdx.x) * kBN;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
   const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // the warp's 32x32 sub-tile
   if (p.format == kFp8) build_fp8_table(table);
   row_bases(p, m0, base);
@@ -137,7 +149,7 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
   VectorTile<kWVec == 1 ? 1 : 2, kMmaThreads> wt;
   if constexpr (kWVec != 0) {
     xt.fetch(x, p.K, m0, p.T, 0, p.K);
-    wt.fetch(p.w, p.K, n0, p.N, 0, p.K);
+    wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, 0, p.K);
   }
   for (std::int64_t k0 = 0; k0 < p.K; k0 += kBK) {
     __syncthreads();  // the previous tile is consumed (and the table built)
@@ -146,7 +158,7 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
       wt.commit(ws, table);
       if (k0 + kBK < p.K) {  // in flight while this tile is multiplied
         xt.fetch(x, p.K, m0, p.T, k0 + kBK, p.K);
-        wt.fetch(p.w, p.K, n0, p.N, k0 + kBK, p.K);
+        wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, k0 + kBK, p.K);
       }
     } else {
       for (int e = tid; e < kBM * kBK; e += kMmaThreads) {
@@ -167,11 +179,11 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
       } else {
         for (int e = tid; e < kBN * kBK; e += kMmaThreads) {
           const int nn = e / kBK, kk = e % kBK;
-          const std::int64_t n = n0 + nn, k = k0 + kk;
+          const std::int64_t n = n0 + nn, k = k0 + kk, at = (n - p.w_row0) * p.K + k;
           std::uint16_t v = 0;
-          if (n < p.N && k < p.K)
-            v = p.format == kFp8 ? table[static_cast<const std::uint8_t*>(p.w)[n * p.K + k]]
-                                 : static_cast<const std::uint16_t*>(p.w)[n * p.K + k];
+          if (n < p.n_end && k < p.K)
+            v = p.format == kFp8 ? table[static_cast<const std::uint8_t*>(p.w)[at]]
+                                 : static_cast<const std::uint16_t*>(p.w)[at];
           ws[nn * kLdT + kk] = v;
         }
       }
@@ -210,6 +222,24 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
       store<false>(p, base, r + 8, m0 + r + 8, n0 + col, acc[i][j][2]);
       store<false>(p, base, r + 8, m0 + r + 8, n0 + col + 1, acc[i][j][3]);
     }
+}
+
+// GPTQ weight columns [n_begin, n_end) decoded to bf16 rows of K: dst[(n - n_begin) * K + k] =
+// gptq_weight(n, k), as the GEMM's own decode forms them. One thread per (packed row of 8 k,
+// column): a column's neighbours read neighbouring words; each writes its 8 values as 16 bytes.
+__global__ void __launch_bounds__(kDecodeThreads) decode_gptq_kernel(Params p, std::uint16_t* dst) {
+  const std::int64_t cols = p.n_end - p.n_begin, total = (p.K / 8) * cols;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t e = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const std::int64_t kw = e / cols, n = p.n_begin + e % cols;
+    const std::uint32_t word = p.qweight[kw * p.N + n];
+    std::uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[i] = static_cast<std::uint32_t>(gptq_weight(p, word, n, 8 * kw + 2 * i)) |
+             static_cast<std::uint32_t>(gptq_weight(p, word, n, 8 * kw + 2 * i + 1)) << 16;
+    *reinterpret_cast<uint4*>(dst + (n - p.n_begin) * p.K + 8 * kw) = make_uint4(o[0], o[1], o[2], o[3]);
+  }
 }
 
 // ---- f32 activations: FMA -------------------------------------------------------------------------
@@ -282,7 +312,17 @@ __global__ void __launch_bounds__(kFmaThreads) gemm_f32_kernel(Params p) {
     }
 }
 
+core::RouteSwitch& decode_once_route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_GPTQ_DECODE_ONCE");
+  return r;
+}
+
 }  // namespace
+
+namespace gptq_decode_once {
+core::RouteMode mode() { return decode_once_route().mode(); }
+void set_mode(core::RouteMode m) { decode_once_route().set_mode(m); }
+}  // namespace gptq_decode_once
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const FusedQkvPagedArgs& host,
                        const core::DeviceLaunch& launch) {
@@ -311,6 +351,9 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
   p.cache = DevPagedCache::from(a.kv_cache);
   p.layer = static_cast<int>(a.layer_idx);
   p.out = a.output.data;
+  p.n_begin = 0;
+  p.n_end = p.N;
+  p.w_row0 = 0;
 
   const std::int64_t row_tiles = ceil_div(T, kBM), col_tiles = ceil_div(p.N, kBN);
   if (row_tiles > 65535)
@@ -318,9 +361,40 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
                               std::to_string(T) + " rows (at most " + std::to_string(65535 * kBM) + " per launch)");
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
   const cudaStream_t stream = as_stream(launch.stream);
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  const bool bf16 = a.hidden_state.dtype == DType::bf16;
+  // The decode-once route: the decoded rows are 16-byte aligned (K a multiple of 8), the dense
+  // kernel's 16-byte loads need K a multiple of 16 and aligned activations.
+  const bool decode_once = bf16 && p.format == kGptq && p.K % 16 == 0 && aligned(p.x) &&
+                           decode_once_route().use_for(true, static_cast<std::size_t>(T), kDecodeOnceMinRows);
+  if (decode_once) {
+    const std::int64_t group = std::max<std::int64_t>(kBN, kDecodeBudgetBytes / (p.K * 2) / kBN * kBN);
+    const std::int64_t cols = std::min(group, col_tiles * kBN);
+    Temporaries tmp;
+    const std::size_t decoded = tmp.add(static_cast<std::size_t>(cols * p.K) * sizeof(std::uint16_t));
+    if (launch.workspace_query != nullptr) {
+      *launch.workspace_query = tmp.total();
+      return Status::success();
+    }
+    MLAKIT_STATUS_TRY(tmp.acquire(kOp, launch, stream));
+    Params dp = p;
+    dp.format = kDense;
+    dp.w = tmp.at<std::uint16_t>(decoded);
+    for (std::int64_t g0 = 0; g0 < p.N; g0 += group) {
+      p.n_begin = dp.n_begin = dp.w_row0 = g0;
+      p.n_end = dp.n_end = std::min(p.N, g0 + group);
+      const std::int64_t words = (p.K / 8) * (p.n_end - p.n_begin);
+      const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(words, kDecodeThreads), 65535));
+      MLAKIT_STATUS_TRY(launch_kernel(kOp, "decode_gptq_kernel", decode_gptq_kernel, dim3(blocks), kDecodeThreads, 0,
+                                      stream, p, tmp.at<std::uint16_t>(decoded)));
+      const dim3 group_grid(static_cast<unsigned>(ceil_div(dp.n_end - dp.n_begin, kBN)), static_cast<unsigned>(row_tiles));
+      MLAKIT_STATUS_TRY(
+          launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<2>, group_grid, kMmaThreads, 0, stream, dp));
+    }
+    return Status::success();
+  }
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
-  if (a.hidden_state.dtype == DType::bf16) {
-    const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  if (bf16) {
     const bool vector = p.format != kGptq && p.K % 16 == 0 && aligned(p.x) && aligned(p.w);
     if (vector && p.format == kFp8)
       return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<1>, grid, kMmaThreads, 0, stream, p);

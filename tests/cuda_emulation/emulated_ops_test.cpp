@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/route_switch.hpp"
+#include "cuda/fused_qkv_paged.hpp"
 #include "cuda_runtime.h"
 #include "goldens/common/device_staging.hpp"
 #include "goldens/common/driver.hpp"
@@ -130,6 +132,57 @@ INSTANTIATE_TEST_SUITE_P(Ops, EmulatedCuda, ::testing::ValuesIn(params()),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return info.param.op + "_" + info.param.spec.name + "_seed" + std::to_string(info.param.seed);
                          });
+
+// ---- op 5's GPTQ decode-once route --------------------------------------------------------------
+// Sets the route's mode for a scope.
+struct DecodeOnceMode {
+  explicit DecodeOnceMode(core::RouteMode m) : saved(cuda::gptq_decode_once::mode()) { cuda::gptq_decode_once::set_mode(m); }
+  ~DecodeOnceMode() { cuda::gptq_decode_once::set_mode(saved); }
+  core::RouteMode saved;
+};
+
+// Every GPTQ case with bf16 activations (zero points v1 and v2, g_idx, f16 and bf16 scales, an MLA
+// cache, decode rows), forced through the decode-once route and forced off, plus a prefill of two
+// row tiles in the automatic mode: the route runs (a decode launch and a GEMM launch per column
+// group), its outputs pass the golden comparison, and they are the bits of the in-loop decode.
+TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
+  const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
+  ASSERT_NE(driver, nullptr);
+  std::vector<std::pair<std::string, json>> cases;
+  for (const auto& spec : driver->cases()) {
+    const json& k = spec.knobs;
+    if (k.value("weight_format", "") == "gptq" && k.value("dtype", "bf16") == "bf16" && spec.name.find("empty") == std::string::npos)
+      cases.emplace_back(spec.name, k);
+  }
+  ASSERT_GE(cases.size(), 4u) << "the golden matrix's GPTQ bf16 cases";
+  cases.emplace_back("two_row_tiles_auto", json{{"weight_format", "gptq"}, {"has_zp", true}, {"group_size", 64},
+                                                {"seq_lens", {70, 0, 9}}, {"cache_lens", {3, 1, 20}}});
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    const bool automatic = name == "two_row_tiles_auto";
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      Bundle once = inputs, loop = inputs;
+      Counters with_route, without;
+      {
+        DecodeOnceMode m(automatic ? core::RouteMode::automatic : core::RouteMode::on);
+        const Status s = run_staged(*driver, once, RunOptions{Backend::cuda}, &with_route);
+        ASSERT_TRUE(s.ok()) << s.message;
+      }
+      {
+        DecodeOnceMode m(core::RouteMode::off);
+        const Status s = run_staged(*driver, loop, RunOptions{Backend::cuda}, &without);
+        ASSERT_TRUE(s.ok()) << s.message;
+      }
+      EXPECT_EQ(with_route.launches, without.launches + 1) << "the decode-once route was not taken";
+      for (const auto& c : driver->compare(expected, once)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : once.output_names())
+        EXPECT_TRUE(once.at(out).same_bytes(loop.at(out))) << "'" << out << "' differs from the in-loop decode";
+    }
+  }
+}
 
 // ---- remap_indices_to_rows on every lightning-indexer case ---------------------------------------
 struct RemapCall {

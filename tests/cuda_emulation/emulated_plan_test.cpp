@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/route_switch.hpp"
+#include "cuda/fused_qkv_paged.hpp"
 #include "cuda_runtime.h"
 #include "goldens/common/cache_layout.hpp"
 #include "goldens/common/device_staging.hpp"
@@ -45,12 +47,9 @@ goldens::CaseSpec small_case(const goldens::OpDriver& d) {
   return best;
 }
 
-class EmulatedPlan : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyWaitNorAllocate) {
-  const goldens::OpDriver* driver = goldens::find_driver(GetParam());
-  ASSERT_NE(driver, nullptr);
-  const goldens::CaseSpec spec = small_case(*driver);
+// One plan of `spec`, `runs` runs on device memory: no copy to the host, no stream wait, no
+// allocation after the plan, and the bits of the one-shot call.
+void expect_quiet_planned_runs(const goldens::OpDriver* driver, const goldens::CaseSpec& spec, int runs) {
   const Bundle inputs = driver->generate(spec.knobs, 1);
 
   // The one-shot call on device memory.
@@ -67,7 +66,7 @@ TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyWaitNorAllocate) {
   driver->prepare_outputs(planned);
   // mla_prefill_fp8 rewrites q and the new cache rows in place: each of its runs starts from the
   // outputs as prepared, restored device to device, as an engine's layer starts from its inputs.
-  const bool in_place = GetParam() == "mla_prefill_fp8";
+  const bool in_place = std::string(driver->name()) == "mla_prefill_fp8";
   const Bundle fresh = planned;
   Counters after_plan, after_runs;
   {
@@ -78,12 +77,12 @@ TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyWaitNorAllocate) {
       ASSERT_EQ(pristine.make(planned, fresh), cudaSuccess);
     }
     goldens::PlannedRun pr;
-    pr.runs = kLayers;
+    pr.runs = runs;
     pr.after_plan = [&] { after_plan = Counters{}; };
     if (in_place)
       pr.runner = [&](const std::function<Status()>& run_once) {
         Status s;
-        for (int i = 0; s.ok() && i < kLayers; ++i) {
+        for (int i = 0; s.ok() && i < runs; ++i) {
           if (pristine.restore(nullptr) != cudaSuccess)
             return Status::error(StatusCode::internal, "test", "restore", "restoring the outputs failed");
           s = run_once();
@@ -99,10 +98,31 @@ TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyWaitNorAllocate) {
   EXPECT_EQ(after_runs.copies - after_plan.copies, 0) << "a run copied from the device";
   EXPECT_EQ(after_runs.syncs - after_plan.syncs, 0) << "a run waited on a stream";
   EXPECT_EQ(after_runs.allocs - after_plan.allocs, 0) << "a run allocated device memory (the plan keeps its temporaries)";
-  EXPECT_GE(after_runs.launches - after_plan.launches, kLayers);
+  EXPECT_GE(after_runs.launches - after_plan.launches, runs);
   ASSERT_TRUE(check_device_errors().ok());
   for (const auto& name : one_shot.output_names())
     EXPECT_TRUE(planned.at(name).same_bytes(one_shot.at(name))) << name << " differs from the one-shot call";
+}
+
+class EmulatedPlan : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EmulatedPlan, SixtyOneRunsNeitherCopyWaitNorAllocate) {
+  const goldens::OpDriver* driver = goldens::find_driver(GetParam());
+  ASSERT_NE(driver, nullptr);
+  expect_quiet_planned_runs(driver, small_case(*driver), kLayers);
+}
+
+// Op 5's GPTQ decode-once route needs a decoded-weight workspace: the plan sizes and keeps it.
+TEST(EmulatedPlanGptq, TheDecodeOnceWorkspaceIsThePlans) {
+  const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
+  ASSERT_NE(driver, nullptr);
+  const core::RouteMode saved = cuda::gptq_decode_once::mode();
+  cuda::gptq_decode_once::set_mode(core::RouteMode::on);
+  goldens::CaseSpec spec;
+  spec.name = "gptq_decode_once";
+  spec.knobs = {{"weight_format", "gptq"}, {"has_zp", true}, {"group_size", 64}};
+  expect_quiet_planned_runs(driver, spec, 3);
+  cuda::gptq_decode_once::set_mode(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, EmulatedPlan,

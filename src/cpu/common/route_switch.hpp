@@ -1,28 +1,11 @@
-// A process-wide three-way switch for an alternative route of the cpu back-end (the BLAS
-// library's GEMM, the panel GEMM): "auto" lets each operator take the route from its own row
-// threshold, "off" never, "on" from a single row (tests force a route on every case with it).
-// The start value comes from an environment variable; tests and benchmarks set it in process.
+// The cpu back-end's route switches are core's (core/common/route_switch.hpp), under its names.
 #pragma once
 
-#include <atomic>
-#include <cstddef>
+#include "core/common/route_switch.hpp"
 
 namespace mlakit::cpu {
 
-enum class RouteMode { automatic, off, on };
-
-class RouteSwitch {
- public:
-  // `env`: the variable read once at construction ("auto", "off"/"0", "on"/"1"; else auto).
-  explicit RouteSwitch(const char* env);
-  RouteMode mode() const { return mode_.load(); }
-  void set_mode(RouteMode m) { mode_.store(m); }
-  // Whether a call of `rows` output rows takes the route, given the operator's threshold for the
-  // automatic mode (never when the route is not available).
-  bool use_for(bool available, std::size_t rows, std::size_t auto_min_rows) const;
-
- private:
-  std::atomic<RouteMode> mode_;
-};
+using core::RouteMode;
+using core::RouteSwitch;
 
 }  // namespace mlakit::cpu

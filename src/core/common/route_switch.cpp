@@ -1,9 +1,9 @@
-#include "cpu/common/route_switch.hpp"
+#include "core/common/route_switch.hpp"
 
 #include <cstdlib>
 #include <cstring>
 
-namespace mlakit::cpu {
+namespace mlakit::core {
 namespace {
 
 RouteMode mode_from_env(const char* env) {
@@ -28,4 +28,4 @@ bool RouteSwitch::use_for(bool available, std::size_t rows, std::size_t auto_min
   return false;
 }
 
-}  // namespace mlakit::cpu
+}  // namespace mlakit::core
