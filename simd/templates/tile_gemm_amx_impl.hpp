@@ -219,12 +219,16 @@ void gemm_tiles(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t
         }
         for (std::size_t s = s0; s < s1; ++s) {
           const std::uint16_t* as = ablock + (s - s0) * kStepWords;
+          // Each load just before the first product that needs it, so that an operand is fetched
+          // while the product before it runs (the order of Intel's AMX guidance; with all four
+          // loads first the kernel measured 25-27 % of the tile peak, this order is not measured
+          // yet). Each C tile's chain of products is the same either way, so are the bits.
           tiles.template load<a_tile(0)>(as, kRowBytes);
-          tiles.template load<a_tile(1)>(as + kTileRows * kStepK, kRowBytes);
           tiles.template load<b_tile(0)>(b0 + s * step_elems, ldq * 2);
-          tiles.template load<b_tile(1)>(b1 + s * step_elems, ldq * 2);
           tiles.template dp_bf16<c_tile(0, 0), a_tile(0), b_tile(0)>();
+          tiles.template load<b_tile(1)>(b1 + s * step_elems, ldq * 2);
           tiles.template dp_bf16<c_tile(0, 1), a_tile(0), b_tile(1)>();
+          tiles.template load<a_tile(1)>(as + kTileRows * kStepK, kRowBytes);
           tiles.template dp_bf16<c_tile(1, 0), a_tile(1), b_tile(0)>();
           tiles.template dp_bf16<c_tile(1, 1), a_tile(1), b_tile(1)>();
           const std::size_t k0 = s * kStepK;
