@@ -415,7 +415,7 @@ phase_amx() {
   local rc=0
   : >"$out/amx_tests.log"
   for t in test_kernels:'*GemmTiles*:*AmxTiles*:KernelDispatch*' test_fused_qkv_paged:'*amx*' \
-    test_sparse_mla_prefill:'*amx*'; do
+    test_sparse_mla_prefill:'*amx*' test_mla_prefill_fp8:'*amx*'; do
     rc=0
     MLAKIT_NUM_THREADS=$(nproc) timeout 150 "$bin/${t%%:*}" --gtest_filter="${t#*:}" --gtest_brief=1 \
       >>"$out/amx_tests.log" 2>&1 || rc=$?

@@ -10,12 +10,14 @@
 //                      maximum and the codes from the simd fp8_quant kernels (the same bits)
 //   KV                 per (128-row tile, head), one call per bk group whose epilogue scales
 //                      the group's sums by sa · w_scale and adds them in f32; rounded once to
-//                      bf16. On the bf16 NN tile's pair dot against weights widened and zipped in
+//                      bf16. On the AMX tiles where the level has them and bk is whole tile steps
+//                      (weights packed once per call into the tiles' pair layout; KvGemm); else
+//                      on the bf16 NN tile's pair dot against weights widened and zipped in
 //                      pairs once per call where it is used (a level with it, on a CPU where it
-//                      outruns f32 FMA: cpu/common/bf16_dot.hpp) and bk is even, else on the
-//                      panel GEMM against weights widened to f32 panels once per call (both
+//                      outruns f32 FMA: cpu/common/bf16_dot.hpp) and bk is even; else on the
+//                      panel GEMM against weights widened to f32 panels once per call (all
 //                      exact; the panel tiles read their B in order where the f32 NN tile strode
-//                      over weight rows at 66-75 % of the FMA peak). K's nope part is stored as the
+//                      over weight rows at 63-73 % of the FMA peak). K's nope part is stored as the
 //                      B of the score products (with the pair dot, rows of pairs of 128 keys; else
 //                      panels of the panel GEMM); its rope part, the same for every head, once per
 //                      sequence. K and V hold the bf16 values the spec's rounding leaves of them:
@@ -55,6 +57,7 @@
 #include "cpu/common/kernels.hpp"
 #include "cpu/common/online_softmax.hpp"
 #include "cpu/common/parallel.hpp"
+#include "cpu/common/tile_gemm.hpp"
 #include "mlakit/dtype.hpp"
 #include "core/shared/mla_prefill_fp8_norm.hpp"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
@@ -70,6 +73,19 @@ static_assert(kRowTile % kKeyChunk == 0, "a KV task's rows are whole key chunks"
 struct Shape {
   std::size_t H, nope, rope, v, latent, bn, bk, qk, kv_cols, groups;
 };
+
+// What the KV projection (steps 5-6) multiplies on: the AMX tiles where the level has them (and
+// bk is whole tile steps, so that a group's k never reads the next group's weights), the bf16 pair
+// dot where the CPU takes it (and bk is even: a pair never straddles two groups), else the panel
+// GEMM on f32 FMA.
+enum class KvGemm { tiles, pairs, panels };
+KvGemm kv_gemm_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
+  if (g.gemm_tiles != nullptr && s.bk % g.tile_k == 0 && tile_gemm::use_for(true, 1, 1)) return KvGemm::tiles;
+  if (pairs && s.bk % 2 == 0) return KvGemm::pairs;
+  return KvGemm::panels;
+}
+// One head's packed strips for the tiles: elements between strips.
+std::size_t tile_strip_elems(const Shape& s) { return 16 * simd::tile_pack_k(s.latent); }
 
 // Keys laid out as the B of the score products, by chunks of kKeyChunk keys, a slot being a pair
 // of bf16 elements of the reduction (bf16_nn, on the levels with the pair dot: per chunk [slots x
@@ -200,9 +216,10 @@ void zip_weights(const Shape& s, const simd::Fp8DecodeKernels& dec, const std::u
 // Steps 5-6 for head h and buffer rows [r0, r1): K's nope part (laid out as kl.nope) and V (rows
 // of bf16 values: bf16 words with the pair dot, else held as f32) of the head. Each bk group's
 // product is scaled by sa · w_scale in the NN tile's epilogue, against the head's laid-out weights
-// wzf: bf16 pairs on the pair dot where pair_gemm, else f32 panels on the panel GEMM (the same bits
-// as the NN tile over the same values: one chain per output and group, then the scaled add).
-void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bool pair_gemm, const void* wzf,
+// wzf: strips of the tile unit's pair layout on the tiles (each group's tile sums scaled and added
+// in f32 here), bf16 pairs on the pair dot, else f32 panels on the panel GEMM (the same bits as the
+// NN tile over the same values: one chain per output and group, then the scaled add).
+void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, KvGemm kv, const void* wzf,
              const float* w_scale, std::size_t h, std::size_t hl, std::size_t r0, std::size_t r1, const KLayout& kl,
              std::uint16_t* k, std::uint16_t* v) {
   const std::size_t rows = kl.rows;
@@ -214,15 +231,29 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, bo
     const std::size_t k0 = gi * s.bk, kn = std::min(s.bk, s.latent - k0);
     for (std::size_t n = 0; n < cols; ++n) ws[n] = w_scale[((n0 + n) / s.bn) * s.groups + gi];
     const float* sa = qz.sa + gi * rows + r0;
-    if (pair_gemm)
+    if (kv == KvGemm::tiles) {
+      auto* part = static_cast<float*>(thread_scratch(kRowTile * cols * sizeof(float), 6));
+      g.gemm_tiles(m, cols, kn, qz.xb + r0 * s.latent + k0, s.latent, static_cast<const std::uint16_t*>(wzf) + 16 * k0,
+                   tile_strip_elems(s), 32, nullptr, part, cols, false);
+      for (std::size_t i = 0; i < m; ++i) {
+        const float r = sa[i];
+        float* ai = acc + i * cols;
+        const float* pi = part + i * cols;
+        if (gi == 0)
+          for (std::size_t n = 0; n < cols; ++n) ai[n] = (r * ws[n]) * pi[n];
+        else
+          for (std::size_t n = 0; n < cols; ++n) ai[n] += (r * ws[n]) * pi[n];
+      }
+    } else if (kv == KvGemm::pairs) {
       g.bf16_nn_scaled(m, cols, kn, qz.xb + r0 * s.latent + k0, s.latent,
                        static_cast<const std::uint16_t*>(wzf) + k0 * cols, 2 * cols, sa, ws, acc, cols, gi > 0);
-    else
+    } else {
       for (std::size_t c0 = 0; c0 < cols; c0 += g.panel_cols)
         g.gemm_panel_scaled(m, std::min<std::size_t>(g.panel_cols, cols - c0), kn, qz.xf + r0 * s.latent + k0, s.latent,
                             static_cast<const float*>(wzf) + (c0 / g.panel_cols) * s.latent * g.panel_cols +
                                 k0 * g.panel_cols,
                             sa, ws + c0, acc + c0, cols, gi > 0);
+    }
   }
   std::uint16_t* kh = k + hl * kl.head_words;
   if (!kl.nope.f32) {
@@ -482,9 +513,13 @@ Shape shape_of(const MlaPrefillFp8Desc& d) {
 }
 
 // Bytes of one head's laid-out weights.
-std::size_t weight_bytes(const Shape& s, bool pair_gemm, std::size_t panel) {
-  return pair_gemm ? (s.latent + 1) / 2 * 2 * s.kv_cols * sizeof(std::uint16_t)
-                   : s.latent * round_up(s.kv_cols, panel) * sizeof(float);
+std::size_t weight_bytes(const Shape& s, KvGemm kv, std::size_t panel) {
+  switch (kv) {
+    case KvGemm::tiles: return num_tiles(s.kv_cols, 16) * tile_strip_elems(s) * sizeof(std::uint16_t);
+    case KvGemm::pairs: return (s.latent + 1) / 2 * 2 * s.kv_cols * sizeof(std::uint16_t);
+    case KvGemm::panels: break;
+  }
+  return s.latent * round_up(s.kv_cols, panel) * sizeof(float);
 }
 
 // Head h's kv_b_proj rows as f32 panels of the panel GEMM along latent: the columns in strips of
@@ -529,9 +564,9 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
   CallBufferSizes sizes;
   const Shape s = shape_of(d);
   const bool pairs = bf16_dot::use(gemm_kernels());
-  const bool pair_gemm = pairs && s.bk % 2 == 0;
+  const KvGemm kv = kv_gemm_of(s, gemm_kernels(), pairs);
   const std::size_t panel = gemm_kernels().panel_cols;
-  const std::size_t wz_bytes = weight_bytes(s, pair_gemm, panel);
+  const std::size_t wz_bytes = weight_bytes(s, kv, panel);
   const KeyRows rope = KeyRows::of(s.rope, pairs, panel), nope = KeyRows::of(s.nope, pairs, panel);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
@@ -539,7 +574,7 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
     if (iro[b + 1] == iro[b]) continue;
     const std::size_t rows = window_rows(a, b);
     sizes.grow(kSlotScales, rows * s.groups * sizeof(float));
-    sizes.grow(kSlotCodes, rows * s.latent * (pair_gemm ? sizeof(std::uint16_t) : sizeof(float)));
+    sizes.grow(kSlotCodes, rows * s.latent * (kv != KvGemm::panels ? sizeof(std::uint16_t) : sizeof(float)));
     sizes.grow(kSlotRope, rope.words(rows) * sizeof(std::uint16_t));
     if (a.topk_indices.data != nullptr)
       sizes.grow(kSlotMask, (SeqMask::bytes(iro[b + 1] - iro[b], rows) / sizeof(std::uint32_t) + 1) * sizeof(std::uint32_t));
@@ -564,8 +599,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   // Where the level has the bf16 pair dot, K is laid out in pairs for it, and the KV GEMM runs on it
   // unless a pair would straddle two scale groups (odd bk); everything else runs on f32 FMA.
   const bool pairs = bf16_dot::use(g);
-  const bool pair_gemm = pairs && s.bk % 2 == 0;
-  const std::size_t wz_bytes = weight_bytes(s, pair_gemm, g.panel_cols);
+  const KvGemm kv = kv_gemm_of(s, g, pairs);
+  const std::size_t wz_bytes = weight_bytes(s, kv, g.panel_cols);
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const auto* cache_offsets = a.cache_offsets.as<const std::uint32_t>();
@@ -601,7 +636,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
 
     // Steps 3-4.
     qz.sa = call_buffer_of<float>(rows * s.groups, kSlotScales);
-    if (pair_gemm) qz.xb = call_buffer_of<std::uint16_t>(rows * s.latent, kSlotCodes);
+    if (kv != KvGemm::panels) qz.xb = call_buffer_of<std::uint16_t>(rows * s.latent, kSlotCodes);
     else qz.xf = call_buffer_of<float>(rows * s.latent, kSlotCodes);
     qz.rope_rows = call_buffer_of<std::uint16_t>(qz.rope.words(rows), kSlotRope);
     parallel_for_tiles(rows, kRowTile, [&](std::size_t r0, std::size_t r1) {
@@ -626,7 +661,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
           }
           qz.sa[gi * rows + j] = sa;
         }
-        if (pair_gemm) dec.to_bf16(codes, qz.xb + j * s.latent, s.latent);
+        if (kv != KvGemm::panels) dec.to_bf16(codes, qz.xb + j * s.latent, s.latent);
         else dec.to_f32(codes, qz.xf + j * s.latent, s.latent);
         if (qz.rope.f32) {
           for (std::size_t e = 0; e < s.rope; ++e) *KeyRows::f32_at(qz.rope_rows, qz.rope.at(e, j)) = bf16_to_f32(row[s.latent + e]);
@@ -650,8 +685,14 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
         wz_valid = true;
         parallel_for_tiles(hn, 1, [&](std::size_t hb, std::size_t he) {
           for (std::size_t hl = hb; hl < he; ++hl) {
-            if (pair_gemm) zip_weights(s, dec, w, h0 + hl, reinterpret_cast<std::uint16_t*>(wz + hl * wz_bytes));
-            else panel_weights(s, g, dec, w, h0 + hl, reinterpret_cast<float*>(wz + hl * wz_bytes));
+            std::byte* wh = wz + hl * wz_bytes;
+            if (kv == KvGemm::tiles)
+              g.pack_tiles_f8(w + (h0 + hl) * s.kv_cols * s.latent, s.latent, s.kv_cols, s.latent,
+                              reinterpret_cast<std::uint16_t*>(wh), tile_strip_elems(s));
+            else if (kv == KvGemm::pairs)
+              zip_weights(s, dec, w, h0 + hl, reinterpret_cast<std::uint16_t*>(wh));
+            else
+              panel_weights(s, g, dec, w, h0 + hl, reinterpret_cast<float*>(wh));
           }
         });
         wz_h0 = h0;
@@ -661,7 +702,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
       parallel_for_tiles(row_tiles * hn, 1, [&](std::size_t t0, std::size_t t1) {
         for (std::size_t t = t0; t < t1; ++t) {
           const std::size_t hl = t / row_tiles, r0 = (t % row_tiles) * kRowTile;
-          project(s, g, qz, pair_gemm, wz + hl * wz_bytes, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile),
+          project(s, g, qz, kv, wz + hl * wz_bytes, w_scale, h0 + hl, hl, r0, std::min(rows, r0 + kRowTile),
                   kl, k, v);
         }
       });

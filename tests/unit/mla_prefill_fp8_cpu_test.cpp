@@ -12,6 +12,7 @@
 #include "cpu/common/parallel.hpp"
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
+#include "support/amx_tile_subjects.hpp"
 #include "support/cpu_level_cases.hpp"
 
 namespace mlakit::testing {
@@ -103,6 +104,28 @@ TEST_P(MlaPrefillCpu, StepsOneAndTwoGiveTheReferencesBits) {
 
 INSTANTIATE_TEST_SUITE_P(mla_prefill_fp8, MlaPrefillCpu, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
+
+// The KV projection on the tile GEMM (amx), on the real tiles where this CPU has AMX and on the
+// emulated ones wherever avx512bf16 runs: the big cases against the reference and bitwise identical
+// for 1, 2 and 4 threads (bk 5 keeps the projection off the tiles: its groups are not whole tile
+// steps), and every golden-matrix case (two seeds) within tolerance.
+using MlaPrefillTileGemm = TileSubjectTest;
+
+TEST_P(MlaPrefillTileGemm, BigCasesMatchReferenceAndAreThreadCountInvariant) {
+  GemmTableScope scope(GetParam());
+  ASSERT_NE(cpu::gemm_kernels().gemm_tiles, nullptr);
+  for (const BigCase& c : big_cases()) {
+    SCOPED_TRACE(c.name);
+    expect_reference_match_and_thread_invariance(driver(), driver().generate(c.knobs, 23), expect_same_outputs);
+  }
+}
+
+TEST_P(MlaPrefillTileGemm, EveryGoldenMatrixCaseWithinTolerance) {
+  GemmTableScope scope(GetParam());
+  expect_golden_matrix_within_tolerance(driver(), GetParam().name);
+}
+
+INSTANTIATE_TEST_SUITE_P(mla_prefill_fp8, MlaPrefillTileGemm, ::testing::ValuesIn(tile_subjects()), tile_subject_name);
 
 }  // namespace
 }  // namespace mlakit::testing
