@@ -18,14 +18,16 @@
 //                      panel GEMM against weights widened to f32 panels once per call (all
 //                      exact; the panel tiles read their B in order where the f32 NN tile strode
 //                      over weight rows at 63-73 % of the FMA peak). K's nope part is stored as the
-//                      B of the score products (with the pair dot, rows of pairs of 128 keys; else
-//                      panels of the panel GEMM); its rope part, the same for every head, once per
-//                      sequence. K and V hold the bf16 values the spec's rounding leaves of them:
-//                      as bf16 words with the pair dot, else widened to f32 once here (each key is
-//                      read by every 64-query tile: widening it there cost a quarter of the
-//                      attention), V then in column strips as panels of the panel GEMM
+//                      B of the score products (with the pair dot or the tiles, rows of pairs of
+//                      128 keys; else panels of the panel GEMM); its rope part, the same for every
+//                      head, once per sequence. K and V hold the bf16 values the spec's rounding
+//                      leaves of them: as bf16 words with the pair dot, else widened to f32 once
+//                      here (each key is read by every 64-query tile: widening it there cost a
+//                      quarter of the attention), V then in column strips as panels of the panel
+//                      GEMM (AttendLayout)
 //   attention          per (head, 64-query tile): 128-key chunks up to the tile's last visible key,
-//                      scores on the bf16 NN tile with the pair dot, else on the panel GEMM over
+//                      scores on the AMX tiles where the level has them (the key pairs read in
+//                      place), on the bf16 NN tile with the pair dot, else on the panel GEMM over
 //                      the widened queries (the same chains as the f32 NN tile: 3 x 4-vector tiles
 //                      striding over key rows took 42 % of the time where its outer-product tiles
 //                      read panels in order), over the nope part and then on in the same chains
@@ -84,6 +86,19 @@ KvGemm kv_gemm_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
   if (pairs && s.bk % 2 == 0) return KvGemm::pairs;
   return KvGemm::panels;
 }
+// How the attention multiplies: the scores on the AMX tiles where the level has them and the nope
+// and rope widths are whole tile steps (the tiles then read the keys in bf16 pairs in place), else
+// on the pair dot where the CPU takes it (keys in pairs too), else on the panel GEMM (keys widened
+// to f32 panels); P·V on the panel GEMM over f32 value panels unless the pair dot is taken (then
+// bf16 value rows, widened as read: P stays f32 either way).
+struct AttendLayout {
+  bool key_pairs, score_tiles, v_f32;
+};
+AttendLayout attend_layout_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
+  const bool tiles = g.gemm_tiles != nullptr && s.nope % g.tile_k == 0 && s.rope % g.tile_k == 0 &&
+                     tile_gemm::use_for(true, 1, 1);
+  return AttendLayout{pairs || tiles, tiles, !pairs};
+}
 // One head's packed strips for the tiles: elements between strips.
 std::size_t tile_strip_elems(const Shape& s) { return 16 * simd::tile_pack_k(s.latent); }
 
@@ -124,6 +139,9 @@ struct KeyRows {
 struct KLayout {
   std::size_t rows, head_words;  // head_words: bf16 words per head
   KeyRows nope;
+  bool score_tiles;     // the scores on the tile GEMM (keys in pairs)
+  bool v_f32;           // V in f32 panels of v_panel columns (else rows of bf16 words)
+  std::size_t v_panel;
 };
 
 // One head's V held as f32 (levels without the pair dot) as the panel GEMM's B of P·V: columns in
@@ -256,27 +274,31 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, Kv
     }
   }
   std::uint16_t* kh = k + hl * kl.head_words;
+  // Keys and values are rounded to bf16 as the spec says; held as pairs or bf16 rows, or widened
+  // into the panels the panel GEMM reads (keys: kl.nope; values: v_panels).
+  auto* t = static_cast<std::uint16_t*>(thread_scratch(std::max(s.nope * kKeyChunk, s.v) * sizeof(std::uint16_t), 4));
   if (!kl.nope.f32) {
     for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {  // r0 starts a chunk: kRowTile is whole chunks
       const std::size_t n = std::min(kKeyChunk, r1 - c0);
       g.pack_pairs_bf16(acc + (c0 - r0) * cols, cols, n, s.nope, kh + kl.nope.at(0, c0), kKeyChunk);
     }
+  } else {
+    // A key's nope row is rounded to bf16, and the panel packer widens a panel's rows into it.
+    const std::size_t P = kl.nope.panel;
+    for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {
+      const std::size_t n = std::min(kKeyChunk, r1 - c0);
+      for (std::size_t i = 0; i < n; ++i) g.round_bf16(acc + (c0 - r0 + i) * cols, t + i * s.nope, s.nope);
+      for (std::size_t p0 = 0; p0 < n; p0 += P)
+        g.pack_panel_bf16(t + p0 * s.nope, s.nope, std::min(P, n - p0), s.nope,
+                          KeyRows::f32_at(kh, kl.nope.at(0, c0 + p0)));
+    }
+  }
+  if (!kl.v_f32) {
     std::uint16_t* vh = v + hl * rows * s.v;
     for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
     return;
   }
-  // f32 keys and values: rounded to bf16 as the spec says, held widened, in the panels the panel
-  // GEMM reads (keys: kl.nope; values: v_panels).
-  // A key's nope row is rounded to bf16, and the panel packer widens a panel's rows into it.
-  auto* t = static_cast<std::uint16_t*>(thread_scratch(std::max(s.nope * kKeyChunk, s.v) * sizeof(std::uint16_t), 4));
-  const std::size_t P = kl.nope.panel;
-  for (std::size_t c0 = r0; c0 < r1; c0 += kKeyChunk) {
-    const std::size_t n = std::min(kKeyChunk, r1 - c0);
-    for (std::size_t i = 0; i < n; ++i) g.round_bf16(acc + (c0 - r0 + i) * cols, t + i * s.nope, s.nope);
-    for (std::size_t p0 = 0; p0 < n; p0 += P)
-      g.pack_panel_bf16(t + p0 * s.nope, s.nope, std::min(P, n - p0), s.nope,
-                        KeyRows::f32_at(kh, kl.nope.at(0, c0 + p0)));
-  }
+  const std::size_t P = kl.v_panel;
   const VPanels vp = v_panels(s, rows, P);
   float* vh = reinterpret_cast<float*>(v) + hl * vp.floats;
   for (std::size_t i = 0; i < m; ++i) {
@@ -378,7 +400,11 @@ void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, 
   // from the first's exact f32 sums).
   const std::uint16_t* kn = kh + kl.nope.at(0, j0);
   const std::uint16_t* kr = qz.rope_rows + qz.rope.at(0, j0);
-  if (!kl.nope.f32) {
+  if (kl.score_tiles) {
+    // The pairs of a chunk read in place as the tiles' B: key j's pair q at q * 2 kKeyChunk + 2 j.
+    g.gemm_tiles(mq, cnt, s.nope, qt, s.H * s.qk, kn, 32, 2 * kKeyChunk, nullptr, c, ldc, false);
+    g.gemm_tiles(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 32, 2 * kKeyChunk, nullptr, c, ldc, true);
+  } else if (!kl.nope.f32) {
     g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, c, ldc, false);
     g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, c, ldc, true);
   } else {
@@ -411,8 +437,8 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
       for (std::size_t e = 0; e < s.qk; ++e) qf[r * s.qk + e] = bf16_to_f32(qt[r * s.H * s.qk + e]);
   }
   // P·V over value panels of f32 (no pair dot) or rows of bf16 words.
-  const VPanels vp = v_panels(s, kl.rows, kl.nope.panel);
-  const float* vf = kl.nope.f32 ? reinterpret_cast<const float*>(v) + hl * vp.floats : nullptr;
+  const VPanels vp = v_panels(s, kl.rows, kl.v_panel);
+  const float* vf = kl.v_f32 ? reinterpret_cast<const float*>(v) + hl * vp.floats : nullptr;
   const std::uint16_t* vh = v + hl * kl.rows * s.v;
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
   const bool masked = sm.bits != nullptr;
@@ -548,13 +574,13 @@ std::size_t window_rows(const MlaPrefillFp8Args& a, std::size_t b) {
 }
 
 // 16-bit words of one head's V: rows of bf16 words, or f32 value panels without the pair dot.
-std::size_t v_words(const Shape& s, std::size_t rows, bool pairs) {
-  return pairs ? std::max<std::size_t>(1, rows) * s.v : v_panels(s, rows, gemm_kernels().panel_cols).floats * 2;
+std::size_t v_words(const Shape& s, std::size_t rows, bool v_f32) {
+  return v_f32 ? v_panels(s, rows, gemm_kernels().panel_cols).floats * 2 : std::max<std::size_t>(1, rows) * s.v;
 }
 
 // Heads per group: their K, V and laid-out weights within the workspace budget.
-std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, bool pairs, std::size_t wz_bytes) {
-  const std::size_t head_bytes = (head_words + v_words(s, rows, pairs)) * sizeof(std::uint16_t) + wz_bytes;
+std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, bool v_f32, std::size_t wz_bytes) {
+  const std::size_t head_bytes = (head_words + v_words(s, rows, v_f32)) * sizeof(std::uint16_t) + wz_bytes;
   return items_within_budget(head_bytes, s.H);
 }
 
@@ -567,7 +593,8 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
   const KvGemm kv = kv_gemm_of(s, gemm_kernels(), pairs);
   const std::size_t panel = gemm_kernels().panel_cols;
   const std::size_t wz_bytes = weight_bytes(s, kv, panel);
-  const KeyRows rope = KeyRows::of(s.rope, pairs, panel), nope = KeyRows::of(s.nope, pairs, panel);
+  const AttendLayout al = attend_layout_of(s, gemm_kernels(), pairs);
+  const KeyRows rope = KeyRows::of(s.rope, al.key_pairs, panel), nope = KeyRows::of(s.nope, al.key_pairs, panel);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   for (std::size_t b = 0; b < B; ++b) {
@@ -579,9 +606,9 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
     if (a.topk_indices.data != nullptr)
       sizes.grow(kSlotMask, (SeqMask::bytes(iro[b + 1] - iro[b], rows) / sizeof(std::uint32_t) + 1) * sizeof(std::uint32_t));
     const std::size_t head_words = nope.words(rows);
-    const std::size_t hg = head_group(s, head_words, rows, pairs, wz_bytes);
+    const std::size_t hg = head_group(s, head_words, rows, al.v_f32, wz_bytes);
     sizes.grow(kSlotK, hg * head_words * sizeof(std::uint16_t));
-    sizes.grow(kSlotV, hg * v_words(s, rows, pairs) * sizeof(std::uint16_t));
+    sizes.grow(kSlotV, hg * v_words(s, rows, al.v_f32) * sizeof(std::uint16_t));
     if (rows > 0) sizes.grow(kSlotWeights, std::min(hg, s.H) * wz_bytes);
   }
   return sizes;
@@ -613,10 +640,14 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   const auto* w_scale = a.kv_b_proj_scale.as<const float>();
   auto* out = a.output.as<std::uint16_t>();
 
+  const AttendLayout al = attend_layout_of(s, g, pairs);
   Quantized qz{};
-  qz.rope = KeyRows::of(s.rope, pairs, g.panel_cols);
+  qz.rope = KeyRows::of(s.rope, al.key_pairs, g.panel_cols);
   KLayout kl{};
-  kl.nope = KeyRows::of(s.nope, pairs, g.panel_cols);
+  kl.nope = KeyRows::of(s.nope, al.key_pairs, g.panel_cols);
+  kl.score_tiles = al.score_tiles;
+  kl.v_f32 = al.v_f32;
+  kl.v_panel = g.panel_cols;
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
   std::byte* wz = nullptr;
@@ -675,9 +706,9 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     // Heads in groups whose K, V and laid-out weights fit the workspace budget.
     kl.rows = rows;
     kl.head_words = kl.nope.words(rows);
-    const std::size_t hg = head_group(s, kl.head_words, rows, pairs, wz_bytes);
+    const std::size_t hg = head_group(s, kl.head_words, rows, kl.v_f32, wz_bytes);
     std::uint16_t* const k = call_buffer_of<std::uint16_t>(hg * kl.head_words, kSlotK);
-    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * v_words(s, rows, pairs), kSlotV);
+    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * v_words(s, rows, kl.v_f32), kSlotV);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
       if (rows > 0 && (!wz_valid || wz_h0 != h0 || wz_hn != hn)) {

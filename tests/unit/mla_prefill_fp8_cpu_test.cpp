@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/parallel.hpp"
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/mla_prefill_fp8.hpp"
@@ -105,24 +106,56 @@ TEST_P(MlaPrefillCpu, StepsOneAndTwoGiveTheReferencesBits) {
 INSTANTIATE_TEST_SUITE_P(mla_prefill_fp8, MlaPrefillCpu, ::testing::ValuesIn(at_every_level(big_cases())),
                          level_case_name);
 
-// The KV projection on the tile GEMM (amx), on the real tiles where this CPU has AMX and on the
-// emulated ones wherever avx512bf16 runs: the big cases against the reference and bitwise identical
-// for 1, 2 and 4 threads (bk 5 keeps the projection off the tiles: its groups are not whole tile
-// steps), and every golden-matrix case (two seeds) within tolerance.
+// The KV projection and the scores on the tile GEMM (amx), on the real tiles where this CPU has
+// AMX and on the emulated ones wherever avx512bf16 runs, with the pair dot taken (values as bf16
+// rows) and not taken (values as f32 panels, as on Intel CPUs): the big cases against the reference
+// and bitwise identical for 1, 2 and 4 threads (bk 5 keeps the projection, widths 15 and 8 the
+// scores, off the tiles), and every golden-matrix case (two seeds) within tolerance.
 using MlaPrefillTileGemm = TileSubjectTest;
 
 TEST_P(MlaPrefillTileGemm, BigCasesMatchReferenceAndAreThreadCountInvariant) {
   GemmTableScope scope(GetParam());
   ASSERT_NE(cpu::gemm_kernels().gemm_tiles, nullptr);
-  for (const BigCase& c : big_cases()) {
-    SCOPED_TRACE(c.name);
-    expect_reference_match_and_thread_invariance(driver(), driver().generate(c.knobs, 23), expect_same_outputs);
+  for (cpu::RouteMode dot : {cpu::RouteMode::on, cpu::RouteMode::off}) {
+    cpu::bf16_dot::set_mode(dot);
+    for (const BigCase& c : big_cases()) {
+      SCOPED_TRACE(c.name + (dot == cpu::RouteMode::on ? " (pair dot)" : " (f32 values)"));
+      expect_reference_match_and_thread_invariance(driver(), driver().generate(c.knobs, 23), expect_same_outputs);
+    }
   }
 }
 
 TEST_P(MlaPrefillTileGemm, EveryGoldenMatrixCaseWithinTolerance) {
   GemmTableScope scope(GetParam());
-  expect_golden_matrix_within_tolerance(driver(), GetParam().name);
+  for (cpu::RouteMode dot : {cpu::RouteMode::on, cpu::RouteMode::off}) {
+    cpu::bf16_dot::set_mode(dot);
+    expect_golden_matrix_within_tolerance(driver(), std::string(GetParam().name) + (dot == cpu::RouteMode::on ? "/pair dot" : "/f32 values"));
+  }
+}
+
+// A plan's workspace holds the tile routes' buffers (packed weights, bf16 rows, key pairs, f32
+// value panels): planned runs need no buffer of their own and give the one-shot bits.
+TEST_P(MlaPrefillTileGemm, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
+  GemmTableScope scope(GetParam());
+  for (cpu::RouteMode dot : {cpu::RouteMode::on, cpu::RouteMode::off}) {
+    cpu::bf16_dot::set_mode(dot);
+    for (const BigCase& c : big_cases()) {
+      SCOPED_TRACE(c.name + (dot == cpu::RouteMode::on ? " (pair dot)" : " (f32 values)"));
+      const Bundle in = driver().generate(c.knobs, 29);
+      Bundle one_shot = in;
+      ASSERT_TRUE(driver().run(one_shot, RunOptions{Backend::cpu}).ok());
+      Bundle planned = in;
+      driver().prepare_outputs(planned);
+      goldens::PlannedRun pr;
+      pr.options.backends = {Backend::cpu};
+      pr.use_workspace = true;
+      const long fallbacks = cpu::workspace_fallbacks();
+      const Status s = driver().call_planned(planned, &pr);
+      ASSERT_TRUE(s.ok()) << s.message;
+      EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << "a buffer did not fit " << pr.workspace_bytes;
+      expect_same_outputs(planned, one_shot, "planned against one-shot");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(mla_prefill_fp8, MlaPrefillTileGemm, ::testing::ValuesIn(tile_subjects()), tile_subject_name);
