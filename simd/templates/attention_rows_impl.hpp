@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "simd/templates/dot_tiles_impl.hpp"
+#include "simd/templates/tile_out.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
@@ -60,19 +61,9 @@ struct NnStep<std::uint16_t, std::uint16_t> {
 };
 #endif
 
-// Where the sums go: C (+)= sum, or, with row and column scales, C (+)= (rs[i] * cs[j]) * sum (one
-// product, then one fused multiply-add per output).
-struct NnOut {
-  float* c;
-  std::size_t ldc;
-  bool accumulate;
-  const float* rs = nullptr;  // the tile's rows' scales, or null
-  const float* cs = nullptr;  // the tile's columns' scales (with rs)
-};
-
 // Columns [0, (C - 1) * kLanes + last) of the tile; last = kLanes unless the tile ends the row.
 template <class TA, class TB, std::size_t R, std::size_t C>
-void tile_nn(std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size_t ldb, NnOut out, std::size_t last) {
+void tile_nn(std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size_t ldb, TileOut out, std::size_t last) {
   using S = NnStep<TA, TB>;
   const auto load_n = [&](const float* p, std::size_t j) {
     return j + 1 < C || last == kLanes ? fload(p + j * kLanes) : fload_n(p + j * kLanes, last);
@@ -120,7 +111,7 @@ void tile_nn(std::size_t k, const TA* a, std::size_t lda, const TB* b, std::size
 }
 
 template <class TA, class TB>
-using NnFn = void (*)(std::size_t, const TA*, std::size_t, const TB*, std::size_t, NnOut, std::size_t);
+using NnFn = void (*)(std::size_t, const TA*, std::size_t, const TB*, std::size_t, TileOut, std::size_t);
 template <class TA, class TB>
 struct NnTable {
   NnFn<TA, TB> fn[kNnR][kNnC];
@@ -139,7 +130,7 @@ constexpr NnTable<TA, TB> kNnTiles = make_nn_tiles<TA, TB>(std::make_index_seque
 // L1 while every row of A passes over it.
 template <class TA, class TB>
 void nn_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b,
-               std::size_t ldb, NnOut out) {
+               std::size_t ldb, TileOut out) {
   if (m == 0 || n == 0) return;
   const std::size_t vecs = (n + kLanes - 1) / kLanes, last = n - (vecs - 1) * kLanes;
   for (std::size_t v0 = 0; v0 < vecs; v0 += kNnC) {
@@ -147,7 +138,7 @@ void nn_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::si
     const std::size_t tail = v0 + cb == vecs ? last : kLanes;
     for (std::size_t i = 0; i < m; i += kNnR) {
       const std::size_t rb = m - i < kNnR ? m - i : kNnR;
-      NnOut tile = out;
+      TileOut tile = out;
       tile.c = out.c + i * out.ldc + v0 * kLanes;
       if (out.rs) {
         tile.rs = out.rs + i;
@@ -162,14 +153,14 @@ void nn_blocks(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::si
 template <class TA, class TB>
 void gemm_nn(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const TB* b,
              std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
-  nn_blocks<TA, TB>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate});
+  nn_blocks<TA, TB>(m, n, k, a, lda, b, ldb, TileOut{c, ldc, accumulate});
 }
 
 // f32_nn_scaled and bf16_nn_scaled.
 template <class T>
 void gemm_nn_scaled(std::size_t m, std::size_t n, std::size_t k, const T* a, std::size_t lda, const T* b,
                     std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate) {
-  nn_blocks<T, T>(m, n, k, a, lda, b, ldb, NnOut{c, ldc, accumulate, rs, cs});
+  nn_blocks<T, T>(m, n, k, a, lda, b, ldb, TileOut{c, ldc, accumulate, rs, cs});
 }
 
 // Column j of kLanes rows of x as the lanes of a vector (rows past the last valid one read row 0

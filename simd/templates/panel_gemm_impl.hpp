@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "simd/gemm.hpp"
+#include "simd/templates/tile_out.hpp"
 #include "simd/vec/bf16_round.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
@@ -96,21 +97,11 @@ inline void store_part(float* p, F v, std::size_t n) {
   else if (n) fstore_n(p, v, n);
 }
 
-// Where a tile's sums go: C (+)= sum, or with row and column scales C (+)= (rs[r] * cs[j]) * sum,
-// the sum then started from zero.
-struct PanelOut {
-  float* c;
-  std::size_t ldc;
-  bool accumulate;
-  const float* rs = nullptr;  // the tile's rows' scales, or null
-  const float* cs = nullptr;  // the columns' scales (with rs)
-};
-
 // R rows of A against one panel: C[r][j] (+)= sum_p A[r][p] * panel[p][j], j < n.
 // (The unroll pragmas matter: without them GCC keeps the accumulator arrays in memory and stores
 // them on every step.)
 template <std::size_t R>
-void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* panel, PanelOut out, std::size_t n) {
+void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* panel, TileOut out, std::size_t n) {
   const std::size_t n0 = n < kLanes ? n : kLanes, n1 = n - n0;
   float* const c = out.c;
   const std::size_t ldc = out.ldc;
@@ -149,7 +140,7 @@ void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* pan
 
 template <std::size_t R>
 void panel_rows_tail(std::size_t rest, std::size_t k, const float* a, std::size_t lda, const float* panel,
-                     PanelOut out, std::size_t n) {
+                     TileOut out, std::size_t n) {
   if constexpr (R > 0) {
     if (rest == R) panel_tile<R>(k, a, lda, panel, out, n);
     else panel_rows_tail<R - 1>(rest, k, a, lda, panel, out, n);
@@ -157,11 +148,11 @@ void panel_rows_tail(std::size_t rest, std::size_t k, const float* a, std::size_
 }
 
 void panel_rows(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
-                PanelOut out) {
+                TileOut out) {
   if (n == 0) return;
   if (n > kPanelCols) n = kPanelCols;  // the contract bounds n; never write past the panel's columns
   const auto at = [&](std::size_t i) {
-    PanelOut o = out;
+    TileOut o = out;
     o.c = out.c + i * out.ldc;
     if (out.rs) o.rs = out.rs + i;
     return o;
@@ -173,13 +164,13 @@ void panel_rows(std::size_t m, std::size_t n, std::size_t k, const float* a, std
 
 void gemm_panel(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
                 float* c, std::size_t ldc, bool accumulate) {
-  panel_rows(m, n, k, a, lda, panel, PanelOut{c, ldc, accumulate});
+  panel_rows(m, n, k, a, lda, panel, TileOut{c, ldc, accumulate});
 }
 
 void gemm_panel_scaled(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                        const float* panel, const float* rs, const float* cs, float* c, std::size_t ldc,
                        bool accumulate) {
-  panel_rows(m, n, k, a, lda, panel, PanelOut{c, ldc, accumulate, rs, cs});
+  panel_rows(m, n, k, a, lda, panel, TileOut{c, ldc, accumulate, rs, cs});
 }
 
 }  // namespace

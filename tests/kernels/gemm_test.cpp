@@ -139,6 +139,20 @@ void check_pair(simd::GemmFn<TA, TB> fn, simd::GemmFn<TA, TB> generic_fn, const 
   }
 }
 
+// C for the tile tests: guard words around an m x n tile at `off` (row stride ldc) that holds
+// random sums when accumulating (guards too otherwise: C is not read then); in_tile says whether
+// element e lies in the tile.
+std::vector<float> guarded_c(Rng& rng, std::size_t off, std::size_t m, std::size_t n, std::size_t ldc, bool acc,
+                             std::uint32_t guard) {
+  std::vector<float> c(off + m * ldc + 4, float_of(guard));
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(guard);
+  return c;
+}
+bool in_tile(std::size_t e, std::size_t off, std::size_t m, std::size_t n, std::size_t ldc) {
+  return e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
+}
+
 class Gemm : public ::testing::TestWithParam<Isa> {
  protected:
   const simd::GemmKernels& table() { return *cpu::gemm_kernels_at(GetParam()); }
@@ -410,8 +424,7 @@ TEST_P(Gemm, NnMatchesExactSumsAndGeneric) {
           table().f32_nn(m, n, k, a.data() + off, lda, b.data() + off, ldb, c.data() + off, ldc, acc);
           gk.f32_nn(m, n, k, a.data() + off, lda, b.data() + off, ldb, c2.data() + off, ldc, acc);
           for (std::size_t e = 0; e < c.size(); ++e) {
-            const bool inside = e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
-            if (!inside) {
+            if (!in_tile(e, off, m, n, ldc)) {
               ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e << ", m=" << m << " n=" << n << " k=" << k;
               continue;
             }
@@ -891,14 +904,11 @@ TEST_P(Gemm, PanelGemmIsOneChainPerOutput) {
           if (seed % 13 == 0 && k) b[off + rng.below(n) * ldb + rng.below(k)] = std::numeric_limits<float>::infinity();
           std::vector<float> panel(pc * k + 1, float_of(kGuard));
           g.pack_panel_f32(b.data() + off, ldb, n, k, panel.data());
-          std::vector<float> c(off + m * ldc + 4, float_of(kGuard));
-          for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          std::vector<float> c = guarded_c(rng, off, m, n, ldc, acc, kGuard);
           const std::vector<float> c0 = c;
           g.gemm_panel(m, n, k, a.data() + off, lda, panel.data(), c.data() + off, ldc, acc);
           for (std::size_t e = 0; e < c.size(); ++e) {
-            const bool inside = e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
-            if (!inside) {
+            if (!in_tile(e, off, m, n, ldc)) {
               ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e;
               continue;
             }
@@ -958,16 +968,13 @@ TEST_P(Gemm, PanelGemmScaledIsTheChainThenOneScaledAdd) {
             for (std::size_t p = 0; p < k; ++p) bnn[p * n + j] = b[j * k + p];
           std::vector<float> panel(pc * k + 1);
           g.pack_panel_f32(b.data(), k, n, k, panel.data());
-          std::vector<float> c(off + m * ldc + 4, float_of(kGuard));
-          for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t j = 0; j < n; ++j) c[off + i * ldc + j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+          std::vector<float> c = guarded_c(rng, off, m, n, ldc, acc, kGuard);
           std::vector<float> nn = c;
           const std::vector<float> c0 = c;
           g.gemm_panel_scaled(m, n, k, a.data() + off, lda, panel.data(), rs.data(), cs.data(), c.data() + off, ldc, acc);
           g.f32_nn_scaled(m, n, k, a.data() + off, lda, bnn.data(), n, rs.data(), cs.data(), nn.data() + off, ldc, acc);
           for (std::size_t e = 0; e < c.size(); ++e) {
-            const bool inside = e >= off && (e - off) / ldc < m && (e - off) % ldc < n;
-            if (!inside) {
+            if (!in_tile(e, off, m, n, ldc)) {
               ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e;
               continue;
             }

@@ -61,9 +61,6 @@ inline goldens::Bundle run_cpu(const goldens::OpDriver& driver, const goldens::B
   return b;
 }
 
-// Runs `in` on the cpu back-end with one thread and compares it with the reference (the driver's
-// comparison), then expects 2 and 4 threads to give the same bits: same(a, b, what) checks the
-// operator's outputs.
 // Every golden-matrix case of the driver, two seeds, on the cpu back-end as configured now (level,
 // routes), within the reference's tolerance; `where` names the configuration in failures.
 inline void expect_golden_matrix_within_tolerance(const goldens::OpDriver& driver, const std::string& where) {
@@ -79,6 +76,9 @@ inline void expect_golden_matrix_within_tolerance(const goldens::OpDriver& drive
   }
 }
 
+// Runs `in` on the cpu back-end with one thread and compares it with the reference (the driver's
+// comparison), then expects 2 and 4 threads to give the same bits: same(a, b, what) checks the
+// operator's outputs.
 template <class Same>
 void expect_reference_match_and_thread_invariance(const goldens::OpDriver& driver, const goldens::Bundle& in,
                                                   Same same) {
@@ -94,6 +94,27 @@ void expect_reference_match_and_thread_invariance(const goldens::OpDriver& drive
     ThreadsGuard t(n);
     same(run_cpu(driver, in), one, std::to_string(n) + " threads against 1");
   }
+}
+
+// `in` planned with a workspace and run on exactly the size the plan asked for: no buffer of its
+// own (no workspace fallback) and the one-shot bits (same(a, b, what)). Returns the workspace bytes
+// the plan asked for.
+template <class Same>
+std::size_t expect_planned_run_fits_its_workspace(const goldens::OpDriver& driver, const goldens::Bundle& in, Same same,
+                                                  const std::string& what) {
+  const goldens::Bundle one_shot = run_cpu(driver, in);
+  goldens::Bundle planned = in;
+  driver.prepare_outputs(planned);
+  goldens::PlannedRun pr;
+  pr.options.backends = {Backend::cpu};
+  pr.use_workspace = true;
+  const long fallbacks = cpu::workspace_fallbacks();
+  const Status s = driver.call_planned(planned, &pr);
+  EXPECT_TRUE(s.ok()) << what << ": " << s.message;
+  if (!s.ok()) return 0;
+  EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << what << ": a buffer did not fit " << pr.workspace_bytes;
+  same(planned, one_shot, what + ": planned against one-shot");
+  return pr.workspace_bytes;
 }
 
 // Several user threads calling the cpu back-end at once (it on 2 threads), each on its own inputs

@@ -141,19 +141,7 @@ TEST_P(MlaPrefillTileGemm, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
     cpu::bf16_dot::set_mode(dot);
     for (const BigCase& c : big_cases()) {
       SCOPED_TRACE(c.name + (dot == cpu::RouteMode::on ? " (pair dot)" : " (f32 values)"));
-      const Bundle in = driver().generate(c.knobs, 29);
-      Bundle one_shot = in;
-      ASSERT_TRUE(driver().run(one_shot, RunOptions{Backend::cpu}).ok());
-      Bundle planned = in;
-      driver().prepare_outputs(planned);
-      goldens::PlannedRun pr;
-      pr.options.backends = {Backend::cpu};
-      pr.use_workspace = true;
-      const long fallbacks = cpu::workspace_fallbacks();
-      const Status s = driver().call_planned(planned, &pr);
-      ASSERT_TRUE(s.ok()) << s.message;
-      EXPECT_EQ(cpu::workspace_fallbacks(), fallbacks) << "a buffer did not fit " << pr.workspace_bytes;
-      expect_same_outputs(planned, one_shot, "planned against one-shot");
+      expect_planned_run_fits_its_workspace(driver(), driver().generate(c.knobs, 29), expect_same_outputs, c.name);
     }
   }
 }
