@@ -93,6 +93,11 @@ struct GemmKernels {
   // dst[i] = bf16(x[i]) for i < n, as mlakit::f32_to_bf16 (to nearest even, subnormals kept, NaN
   // quieted).
   void (*round_bf16)(const float* x, std::uint16_t* dst, std::size_t n);
+  // x split into three bf16 parts for products that must keep f32 precision on a bf16 unit:
+  //   hi[i] = bf16(x[i]), mid[i] = bf16(x[i] - hi[i]), lo[i] = bf16(x[i] - hi[i] - mid[i]) for
+  //   i < n (each difference exact in f32, each rounding as round_bf16), so that for finite x
+  //   |x - hi - mid - lo| <= 2^-25 |x| where the parts stay normal; NaN gives NaN parts.
+  void (*split_bf16x3)(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* mid, std::uint16_t* lo);
   // The pieces of a block-scaled projection whose output feeds later NN products:
   // f32_nn_scaled is f32_nn with a scale per row of A and per column of B on each tile's sum:
   //   C[i*ldc + j] = (accumulate ? C[i*ldc + j] : 0) + (rs[i] * cs[j]) * sum_p A[i*lda + p] * B[p*ldb + j],

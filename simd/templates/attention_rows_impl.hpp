@@ -214,6 +214,31 @@ void round_bf16(const float* x, std::uint16_t* dst, std::size_t n) {
   if (i < n) istore_u16_n(dst + i, bf16_round_bits(bits(fload_n(x + i, n - i))), n - i);
 }
 
+// hi, mid, lo as simd/gemm.hpp's split_bf16x3: each part the rounding of what the parts before it
+// leave (an exact f32 difference).
+inline void split_lanes(F v, I& h, I& m, I& l) {
+  h = bf16_round_bits(bits(v));
+  const F r = v - floats(shl<16>(h));
+  m = bf16_round_bits(bits(r));
+  l = bf16_round_bits(bits(r - floats(shl<16>(m))));
+}
+void split_bf16x3(const float* x, std::size_t n, std::uint16_t* hi, std::uint16_t* mid, std::uint16_t* lo) {
+  I h, m, l;
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    split_lanes(fload(x + i), h, m, l);
+    istore_u16(hi + i, h);
+    istore_u16(mid + i, m);
+    istore_u16(lo + i, l);
+  }
+  if (i < n) {
+    split_lanes(fload_n(x + i, n - i), h, m, l);
+    istore_u16_n(hi + i, h, n - i);
+    istore_u16_n(mid + i, m, n - i);
+    istore_u16_n(lo + i, l, n - i);
+  }
+}
+
 alignas(64) constexpr std::int32_t kLaneIndex[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 inline M first_lanes(std::size_t n) { return cmpgt(isplat(static_cast<std::int32_t>(n)), iload(kLaneIndex)); }
 

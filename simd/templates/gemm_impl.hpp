@@ -28,6 +28,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_nn<float, float>,
                      &gemm_nn<float, std::uint16_t>,
                      &round_bf16,
+                     &split_bf16x3,
                      &gemm_nn_scaled<float>,
                      &transpose_bf16,
                      &scale_max,

@@ -501,6 +501,48 @@ TEST_P(Gemm, RoundBf16MatchesTheScalarRounding) {
   }
 }
 
+// split_bf16x3 against its definition through mlakit::f32_to_bf16, bit for bit, on attention
+// weights (0..1, with exact zeros, ones and values near the exp flush), random f32 patterns and NaN;
+// the three parts leave at most 2^-25 |x| where they stay normal; nothing past n written.
+TEST_P(Gemm, SplitBf16x3IsThreeRoundingsOfWhatIsLeft) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  Rng rng(73);
+  std::vector<float> xs;
+  for (int i = 0; i < 20000; ++i) {
+    float x = rng.uniform(0.0f, 1.0f);
+    if (i % 7 == 1) x = std::ldexp(rng.uniform(1.0f, 2.0f), -100 - static_cast<int>(rng.below(24)));
+    if (i % 7 == 2) x = float_of(static_cast<std::uint32_t>(rng.below(65536)) << 16 | static_cast<std::uint32_t>(rng.below(65536)));
+    if (i % 97 == 3) x = std::numeric_limits<float>::quiet_NaN();
+    if (i % 89 == 4) x = i % 2 ? 1.0f : 0.0f;
+    xs.push_back(x);
+  }
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{17}, std::size_t{33}, xs.size()}) {
+    std::vector<std::uint16_t> h(n + 2, 0xA5A5), m(n + 2, 0xA5A5), l(n + 2, 0xA5A5);
+    table().split_bf16x3(xs.data(), n, h.data() + 1, m.data() + 1, l.data() + 1);
+    for (auto* v : {&h, &m, &l}) {
+      EXPECT_EQ((*v)[0], 0xA5A5);
+      EXPECT_EQ((*v)[n + 1], 0xA5A5) << "n=" << n;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const float x = xs[i];
+      const std::uint16_t wh = f32_to_bf16(x);
+      const float r = x - bf16_to_f32(wh);
+      const std::uint16_t wm = f32_to_bf16(r);
+      const std::uint16_t wl = f32_to_bf16(r - bf16_to_f32(wm));
+      ASSERT_EQ(h[1 + i], wh) << "bits " << std::hex << bits_of(x);
+      ASSERT_EQ(m[1 + i], wm) << "bits " << std::hex << bits_of(x);
+      ASSERT_EQ(l[1 + i], wl) << "bits " << std::hex << bits_of(x);
+      const double sum = static_cast<double>(bf16_to_f32(wh)) + bf16_to_f32(wm) + bf16_to_f32(wl);
+      if (std::isfinite(x) && std::fabs(x) >= 0x1p-100 && std::fabs(x) < 0x1p100) {
+        ASSERT_LE(std::fabs(sum - x), 0x1p-25 * std::fabs(x)) << "bits " << std::hex << bits_of(x);
+      }
+      if (std::isnan(x)) {
+        ASSERT_TRUE(std::isnan(bf16_to_f32(h[1 + i])));
+      }
+    }
+  }
+}
+
 // x * f * c in place, and the maximum: NaN when any product is NaN, -inf for none; no element
 // past n touched; lengths around the vector width.
 TEST_P(Gemm, ScaleMaxScalesInPlaceAndFindsTheMaximum) {
@@ -1094,7 +1136,7 @@ TEST_P(Gemm, TableDescribesItself) {
   EXPECT_GE(t.panel_rows, 1u);
   EXPECT_GE(t.panel_cols, 8u);
   EXPECT_EQ(t.panel_cols % 8, 0u);
-  EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.gemm_panel_scaled && t.int4_rows_f32);
+  EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.gemm_panel_scaled && t.split_bf16x3 && t.int4_rows_f32);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Gemm, ::testing::ValuesIn(levels_of("gemm")), level_param_name);
