@@ -101,11 +101,10 @@ goldens::Bundle& case_inputs(const goldens::OpDriver& driver, const goldens::Cas
 
 // The all-threads peak of the arithmetic an operator's call runs on at the current level: the
 // indexers (ops 1, 2) multiply on the level's best (bf16 dot from avx512bf16, f32 FMA below); the
-// GEMM-shaped ops 3-5 on the AMX tiles where they take the tile route (op 3 for its projection and
-// scores, its P·V staying on f32 FMA: against the tiles' peak all the same), else on the bf16 pair
-// dot only where the CPU takes it (cpu/common/bf16_dot.hpp: AMD), else on f32 FMA: on Intel's
-// avx512bf16 level that is the f32 peak, which its rows were once wrongly put against the bf16
-// dot's.
+// GEMM-shaped ops 3-5 on the AMX tiles where they take the tile route (op 3's P·V as three bf16
+// products, counted once), else on the bf16 pair dot only where the CPU takes it
+// (cpu/common/bf16_dot.hpp: AMD), else on f32 FMA: on Intel's avx512bf16 level that is the f32
+// peak, which its rows were once wrongly put against the bf16 dot's.
 double arithmetic_peak_gflops(const goldens::OpDriver& driver, Isa level) {
   const std::string op = driver.name();
   if (op == "lightning_indexer" || op == "msa_block_indexer") return relevant_gflops(peak(), level, true);

@@ -33,7 +33,8 @@
 //                      read panels in order), over the nope part and then on in the same chains
 //                      over the rope part; online softmax in f32 (simd scale_max / exp_sum, 2 ulp),
 //                      P·V in f32 on the NN tile or the panel GEMM (P stays f32: the spec allows no
-//                      rounding). Under a deepseek profile
+//                      rounding), or on the tiles with P split into three bf16 parts against V
+//                      zipped by key pairs (within 2^-25 |P|: inside the f32 bound). Under a deepseek profile
 //                      the tile's scores are kept whole ([64 x keys]) so that each row is
 //                      normalized before its weights are rounded to bf16, then one P·V pass.
 //                      With topk_indices one bit per (query, window row), built once per sequence
@@ -86,18 +87,23 @@ KvGemm kv_gemm_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
   if (pairs && s.bk % 2 == 0) return KvGemm::pairs;
   return KvGemm::panels;
 }
-// How the attention multiplies: the scores on the AMX tiles where the level has them and the nope
-// and rope widths are whole tile steps (the tiles then read the keys in bf16 pairs in place), else
-// on the pair dot where the CPU takes it (keys in pairs too), else on the panel GEMM (keys widened
-// to f32 panels); P·V on the panel GEMM over f32 value panels unless the pair dot is taken (then
-// bf16 value rows, widened as read: P stays f32 either way).
+// How the attention multiplies. Scores: on the AMX tiles where the level has them and the nope and
+// rope widths are whole tile steps (the tiles then read the keys in bf16 pairs in place), else on
+// the pair dot where the CPU takes it (keys in pairs too), else on the panel GEMM (keys widened to
+// f32 panels). P·V, P kept f32 (the spec allows no rounding of it): on the tiles where the level
+// has them, P split into three bf16 parts (three products, within the f32 bound) against V zipped
+// by key pairs; else widened bf16 value rows on the pair dot's levels' NN tile, or f32 value panels
+// on the panel GEMM.
+enum class VLayout { bf16_rows, f32_panels, zipped_pairs };
 struct AttendLayout {
-  bool key_pairs, score_tiles, v_f32;
+  bool key_pairs, score_tiles;
+  VLayout v;
 };
 AttendLayout attend_layout_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
-  const bool tiles = g.gemm_tiles != nullptr && s.nope % g.tile_k == 0 && s.rope % g.tile_k == 0 &&
-                     tile_gemm::use_for(true, 1, 1);
-  return AttendLayout{pairs || tiles, tiles, !pairs};
+  const bool tiles = g.gemm_tiles != nullptr && tile_gemm::use_for(true, 1, 1);
+  const bool score_tiles = tiles && s.nope % g.tile_k == 0 && s.rope % g.tile_k == 0;
+  const VLayout v = tiles ? VLayout::zipped_pairs : pairs ? VLayout::bf16_rows : VLayout::f32_panels;
+  return AttendLayout{pairs || score_tiles, score_tiles, v};
 }
 // One head's packed strips for the tiles: elements between strips.
 std::size_t tile_strip_elems(const Shape& s) { return 16 * simd::tile_pack_k(s.latent); }
@@ -139,9 +145,10 @@ struct KeyRows {
 struct KLayout {
   std::size_t rows, head_words;  // head_words: bf16 words per head
   KeyRows nope;
-  bool score_tiles;     // the scores on the tile GEMM (keys in pairs)
-  bool v_f32;           // V in f32 panels of v_panel columns (else rows of bf16 words)
+  bool score_tiles;          // the scores on the tile GEMM (keys in pairs)
+  VLayout v;                 // f32 panels of v_panel columns, bf16 rows or rows zipped by key pairs
   std::size_t v_panel;
+  std::size_t v_head_words;  // 16-bit words of one head's V
 };
 
 // One head's V held as f32 (levels without the pair dot) as the panel GEMM's B of P·V: columns in
@@ -293,18 +300,33 @@ void project(const Shape& s, const simd::GemmKernels& g, const Quantized& qz, Kv
                           KeyRows::f32_at(kh, kl.nope.at(0, c0 + p0)));
     }
   }
-  if (!kl.v_f32) {
-    std::uint16_t* vh = v + hl * rows * s.v;
+  std::uint16_t* vh = v + hl * kl.v_head_words;
+  if (kl.v == VLayout::bf16_rows) {
     for (std::size_t i = 0; i < m; ++i) g.round_bf16(acc + i * cols + s.nope, vh + (r0 + i) * s.v, s.v);
+    return;
+  }
+  if (kl.v == VLayout::zipped_pairs) {
+    // Key r's values at (r / 2) * 2v + 2 e + r % 2; the keys past the last, to whole 32-key tile
+    // steps, zero (the tiles read whole steps: a stale word there could be an infinity).
+    const auto zip_row = [&](std::size_t r, const std::uint16_t* vals) {
+      std::uint16_t* dst = vh + (r / 2) * 2 * s.v + r % 2;
+      for (std::size_t e = 0; e < s.v; ++e) dst[2 * e] = vals ? vals[e] : std::uint16_t{0};
+    };
+    for (std::size_t i = 0; i < m; ++i) {
+      g.round_bf16(acc + i * cols + s.nope, t, s.v);
+      zip_row(r0 + i, t);
+    }
+    if (r1 == rows)
+      for (std::size_t r = rows; r < simd::tile_pack_k(rows); ++r) zip_row(r, nullptr);
     return;
   }
   const std::size_t P = kl.v_panel;
   const VPanels vp = v_panels(s, rows, P);
-  float* vh = reinterpret_cast<float*>(v) + hl * vp.floats;
+  float* vf = reinterpret_cast<float*>(vh);
   for (std::size_t i = 0; i < m; ++i) {
     g.round_bf16(acc + i * cols + s.nope, t, s.v);
     for (std::size_t e0 = 0; e0 < s.v; e0 += P) {
-      float* dst = vh + vp.at(r0 + i, e0);
+      float* dst = vf + vp.at(r0 + i, e0);
       for (std::size_t e = e0; e < std::min(s.v, e0 + P); ++e) dst[e - e0] = bf16_to_f32(t[e]);
     }
   }
@@ -436,10 +458,10 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     for (std::size_t r = 0; r < mq; ++r)
       for (std::size_t e = 0; e < s.qk; ++e) qf[r * s.qk + e] = bf16_to_f32(qt[r * s.H * s.qk + e]);
   }
-  // P·V over value panels of f32 (no pair dot) or rows of bf16 words.
+  // P·V over V as AttendLayout lays it out.
   const VPanels vp = v_panels(s, kl.rows, kl.v_panel);
-  const float* vf = kl.v_f32 ? reinterpret_cast<const float*>(v) + hl * vp.floats : nullptr;
-  const std::uint16_t* vh = v + hl * kl.rows * s.v;
+  const std::uint16_t* vh = v + hl * kl.v_head_words;
+  const float* vf = reinterpret_cast<const float*>(vh);
   const std::size_t keys = visible(i1 - 1);  // the tile's last query sees the most
   const bool masked = sm.bits != nullptr;
   auto kept = [&](std::size_t r) { return masked ? static_cast<std::size_t>(sm.count[i0 + r]) : visible(i0 + r); };
@@ -453,8 +475,21 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   std::fill(m, m + mq, kNegInf);
   std::fill(l, l + mq, 0.0f);
   auto pv = [&](std::size_t cnt, const float* p, std::size_t ldp, std::size_t j0) {
-    if (!vf) {
+    if (kl.v == VLayout::bf16_rows) {
       g.f32_bf16_nn(mq, s.v, cnt, p, ldp, vh + j0 * s.v, s.v, o, s.v, true);
+      return;
+    }
+    if (kl.v == VLayout::zipped_pairs) {
+      // P = hi + mid + lo (bf16 parts, within 2^-25 |P|), the smallest part's product first.
+      auto* parts = static_cast<std::uint16_t*>(thread_scratch(3 * kQueryTile * kKeyChunk * sizeof(std::uint16_t), 7));
+      std::uint16_t* hi = parts;
+      std::uint16_t* mid = hi + kQueryTile * kKeyChunk;
+      std::uint16_t* lo = mid + kQueryTile * kKeyChunk;
+      for (std::size_t r = 0; r < mq; ++r)
+        g.split_bf16x3(p + r * ldp, cnt, hi + r * kKeyChunk, mid + r * kKeyChunk, lo + r * kKeyChunk);
+      const std::uint16_t* vz = vh + (j0 / 2) * 2 * s.v;  // j0: a multiple of the chunk, so even
+      for (const std::uint16_t* part : {lo, mid, hi})
+        g.gemm_tiles(mq, s.v, cnt, part, kKeyChunk, vz, 32, 2 * s.v, nullptr, o, s.v, true);
       return;
     }
     for (std::size_t e0 = 0; e0 < s.v; e0 += vp.panel)
@@ -573,14 +608,19 @@ std::size_t window_rows(const MlaPrefillFp8Args& a, std::size_t b) {
   return last_pos < offset ? 0 : static_cast<std::size_t>(std::min(window, last_pos - offset + 1));
 }
 
-// 16-bit words of one head's V: rows of bf16 words, or f32 value panels without the pair dot.
-std::size_t v_words(const Shape& s, std::size_t rows, bool v_f32) {
-  return v_f32 ? v_panels(s, rows, gemm_kernels().panel_cols).floats * 2 : std::max<std::size_t>(1, rows) * s.v;
+// 16-bit words of one head's V as `v` lays it out.
+std::size_t v_words(const Shape& s, std::size_t rows, VLayout v) {
+  switch (v) {
+    case VLayout::f32_panels: return v_panels(s, rows, gemm_kernels().panel_cols).floats * 2;
+    case VLayout::zipped_pairs: return simd::tile_pack_k(std::max<std::size_t>(1, rows)) * s.v;
+    case VLayout::bf16_rows: break;
+  }
+  return std::max<std::size_t>(1, rows) * s.v;
 }
 
 // Heads per group: their K, V and laid-out weights within the workspace budget.
-std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, bool v_f32, std::size_t wz_bytes) {
-  const std::size_t head_bytes = (head_words + v_words(s, rows, v_f32)) * sizeof(std::uint16_t) + wz_bytes;
+std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows, VLayout v, std::size_t wz_bytes) {
+  const std::size_t head_bytes = (head_words + v_words(s, rows, v)) * sizeof(std::uint16_t) + wz_bytes;
   return items_within_budget(head_bytes, s.H);
 }
 
@@ -606,9 +646,9 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
     if (a.topk_indices.data != nullptr)
       sizes.grow(kSlotMask, (SeqMask::bytes(iro[b + 1] - iro[b], rows) / sizeof(std::uint32_t) + 1) * sizeof(std::uint32_t));
     const std::size_t head_words = nope.words(rows);
-    const std::size_t hg = head_group(s, head_words, rows, al.v_f32, wz_bytes);
+    const std::size_t hg = head_group(s, head_words, rows, al.v, wz_bytes);
     sizes.grow(kSlotK, hg * head_words * sizeof(std::uint16_t));
-    sizes.grow(kSlotV, hg * v_words(s, rows, al.v_f32) * sizeof(std::uint16_t));
+    sizes.grow(kSlotV, hg * v_words(s, rows, al.v) * sizeof(std::uint16_t));
     if (rows > 0) sizes.grow(kSlotWeights, std::min(hg, s.H) * wz_bytes);
   }
   return sizes;
@@ -646,7 +686,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   KLayout kl{};
   kl.nope = KeyRows::of(s.nope, al.key_pairs, g.panel_cols);
   kl.score_tiles = al.score_tiles;
-  kl.v_f32 = al.v_f32;
+  kl.v = al.v;
   kl.v_panel = g.panel_cols;
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
@@ -706,9 +746,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
     // Heads in groups whose K, V and laid-out weights fit the workspace budget.
     kl.rows = rows;
     kl.head_words = kl.nope.words(rows);
-    const std::size_t hg = head_group(s, kl.head_words, rows, kl.v_f32, wz_bytes);
+    kl.v_head_words = v_words(s, rows, kl.v);
+    const std::size_t hg = head_group(s, kl.head_words, rows, kl.v, wz_bytes);
     std::uint16_t* const k = call_buffer_of<std::uint16_t>(hg * kl.head_words, kSlotK);
-    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * v_words(s, rows, kl.v_f32), kSlotV);
+    std::uint16_t* const v = call_buffer_of<std::uint16_t>(hg * kl.v_head_words, kSlotV);
     for (std::size_t h0 = 0; h0 < s.H; h0 += hg) {
       const std::size_t hn = std::min(hg, s.H - h0);
       if (rows > 0 && (!wz_valid || wz_h0 != h0 || wz_hn != hn)) {
