@@ -474,22 +474,28 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   std::fill(o, o + mq * s.v, 0.0f);
   std::fill(m, m + mq, kNegInf);
   std::fill(l, l + mq, 0.0f);
-  auto pv = [&](std::size_t cnt, const float* p, std::size_t ldp, std::size_t j0) {
+  // p_bf16: P's values are bf16 values already (a deepseek profile rounds the weights).
+  auto pv = [&](std::size_t cnt, const float* p, std::size_t ldp, std::size_t j0, bool p_bf16) {
     if (kl.v == VLayout::bf16_rows) {
       g.f32_bf16_nn(mq, s.v, cnt, p, ldp, vh + j0 * s.v, s.v, o, s.v, true);
       return;
     }
     if (kl.v == VLayout::zipped_pairs) {
-      // P = hi + mid + lo (bf16 parts, within 2^-25 |P|), the smallest part's product first.
+      // P = hi + mid + lo (bf16 parts, within 2^-25 |P|), the smallest part's product first; a P of
+      // bf16 values is its own hi part, the one product.
       auto* parts = static_cast<std::uint16_t*>(thread_scratch(3 * kQueryTile * kKeyChunk * sizeof(std::uint16_t), 7));
       std::uint16_t* hi = parts;
       std::uint16_t* mid = hi + kQueryTile * kKeyChunk;
       std::uint16_t* lo = mid + kQueryTile * kKeyChunk;
-      for (std::size_t r = 0; r < mq; ++r)
-        g.split_bf16x3(p + r * ldp, cnt, hi + r * kKeyChunk, mid + r * kKeyChunk, lo + r * kKeyChunk);
+      for (std::size_t r = 0; r < mq; ++r) {
+        if (p_bf16) g.round_bf16(p + r * ldp, hi + r * kKeyChunk, cnt);
+        else g.split_bf16x3(p + r * ldp, cnt, hi + r * kKeyChunk, mid + r * kKeyChunk, lo + r * kKeyChunk);
+      }
       const std::uint16_t* vz = vh + (j0 / 2) * 2 * s.v;  // j0: a multiple of the chunk, so even
-      for (const std::uint16_t* part : {lo, mid, hi})
-        g.gemm_tiles(mq, s.v, cnt, part, kKeyChunk, vz, 32, 2 * s.v, nullptr, o, s.v, true);
+      if (!p_bf16)
+        for (const std::uint16_t* part : {lo, mid})
+          g.gemm_tiles(mq, s.v, cnt, part, kKeyChunk, vz, 32, 2 * s.v, nullptr, o, s.v, true);
+      g.gemm_tiles(mq, s.v, cnt, hi, kKeyChunk, vz, 32, 2 * s.v, nullptr, o, s.v, true);
       return;
     }
     for (std::size_t e0 = 0; e0 < s.v; e0 += vp.panel)
@@ -515,7 +521,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
           online_softmax_scaled(g, sr, cm, vis, m[r], l[r], o + r * s.v, s.v);
         }
       }
-      pv(cnt, sbuf, kKeyChunk, j0);
+      pv(cnt, sbuf, kKeyChunk, j0, false);
     }
   } else {
     // deepseek: the row's weights normalized in f32, then rounded to bf16, then P·V. All scores of
@@ -542,7 +548,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     }
     for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk)
       if (live(j0))
-        pv(std::min(kKeyChunk, keys - j0), sall + j0, ld, j0);
+        pv(std::min(kKeyChunk, keys - j0), sall + j0, ld, j0, true);
     std::fill(l, l + mq, 1.0f);  // the weights are normalized already
   }
 
