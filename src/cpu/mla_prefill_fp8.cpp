@@ -24,7 +24,7 @@
 //                      leaves of them: as bf16 words with the pair dot, else widened to f32 once
 //                      here (each key is read by every 64-query tile: widening it there cost a
 //                      quarter of the attention), V then in column strips as panels of the panel
-//                      GEMM (AttendLayout)
+//                      GEMM (Routes)
 //   attention          per (head, 64-query tile): 128-key chunks up to the tile's last visible key,
 //                      scores on the AMX tiles where the level has them (the key pairs read in
 //                      place), on the bf16 NN tile with the pair dot, else on the panel GEMM over
@@ -82,28 +82,29 @@ struct Shape {
 // dot where the CPU takes it (and bk is even: a pair never straddles two groups), else the panel
 // GEMM on f32 FMA.
 enum class KvGemm { tiles, pairs, panels };
-KvGemm kv_gemm_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
-  if (g.gemm_tiles != nullptr && s.bk % g.tile_k == 0 && tile_gemm::use_for(true, 1, 1)) return KvGemm::tiles;
-  if (pairs && s.bk % 2 == 0) return KvGemm::pairs;
-  return KvGemm::panels;
-}
-// How the attention multiplies. Scores: on the AMX tiles where the level has them and the nope and
-// rope widths are whole tile steps (the tiles then read the keys in bf16 pairs in place), else on
-// the pair dot where the CPU takes it (keys in pairs too), else on the panel GEMM (keys widened to
-// f32 panels). P·V, P kept f32 (the spec allows no rounding of it): on the tiles where the level
-// has them, P split into three bf16 parts (three products, within the f32 bound) against V zipped
-// by key pairs; else widened bf16 value rows on the pair dot's levels' NN tile, or f32 value panels
-// on the panel GEMM.
+// How the attention holds V for P·V, P kept f32 (the spec allows no rounding of it): zipped by key
+// pairs for the tiles, P split into three bf16 parts (three products, within the f32 bound); bf16
+// rows, widened as read, for the pair dot's levels' NN tile; else f32 panels of the panel GEMM.
 enum class VLayout { bf16_rows, f32_panels, zipped_pairs };
-struct AttendLayout {
+// The routes of a call, from the level's kernels and the shape alone (a plan sizes its buffers by
+// them). The scores run on the tiles where the level has them and the nope and rope widths are
+// whole tile steps (the tiles then read the keys in bf16 pairs in place), else on the pair dot where
+// the CPU takes it (keys in pairs too), else on the panel GEMM (keys widened to f32 panels).
+struct Routes {
+  KvGemm kv;
   bool key_pairs, score_tiles;
   VLayout v;
 };
-AttendLayout attend_layout_of(const Shape& s, const simd::GemmKernels& g, bool pairs) {
+Routes routes_of(const Shape& s, const simd::GemmKernels& g) {
+  const bool pairs = bf16_dot::use(g);
   const bool tiles = g.gemm_tiles != nullptr && tile_gemm::use_for(true, 1, 1);
   const bool score_tiles = tiles && s.nope % g.tile_k == 0 && s.rope % g.tile_k == 0;
-  const VLayout v = tiles ? VLayout::zipped_pairs : pairs ? VLayout::bf16_rows : VLayout::f32_panels;
-  return AttendLayout{pairs || score_tiles, score_tiles, v};
+  Routes r{};
+  r.kv = tiles && s.bk % g.tile_k == 0 ? KvGemm::tiles : pairs && s.bk % 2 == 0 ? KvGemm::pairs : KvGemm::panels;
+  r.key_pairs = pairs || score_tiles;
+  r.score_tiles = score_tiles;
+  r.v = tiles ? VLayout::zipped_pairs : pairs ? VLayout::bf16_rows : VLayout::f32_panels;
+  return r;
 }
 // One head's packed strips for the tiles: elements between strips.
 std::size_t tile_strip_elems(const Shape& s) { return 16 * simd::tile_pack_k(s.latent); }
@@ -458,7 +459,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     for (std::size_t r = 0; r < mq; ++r)
       for (std::size_t e = 0; e < s.qk; ++e) qf[r * s.qk + e] = bf16_to_f32(qt[r * s.H * s.qk + e]);
   }
-  // P·V over V as AttendLayout lays it out.
+  // P·V over V as the call's Routes lay it out.
   const VPanels vp = v_panels(s, kl.rows, kl.v_panel);
   const std::uint16_t* vh = v + hl * kl.v_head_words;
   const float* vf = reinterpret_cast<const float*>(vh);
@@ -635,12 +636,11 @@ std::size_t head_group(const Shape& s, std::size_t head_words, std::size_t rows,
 CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   CallBufferSizes sizes;
   const Shape s = shape_of(d);
-  const bool pairs = bf16_dot::use(gemm_kernels());
-  const KvGemm kv = kv_gemm_of(s, gemm_kernels(), pairs);
+  const Routes rt = routes_of(s, gemm_kernels());
+  const KvGemm kv = rt.kv;
   const std::size_t panel = gemm_kernels().panel_cols;
   const std::size_t wz_bytes = weight_bytes(s, kv, panel);
-  const AttendLayout al = attend_layout_of(s, gemm_kernels(), pairs);
-  const KeyRows rope = KeyRows::of(s.rope, al.key_pairs, panel), nope = KeyRows::of(s.nope, al.key_pairs, panel);
+  const KeyRows rope = KeyRows::of(s.rope, rt.key_pairs, panel), nope = KeyRows::of(s.nope, rt.key_pairs, panel);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   for (std::size_t b = 0; b < B; ++b) {
@@ -652,9 +652,9 @@ CallBufferSizes mla_prefill_fp8_call_buffers(const MlaPrefillFp8Desc& d, const M
     if (a.topk_indices.data != nullptr)
       sizes.grow(kSlotMask, (SeqMask::bytes(iro[b + 1] - iro[b], rows) / sizeof(std::uint32_t) + 1) * sizeof(std::uint32_t));
     const std::size_t head_words = nope.words(rows);
-    const std::size_t hg = head_group(s, head_words, rows, al.v, wz_bytes);
+    const std::size_t hg = head_group(s, head_words, rows, rt.v, wz_bytes);
     sizes.grow(kSlotK, hg * head_words * sizeof(std::uint16_t));
-    sizes.grow(kSlotV, hg * v_words(s, rows, al.v) * sizeof(std::uint16_t));
+    sizes.grow(kSlotV, hg * v_words(s, rows, rt.v) * sizeof(std::uint16_t));
     if (rows > 0) sizes.grow(kSlotWeights, std::min(hg, s.H) * wz_bytes);
   }
   return sizes;
@@ -669,10 +669,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   const simd::GemmKernels& g = gemm_kernels();
   const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();
   const simd::Fp8QuantKernels& fq = fp8_quant_kernels();
-  // Where the level has the bf16 pair dot, K is laid out in pairs for it, and the KV GEMM runs on it
-  // unless a pair would straddle two scale groups (odd bk); everything else runs on f32 FMA.
-  const bool pairs = bf16_dot::use(g);
-  const KvGemm kv = kv_gemm_of(s, g, pairs);
+  const Routes rt = routes_of(s, g);
+  const KvGemm kv = rt.kv;
   const std::size_t wz_bytes = weight_bytes(s, kv, g.panel_cols);
   const std::size_t B = static_cast<std::size_t>(a.input_row_offsets.shape[0] - 1);
   const auto* iro = a.input_row_offsets.as<const std::uint32_t>();
@@ -686,13 +684,12 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a) {
   const auto* w_scale = a.kv_b_proj_scale.as<const float>();
   auto* out = a.output.as<std::uint16_t>();
 
-  const AttendLayout al = attend_layout_of(s, g, pairs);
   Quantized qz{};
-  qz.rope = KeyRows::of(s.rope, al.key_pairs, g.panel_cols);
+  qz.rope = KeyRows::of(s.rope, rt.key_pairs, g.panel_cols);
   KLayout kl{};
-  kl.nope = KeyRows::of(s.nope, al.key_pairs, g.panel_cols);
-  kl.score_tiles = al.score_tiles;
-  kl.v = al.v;
+  kl.nope = KeyRows::of(s.nope, rt.key_pairs, g.panel_cols);
+  kl.score_tiles = rt.score_tiles;
+  kl.v = rt.v;
   kl.v_panel = g.panel_cols;
   // Laid-out weights of heads [wz_h0, wz_h0 + wz_hn): they depend on the weights alone, so a head
   // group that fits every sequence is laid out once per call.
