@@ -11,6 +11,8 @@
 // to bf16 go through these products exactly as well.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace mlakit::cuda {
@@ -64,6 +66,59 @@ __device__ __forceinline__ void load_b_kmajor(std::uint32_t b[2], const std::uin
   const std::uint16_t* r = s + (k0 + 2 * c) * ld + n0 + g;
   b[0] = pack_bf16x2(r[0], r[ld]);
   b[1] = pack_bf16x2(r[8 * ld], r[9 * ld]);
+}
+
+// ldmatrix .x4: four 8x8 bf16 matrices from shared memory in one warp instruction. Lane l names
+// row l % 8 of matrix l / 8 (16 bytes, 16-byte aligned); r[i] receives matrix i's row lane / 4,
+// columns 2·(lane % 4), +1 — the register layout of an mma fragment. With .trans it receives
+// column lane / 4 of rows 2·(lane % 4), +1: a k-major tile (V stored key by key) comes out as B
+// fragments without 16-bit shuffling.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t r[4], const std::uint16_t* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::ldmatrix_x4(r, row, false);
+#else
+  (void)row;
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t r[4], const std::uint16_t* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::ldmatrix_x4(r, row, true);
+#else
+  (void)row;
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+// Row addresses for ldmatrix_x4 (ld: the tile's row stride in elements, a multiple of 8).
+// A fragment of rows [m0, m0+16) x columns [k0, k0+16) of a row-major tile (the matrices in the
+// order of a0..a3).
+__device__ __forceinline__ const std::uint16_t* ldmatrix_a_row(const std::uint16_t* s, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  return s + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3);
+}
+// B fragments of two n tiles, columns [n0, n0+8) and [n0+8, n0+16), k in [k0, k0+16), of a tile
+// stored one row per n (load_b_nmajor's layout): r[0], r[1] the first tile's b0, b1; r[2], r[3] the
+// second's.
+__device__ __forceinline__ const std::uint16_t* ldmatrix_b_nmajor_row(const std::uint16_t* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  return s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3);
+}
+// The same two tiles from a tile stored one row per k (load_b_kmajor's layout), for ldmatrix_x4_trans.
+__device__ __forceinline__ const std::uint16_t* ldmatrix_b_kmajor_row(const std::uint16_t* s, int ld, int k0, int n0) {
+  const int lane = threadIdx.x & 31;
+  return s + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3);
 }
 
 }  // namespace mlakit::cuda

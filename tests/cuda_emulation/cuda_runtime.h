@@ -12,7 +12,12 @@
 // synchronizations and copies are counted for the tests).
 // mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
 // with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
-// tensor cores' rounding.
+// tensor cores' rounding. ldmatrix .x4 (.trans) is a warp collective that reads the rows the lanes
+// name (each must be 16 bytes, 16-byte aligned, inside the block's dynamic shared memory).
+// cp.async copies (src/cuda/async_copy.cuh) land late on purpose: the destination reads as 0xFF
+// bytes (NaN) from the issue until the issuing thread's cp.async.wait_group lets its group
+// complete, so a kernel that reads a stage before waiting for it, or before the barrier after the
+// wait, computes NaN; a thread that exits with copies it never waited for is reported.
 #pragma once
 
 #include <cmath>
@@ -59,6 +64,11 @@ unsigned warp_ballot(bool predicate);
 std::uint64_t warp_shfl_xor(std::uint64_t bits, int lane_mask);
 void warp_sync();
 void mma_bf16_16816(float c[4], const std::uint32_t a[4], const std::uint32_t b[2]);
+void ldmatrix_x4(std::uint32_t r[4], const void* row, bool trans);
+// 16 bytes from global `src` (or 16 zero bytes when !fill) to shared `dst`, completed at a wait.
+void cp_async_16(void* dst, const void* src, bool fill);
+void cp_async_commit();
+void cp_async_wait(int pending_groups);
 unsigned char* dynamic_shared();
 void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::function<void()>& thread_body);
 

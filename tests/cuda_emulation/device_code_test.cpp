@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/topk.cuh"
@@ -74,6 +75,84 @@ TEST(DeviceCode, FragmentLoadersComputeTheMatrixProduct) {
       EXPECT_EQ(c_n[i * 8 + n], static_cast<float>(s)) << i << "," << n;
       EXPECT_EQ(c_k[i * 8 + n], static_cast<float>(s + 1)) << i << "," << n;
     }
+}
+
+// ---- ldmatrix ------------------------------------------------------------------------------------
+// A 32 x 40 bf16 tile (ld 40) in dynamic shared memory; every lane writes the registers that the
+// element loaders (load_a_rowmajor, load_b_nmajor, load_b_kmajor) and ldmatrix give for the same
+// fragments: 12 words a lane from each.
+__global__ void ldmatrix_kernel(const std::uint16_t* tile, int m0, int k0, std::uint32_t* by_loader,
+                                std::uint32_t* by_ldmatrix) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  auto* s = reinterpret_cast<std::uint16_t*>(smem);
+  constexpr int ld = 40;
+  for (int i = threadIdx.x; i < 32 * ld; i += 32) s[i] = tile[i];
+  __syncthreads();
+  const int lane = threadIdx.x;
+  std::uint32_t* x = by_loader + lane * 12;
+  std::uint32_t* y = by_ldmatrix + lane * 12;
+  load_a_rowmajor(x, s, ld, m0, k0);
+  load_b_nmajor(x + 4, s, ld, m0, k0);  // n tile [m0, m0+8)
+  load_b_nmajor(x + 6, s, ld, m0 + 8, k0);
+  load_b_kmajor(x + 8, s, ld, m0, k0);  // k rows [m0, m0+16), n tile [k0, k0+8)
+  load_b_kmajor(x + 10, s, ld, m0, k0 + 8);
+  ldmatrix_x4(y, ldmatrix_a_row(s, ld, m0, k0));
+  ldmatrix_x4(y + 4, ldmatrix_b_nmajor_row(s, ld, m0, k0));
+  ldmatrix_x4_trans(y + 8, ldmatrix_b_kmajor_row(s, ld, m0, k0));
+}
+
+TEST(DeviceCode, LdmatrixGivesTheFragmentsOfTheElementLoaders) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> bits(0, 0xFFFF);
+  std::vector<std::uint16_t> tile(32 * 40);
+  for (auto& v : tile) v = static_cast<std::uint16_t>(bits(rng));
+  for (int m0 : {0, 8, 16})
+    for (int k0 : {0, 8, 16, 24}) {
+      std::vector<std::uint32_t> a(32 * 12, 1), b(32 * 12, 2);
+      mlakit_cuda_emu::launch(ldmatrix_kernel, dim3(1), dim3(32), 32 * 40 * 2, nullptr, tile.data(), m0, k0, a.data(),
+                              b.data());
+      for (int i = 0; i < 32 * 12; ++i) ASSERT_EQ(a[i], b[i]) << "m0 " << m0 << " k0 " << k0 << " lane " << i / 12 << " word " << i % 12;
+    }
+}
+
+// ---- cp.async -------------------------------------------------------------------------------------
+// Three groups of 16-byte copies (the second zero-filled) into shared memory; what a thread reads
+// after waits that leave 2, 1 and 0 groups in flight.
+__global__ void cp_async_kernel(const std::uint32_t* src, std::uint32_t* seen) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  auto* s = reinterpret_cast<std::uint32_t*>(smem);
+  for (int grp = 0; grp < 3; ++grp) {
+    cp_async_16(s + 4 * grp, src + 4 * grp, grp != 1);
+    cp_async_commit();
+  }
+  cp_async_16(s + 12, src + 12, true);  // after the last commit: in no group yet
+  for (int pending = 2, k = 0; pending >= 0; --pending, ++k) {
+    if (pending == 2) cp_async_wait<2>();
+    if (pending == 1) cp_async_wait<1>();
+    if (pending == 0) cp_async_wait<0>();
+    for (int i = 0; i < 16; ++i) seen[k * 16 + i] = s[i];
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  for (int i = 0; i < 16; ++i) seen[48 + i] = s[i];
+}
+
+TEST(DeviceCode, CpAsyncCopiesLandWhenTheirGroupIsWaitedFor) {
+  std::uint32_t* src = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&src), 64), cudaSuccess);
+  for (std::uint32_t i = 0; i < 16; ++i) src[i] = 100 + i;
+  std::vector<std::uint32_t> seen(64, 7);
+  mlakit_cuda_emu::launch(cp_async_kernel, dim3(1), dim3(1), 64, nullptr, static_cast<const std::uint32_t*>(src),
+                          seen.data());
+  const std::uint32_t flight = 0xFFFFFFFFu;
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 16; ++i) {
+      const int grp = i / 4;
+      const bool landed = grp == 3 ? k == 3 : grp < k + 1;  // wait<2> completes group 0, wait<1> 1, wait<0> 2
+      const std::uint32_t want = !landed ? flight : grp == 1 ? 0u : 100u + static_cast<std::uint32_t>(i);
+      EXPECT_EQ(seen[static_cast<std::size_t>(k * 16 + i)], want) << "read " << k << " word " << i;
+    }
+  ASSERT_EQ(cudaFree(src), cudaSuccess);
 }
 
 // ---- top-k -------------------------------------------------------------------------------------
@@ -156,6 +235,20 @@ __global__ void divergent_collective_kernel() {
   __syncthreads();
 }
 
+// A copy its thread never waits for: on a GPU the shared memory it lands in is gone.
+__global__ void unwaited_copy_kernel(const std::uint32_t* src) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  cp_async_16(smem, src, true);
+  cp_async_commit();
+}
+
+// A row address past the block's shared memory.
+__global__ void ldmatrix_outside_kernel() {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  std::uint32_t r[4];
+  ldmatrix_x4(r, reinterpret_cast<const std::uint16_t*>(smem) + 8 * 1024);
+}
+
 // ---- temporaries ---------------------------------------------------------------------------------
 TEST(DeviceCode, TemporariesAlignRegionsAndRefuseOverflow) {
   alignas(256) static unsigned char workspace[4096];
@@ -191,6 +284,21 @@ TEST(DeviceCode, TemporariesAlignRegionsAndRefuseOverflow) {
 TEST(CudaEmulationDeathTest, CollectiveInDivergentCodeIsReported) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(mlakit_cuda_emu::launch(divergent_collective_kernel, dim3(1), dim3(64), 0, nullptr), "deadlock");
+}
+
+TEST(CudaEmulationDeathTest, CopyNeverWaitedForIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::uint32_t* src = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&src), 16), cudaSuccess);
+  EXPECT_DEATH(mlakit_cuda_emu::launch(unwaited_copy_kernel, dim3(1), dim3(1), 16, nullptr,
+                                       static_cast<const std::uint32_t*>(src)),
+               "never waited");
+  ASSERT_EQ(cudaFree(src), cudaSuccess);
+}
+
+TEST(CudaEmulationDeathTest, LdmatrixOutsideSharedMemoryIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(mlakit_cuda_emu::launch(ldmatrix_outside_kernel, dim3(1), dim3(32), 1024, nullptr), "ldmatrix");
 }
 
 }  // namespace

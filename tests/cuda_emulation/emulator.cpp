@@ -1,6 +1,7 @@
 // The CPU emulation behind tests/cuda_emulation/cuda_runtime.h (see there).
 #include <ucontext.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -20,7 +21,14 @@ constexpr std::size_t kStackBytes = 256 * 1024;
 constexpr std::size_t kMaxDynamicShared = 232448;
 
 enum class Wait { ready, block, warp, done };
-enum class WarpOp { sync, ballot, shfl, mma };
+enum class WarpOp { sync, ballot, shfl, mma, ldmatrix };
+
+// A cp.async copy in flight: its group is the number of commits before it.
+struct AsyncCopy {
+  unsigned char* dst;
+  const unsigned char* src;  // null: zero fill
+  long group;
+};
 
 struct Fiber {
   ucontext_t ctx;
@@ -35,6 +43,13 @@ struct Fiber {
   float c[4] = {0, 0, 0, 0};
   std::uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
   std::uint64_t result = 0;
+  // ldmatrix: this lane's row address, and the four registers it receives
+  const unsigned char* row = nullptr;
+  bool trans = false;
+  std::uint32_t r[4] = {0, 0, 0, 0};
+  // cp.async: copies not yet completed, and the commits so far
+  std::vector<AsyncCopy> copies;
+  long commits = 0;
 };
 
 struct Block {
@@ -81,7 +96,9 @@ void yield() {
 
 void fiber_entry() {
   (*g_block->body)();
-  g_block->fibers[static_cast<std::size_t>(g_block->current)].wait = Wait::done;
+  Fiber& f = g_block->fibers[static_cast<std::size_t>(g_block->current)];
+  if (!f.copies.empty()) fail("a thread exited with cp.async copies it never waited for");
+  f.wait = Wait::done;
   // returning resumes uc_link (the scheduler)
 }
 
@@ -128,6 +145,39 @@ void run_mma(Fiber* lanes) {
   }
 }
 
+// True when [p, p + bytes) lies in the running block's dynamic shared memory.
+bool in_shared_memory(const void* p, std::size_t bytes) {
+  const auto* q = static_cast<const unsigned char*>(p);
+  const unsigned char* base = g_block->smem.data();
+  return q >= base && static_cast<std::size_t>(q - base) + bytes <= g_block->smem.size();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane 8i + j names row j of matrix i; lane l
+// receives, per matrix, row l/4 columns 2(l%4), +1 (or with .trans, those of the transposed
+// matrix: column l/4 of rows 2(l%4), +1), the lower column (row) in the low half.
+void run_ldmatrix(Fiber* lanes) {
+  const bool trans = lanes[0].trans;
+  for (int l = 0; l < 32; ++l) {
+    if (lanes[l].trans != trans) fail("lanes of one warp at ldmatrix with and without .trans");
+    if (!aligned16(lanes[l].row) || !in_shared_memory(lanes[l].row, 16))
+      fail("ldmatrix: a row address outside the block's shared memory or not 16-byte aligned");
+  }
+  auto at = [&](int matrix, int row, int col) {
+    std::uint16_t v;
+    std::memcpy(&v, lanes[8 * matrix + row].row + 2 * col, 2);
+    return static_cast<std::uint32_t>(v);
+  };
+  std::uint32_t out[32][4];
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) {
+      const int g = l >> 2, c = 2 * (l & 3);
+      out[l][i] = trans ? at(i, c, g) | at(i, c + 1, g) << 16 : at(i, g, c) | at(i, g, c + 1) << 16;
+    }
+  for (int l = 0; l < 32; ++l) std::memcpy(lanes[l].r, out[l], sizeof out[l]);
+}
+
 const char* wait_name(const Fiber& f) {
   switch (f.wait) {
     case Wait::ready: return "ready";
@@ -139,6 +189,7 @@ const char* wait_name(const Fiber& f) {
         case WarpOp::ballot: return "__ballot_sync";
         case WarpOp::shfl: return "__shfl_xor_sync";
         case WarpOp::mma: return "mma.sync";
+        case WarpOp::ldmatrix: return "ldmatrix";
       }
   }
   return "?";
@@ -178,6 +229,7 @@ bool resolve_warps(Block& blk) {
         for (int l = 0; l < 32; ++l) lanes[l].result = lanes[l ^ lanes[l].lane_mask].value;
         break;
       case WarpOp::mma: run_mma(lanes); break;
+      case WarpOp::ldmatrix: run_ldmatrix(lanes); break;
     }
     for (int l = 0; l < 32; ++l) lanes[l].wait = Wait::ready;
     progress = true;
@@ -291,6 +343,46 @@ void mma_bf16_16816(float c[4], const std::uint32_t a[4], const std::uint32_t b[
   f.b[1] = b[1];
   yield();
   for (int i = 0; i < 4; ++i) c[i] = self().c[i];
+}
+
+void ldmatrix_x4(std::uint32_t r[4], const void* row, bool trans) {
+  Fiber& f = self();
+  f.wait = Wait::warp;
+  f.op = WarpOp::ldmatrix;
+  f.row = static_cast<const unsigned char*>(row);
+  f.trans = trans;
+  yield();
+  for (int i = 0; i < 4; ++i) r[i] = self().r[i];
+}
+
+void cp_async_16(void* dst, const void* src, bool fill) {
+  Fiber& f = self();
+  if (!aligned16(dst) || !in_shared_memory(dst, 16))
+    fail("cp.async: a destination outside the block's shared memory or not 16-byte aligned");
+  if (fill && (!aligned16(src) || !in_device_memory(src, 16)))
+    fail("cp.async: a source outside device memory or not 16-byte aligned");
+  auto* d = static_cast<unsigned char*>(dst);
+  std::memset(d, 0xFF, 16);  // in flight: reads see NaN until the group completes
+  f.copies.push_back(AsyncCopy{d, fill ? static_cast<const unsigned char*>(src) : nullptr, f.commits});
+}
+
+void cp_async_commit() { ++self().commits; }
+
+void cp_async_wait(int pending_groups) {
+  Fiber& f = self();
+  // Groups [0, commits - pending_groups) complete; the copies after the last commit belong to no
+  // group yet and stay in flight.
+  const long done_below = f.commits - pending_groups;
+  std::vector<AsyncCopy> left;
+  for (const AsyncCopy& c : f.copies) {
+    if (c.group < done_below) {
+      if (c.src) std::memcpy(c.dst, c.src, 16);
+      else std::memset(c.dst, 0, 16);
+    } else {
+      left.push_back(c);
+    }
+  }
+  f.copies.swap(left);
 }
 
 unsigned char* dynamic_shared() {
