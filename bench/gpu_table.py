@@ -8,6 +8,8 @@ Columns: mlakit time and TFLOP/s, its share of the bf16 matmul rate measured by 
 torch run (torch.matmul 8192^3) and by cuBLAS in the benchmark's own process, the PyTorch time (the
 fastest variant of the case) and the speedup over it, and the targets: every operator at least 3x
 the PyTorch formulation; op 4 at least 40 % of the matmul rate, op 3 and op 1's prefill at least 25 %.
+Rows of an alternative cuda route (back-end "cuda.ROUTE", e.g. op 4's ring kernel measured with
+MLAKIT_CUDA_SPARSE_MLA_RING=on) are listed beside the default route's as "CASE [ROUTE]".
 """
 import json
 import sys
@@ -29,9 +31,10 @@ def mlakit_rows(path):
     rows = {}
     for b in run.get("benchmarks", []):
         parts = b["name"].split("/")
-        if len(parts) != 3 or parts[2] != "cuda":
+        if len(parts) != 3 or parts[2].split(".")[0] != "cuda":
             continue
-        key = (parts[0], parts[1])
+        route = parts[2].partition(".")[2]
+        key = (parts[0], parts[1] + (f" [{route}]" if route else ""))
         if b.get("error_occurred"):
             rows[key] = {"error": b.get("error_message", "error")}
             continue
@@ -74,7 +77,7 @@ def main():
             print(f"| {op} | {case} | {m['error']} | | | | | | |")
             continue
         share = m["tflops"] / matmul * 100 if matmul else None
-        t = theirs.get(key)
+        t = theirs.get((op, case.split(" [")[0]))
         speedup = t["ms"] / m["ms"] if t else None
         verdicts = []
         if speedup is not None:

@@ -22,13 +22,15 @@
 #         driver     fails (exit 3) unless the NVIDIA driver is R580 or newer: the CUDA 13
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
-#                    through the decode-once route, test_gpu's graph capture and device-flag
-#                    tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its kernel;
+#                    through the decode-once route, op 4's cases again through the ring kernel,
+#                    test_gpu's graph capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a
+#                    fault names its kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
 #         sanitizers compute-sanitizer memcheck, racecheck and synccheck on golden files
 #                    of every operator                                             -> OUT/sanitizers.log
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
-#                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul
+#                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul, and
+#                    op 4's rows again through the ring kernel (rows named .../cuda.ring)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
@@ -171,6 +173,21 @@ phase_gpu_tests() {
       >"$logs/test_fused_qkv_paged.gptq_decode_once.log" 2>&1 &
     pids+=($!)
   fi
+  # Op 4's cases once more through the ring kernel (off in the automatic mode until measured here).
+  if [ -x "$bin/test_sparse_mla_prefill" ]; then
+    names+=("test_sparse_mla_prefill.ring")
+    MLAKIT_CUDA_SPARSE_MLA_RING=on CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" \
+      "$bin/test_sparse_mla_prefill" --gtest_filter='*cuda*:*Cuda*' --gtest_brief=1 \
+      >"$logs/test_sparse_mla_prefill.ring.log" 2>&1 &
+    pids+=($!)
+  fi
+  if [ -x "$bin/test_gpu" ]; then  # its graph capture and device flag
+    names+=("test_gpu.ring")
+    MLAKIT_CUDA_SPARSE_MLA_RING=on CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" \
+      "$bin/test_gpu" --gtest_filter='*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*' --gtest_brief=1 \
+      >"$logs/test_gpu.ring.log" 2>&1 &
+    pids+=($!)
+  fi
   for i in "${!pids[@]}"; do
     local rc=0 log="$logs/${names[$i]}.log" passed skipped failures
     wait "${pids[$i]}" || rc=$?
@@ -193,16 +210,17 @@ phase_sanitizers() {
     find /usr/local/cuda* /opt -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -1)
   [ -n "$sanitizer" ] || { fail "sanitizers: compute-sanitizer not found"; return; }
   local per_op=(lightning_indexer.default msa_block_indexer.prefill_ragged_random mla_prefill_fp8.deepseek_dims
-                sparse_mla_prefill.deepseek_bf16 fused_qkv_paged.fp8_bf16_partial_blocks)
+                sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
+                fused_qkv_paged.fp8_bf16_partial_blocks)
   run_tool() {
     local tool=$1 failed=0
     shift
     for entry in "$@"; do
-      # NAME@decode_once: op 5's GPTQ file through the decode-once route.
-      local rc=0 name=${entry%@decode_once} once=auto
-      [ "$name" = "$entry" ] || once=on
+      local rc=0 name=${entry%@*} once ring
+      route_env "$entry"
       echo "== $tool $entry" >>"$out/sanitizer.$tool.log"
-      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once timeout 40 "$sanitizer" --tool "$tool" --error-exitcode 99 "$bin/mlakit" check \
+      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring timeout 40 "$sanitizer" --tool "$tool" \
+        --error-exitcode 99 "$bin/mlakit" check \
         "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
       echo "exit $rc" >>"$out/sanitizer.$tool.log"
       [ $rc -eq 0 ] || failed=$((failed + 1))
@@ -223,9 +241,49 @@ phase_sanitizers() {
   done
 }
 
+# NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
+# the ring kernel. Sets `once` and `ring` (the two route switches' values) for the entry.
+route_env() {
+  once=auto ring=auto
+  case $1 in
+    *@decode_once) once=on ;;
+    *@ring) ring=on ;;
+  esac
+}
+
 headline_bench='^(lightning_indexer/prefill_b1_s4096_c8192_h64|msa_block_indexer/prefill_s4096_c28672_h8|mla_prefill_fp8/h128_b1_s4096_c0|sparse_mla_prefill/dsv32_t4096|fused_qkv_paged/deepseek_v3_mla_fp8_t2048)/cuda$'
 headline_torch=(--case prefill_b1_s4096_c8192_h64 --case prefill_s4096_c28672_h8 --case h128_b1_s4096_c0
                 --case dsv32_t4096 --case deepseek_v3_mla_fp8_t2048)
+
+# Op 4's cuda rows matching FILTER through the ring kernel, appended to OUT/bench_ops.json as
+# .../cuda.ring rows (a second process: the route switch is read once per process).
+ring_rows() {
+  local filter=$1 seconds=$2 rc=0
+  MLAKIT_CUDA_SPARSE_MLA_RING=on MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout "$seconds" \
+    "$bin/mlakit_bench_ops" --benchmark_filter="$filter" --benchmark_min_time=0.1 --benchmark_format=json \
+    --benchmark_out="$out/bench_ring.json" --benchmark_out_format=json >>"$out/bench_ops.txt" 2>&1 || rc=$?
+  python3 - "$out/bench_ops.json" "$out/bench_ring.json" <<'PY'
+import json, sys
+try:
+    with open(sys.argv[1]) as f:
+        merged = json.load(f)
+except (OSError, ValueError):
+    merged = {"benchmarks": []}
+try:
+    with open(sys.argv[2]) as f:
+        ring = json.load(f).get("benchmarks", [])
+except (OSError, ValueError):
+    ring = []
+for b in ring:
+    if b["name"].startswith("sparse_mla_prefill/") and b["name"].endswith("/cuda"):
+        b["name"] += ".ring"
+        merged["benchmarks"].append(b)
+with open(sys.argv[1], "w") as f:
+    json.dump(merged, f, indent=1)
+PY
+  rm -f "$out/bench_ring.json"
+  note "ring rows: exit $rc, $(grep -c 'cuda.ring' "$out/bench_ops.json" 2>/dev/null) rows"
+}
 
 phase_headline() {
   local rc=0
@@ -234,6 +292,7 @@ phase_headline() {
     --benchmark_out_format=json >"$out/bench_ops.txt" 2>&1 || rc=$?
   note "headline bench: exit $rc, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   [ $rc -eq 0 ] || fail "headline bench"
+  ring_rows '^sparse_mla_prefill/(dsv32_t4096|dsv32_t1024|quick_h64_k512)/cuda$' 60
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
     --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -285,6 +344,7 @@ PY
   cat "${files[@]}" >>"$out/table_rows.txt"
   rm -f "$out"/bench.*.json
   note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
+  ring_rows '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
     --op all --quick --reps 5 --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -302,7 +362,8 @@ sanitizer_files=(
   mla_prefill_fp8.deepseek_dims mla_prefill_fp8.chunked
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
-  fused_qkv_paged.gptq_bf16_g32_gidx@decode_once
+  fused_qkv_paged.gptq_bf16_g32_gidx@decode_once sparse_mla_prefill.general_bf16@ring
+  sparse_mla_prefill.qk512_v512@ring
 )
 
 phase_sanitizer() {
@@ -315,11 +376,12 @@ phase_sanitizer() {
   fi
   : >"$out/sanitizer.log"
   for entry in "${sanitizer_files[@]}"; do
-    local name=${entry%@decode_once} once=auto rc=0
-    [ "$name" = "$entry" ] || once=on
+    local name=${entry%@*} once ring rc=0
+    route_env "$entry"
     local f="$root/data/golden/$name.s1.safetensors"
     echo "== $entry" >>"$out/sanitizer.log"
-    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once "$sanitizer" --tool memcheck --error-exitcode 99 "$bin/mlakit" check "$f" --backend cuda \
+    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring "$sanitizer" --tool memcheck --error-exitcode 99 \
+      "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?
     [ $rc -eq 0 ] || failed=$((failed + 1))
     echo "exit $rc" >>"$out/sanitizer.log"

@@ -135,6 +135,16 @@ Status launch_kernel(const char* op, const char* name, void (*kernel)(P...), dim
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
+// Whether every row of a bf16 cache's blocks (dims 0-4 index rows) starts 16-byte aligned, so that
+// 16-byte loads and cp.async copies may read it: the base and the stride of every dimension that
+// has more than one index.
+inline bool bf16_rows_16_byte_aligned(const TensorView& blocks) {
+  if (reinterpret_cast<std::uintptr_t>(blocks.data) % 16 != 0) return false;
+  for (int i = 0; i < 5; ++i)
+    if (blocks.shape[i] > 1 && blocks.strides[i] % 8 != 0) return false;
+  return true;
+}
+
 // ---- device-side views --------------------------------------------------------
 
 // A paged cache as the kernels see it (docs/README.md §4); plain values, passed by value to kernels.
@@ -221,6 +231,10 @@ __device__ __forceinline__ void build_fp8_table(std::uint16_t* table) {
   for (int c = threadIdx.x; c < 256; c += blockDim.x)
     table[c] = static_cast<std::uint16_t>(f32_to_bits(f8e4m3_to_f32(static_cast<std::uint8_t>(c))) >> 16);
 }
+
+// The maximum with NaN kept (fmaxf drops it): a NaN score makes an attention row's running max,
+// and so max_logits, NaN, as in the reference; its output and lse are NaN then either way.
+__device__ __forceinline__ float nan_max(float a, float b) { return a != a ? a : b != b ? b : fmaxf(a, b); }
 
 __device__ __forceinline__ float bf16_bits_to_f32(std::uint16_t b) { return __uint_as_float(std::uint32_t(b) << 16); }
 

@@ -21,19 +21,18 @@
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf. Invalid slots (past topk_lengths, negative,
 // >= num_rows) are skipped, duplicates count.
+// Calls that MLAKIT_CUDA_SPARSE_MLA_RING sends to the second kernel (bf16 caches, 64 heads a block,
+// a cp.async ring) run sparse_mla_ring.cu instead.
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/sparse_mla_prefill.hpp"
+#include "cuda/sparse_mla_ring.hpp"
 
 namespace mlakit::cuda {
 namespace {
-
-// The maximum with NaN kept (fmaxf drops it): a NaN score makes m, and so max_logits, NaN, as in
-// the reference; the output and lse are NaN then either way.
-__device__ inline float nan_max(float a, float b) { return a != a ? a : b != b ? b : fmaxf(a, b); }
 
 constexpr const char* kOp = "sparse_mla_prefill";
 constexpr int kThreads = 256;
@@ -347,6 +346,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   (void)host;
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
+  if (sparse_mla_ring::takes(d, a)) return sparse_mla_ring::run(d, a, launch);
   const int qk = static_cast<int>(d.qk_depth);
   const int Dp = static_cast<int>(round_up(qk, 16));
   const PagedKVCacheView& kc = a.kv_cache;
@@ -371,7 +371,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.wq = static_cast<int>(kc.quantized_size());
   p.gran = static_cast<int>(fp8 ? kc.quant_granularity : kc.quantized_size());
   p.groups = groups;
-  p.vector_loads = !p.fp8 && qk % 8 == 0 && (reinterpret_cast<std::uintptr_t>(a.kv_cache.blocks.data) % 16) == 0;
+  p.vector_loads = !p.fp8 && qk % 8 == 0 && bf16_rows_16_byte_aligned(kc.blocks);
   p.layer = static_cast<int>(a.layer_idx);
   p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
   p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);

@@ -13,6 +13,7 @@
 
 #include "core/common/route_switch.hpp"
 #include "cuda/fused_qkv_paged.hpp"
+#include "cuda/sparse_mla_ring.hpp"
 #include "cuda_runtime.h"
 #include "goldens/common/device_staging.hpp"
 #include "goldens/common/driver.hpp"
@@ -182,6 +183,62 @@ TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
         EXPECT_TRUE(once.at(out).same_bytes(loop.at(out))) << "'" << out << "' differs from the in-loop decode";
     }
   }
+}
+
+// ---- op 4's ring kernel --------------------------------------------------------------------------
+struct RingMode {
+  explicit RingMode(core::RouteMode m) : saved(cuda::sparse_mla_ring::mode()) { cuda::sparse_mla_ring::set_mode(m); }
+  ~RingMode() { cuda::sparse_mla_ring::set_mode(saved); }
+  core::RouteMode saved;
+};
+
+// Every op 4 case, and shapes the matrix lacks (two head groups with a partial one, five steps so
+// that the ring's stages are reused, v_depth ending inside a 16-column pair of either half), with
+// the ring forced on: it takes every bf16 case (the fp8 ones stay on the first kernel) and passes
+// the golden comparison. The emulator lands each cp.async copy only at its wait (reads before
+// read NaN), so a stage read too early fails. In the automatic mode it is not taken yet.
+TEST(EmulatedCudaRing, TakesEveryBf16CaseAndMatchesTheReference) {
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
+  ASSERT_NE(driver, nullptr);
+  std::vector<std::pair<std::string, json>> cases;
+  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  cases.emplace_back("two_head_groups", json{{"num_q_heads", 70}, {"T", 2}, {"indices_stride", 96}, {"sink", true},
+                                             {"max_logits", true}});
+  cases.emplace_back("five_steps", json{{"T", 5}, {"num_q_heads", 3}, {"qk_depth", 40}, {"v_depth", 24},
+                                        {"indices_stride", 160}, {"page_size", 5}, {"seq_lens", {300, 200}},
+                                        {"invalid_fraction", 0.3}, {"empty_row_fraction", 0.2}});
+  cases.emplace_back("v_past_a_half", json{{"T", 2}, {"num_q_heads", 17}, {"qk_depth", 320}, {"v_depth", 264},
+                                           {"indices_stride", 40}, {"page_size", 16}});
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      const bool bf16 = knobs.value("cache_dtype", "bf16") == "bf16";
+      const bool rows = inputs.at("q").shape()[0] > 0;
+      Bundle actual = inputs;
+      {
+        RingMode m(core::RouteMode::on);
+        const long before = cuda::sparse_mla_ring::runs();
+        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+        ASSERT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::sparse_mla_ring::runs() - before, bf16 && rows ? 1 : 0) << "the ring kernel's route";
+        taken_cases += bf16 && rows && seed == 1;
+      }
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      if (seed == 1 && bf16 && rows) {
+        RingMode m(core::RouteMode::automatic);
+        const long before = cuda::sparse_mla_ring::runs();
+        Bundle again = inputs;
+        ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::sparse_mla_ring::runs(), before) << "taken in the automatic mode";
+      }
+    }
+  }
+  EXPECT_GE(taken_cases, 20) << "the bf16 cases of the matrix";
 }
 
 // ---- remap_indices_to_rows on every lightning-indexer case ---------------------------------------

@@ -132,7 +132,8 @@ TEST_P(CudaGraph, SixtyOneReplaysOfACapturedRunGiveTheOneShotBits) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaGraph,
                          ::testing::Values("lightning_indexer", "msa_block_indexer", "mla_prefill_fp8",
-                                           "sparse_mla_prefill", "fused_qkv_paged"));
+                                           "sparse_mla_prefill", "fused_qkv_paged"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(CudaDeviceErrors, TopkLengthsPastTheStrideRaiseTheFlag) {
   MLAKIT_NEED_GPU();

@@ -1,0 +1,329 @@
+// Op 4 (docs/sparse_mla_prefill.md) on the GPU for bf16 caches: FlashAttention-2's structure on
+// mma.sync, the step toward FlashMLA's sparse prefill that needs no wgmma.
+//
+// One thread block per (query row t, group of 64 heads), 8 warps; the head groups of a row are
+// neighbours in the grid. Q (64 heads x qk_depth) stays in shared memory for the whole row. The
+// row's index slots are walked 32 at a time; each step's cache rows are gathered with 16-byte
+// cp.async copies into a ring of three stages, the next step's copies in flight while the tensor
+// cores work on this one (invalid slots are zero-filled, so they add nothing to P·V). Every
+// tensor-core operand comes from shared memory by ldmatrix (V through .trans).
+//   warp w: heads [16·(w%4), +16) and half j = w/4:
+//   S = scale · Q·Kᵀ   for its heads x slots [16j, +16), f32 accumulators in registers;
+//   softmax            online, in registers: the row max over its 16 slots, combined with the
+//                      other half's through shared memory; P = bf16(exp(s - m)) (FlashMLA's
+//                      rounding, as in the first kernel) into a 64 x 32 P tile in shared memory
+//                      (the other half multiplies it too); l of the unrounded exp per half;
+//   O += P·V           for its heads x columns [256j, +256) of v_depth: 128 accumulators a thread.
+// Three barriers a step (the stage has landed; the partial maxima; P). With three stages the copies
+// into stage i+1, issued at the top of step i, overwrite the rows of step i-2, which every warp
+// finished before it reached step i-1's barriers.
+// The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
+// slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
+#include "cuda/sparse_mla_ring.hpp"
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+
+namespace mlakit::cuda::sparse_mla_ring {
+namespace {
+
+constexpr const char* kOp = "sparse_mla_prefill";
+constexpr int kThreads = 256;
+constexpr int kHeads = 64;     // heads per block: four 16-row tiles
+constexpr int kSlots = 32;     // index slots per step
+constexpr int kStages = 3;     // gather ring
+constexpr int kVMax = 512;     // output columns per block: two halves of 256
+constexpr int kLdP = kSlots + 8;  // 80-byte rows: the 8 rows of an ldmatrix hit 8 different bank groups
+
+struct Params {
+  const std::uint16_t* q;
+  const std::uint16_t* blocks;
+  DevPagedCache cache;
+  int layer;
+  const std::int32_t* indices;
+  const std::uint32_t* topk_lengths;  // null: indices_stride
+  std::uint32_t* error_flag;          // null: not checked (validated on the host)
+  const float* sink;                  // null: no sink
+  std::uint16_t* out;
+  float* lse;                         // null: not written
+  float* max_logits;                  // null: not written
+  int Hq, head_groups, qk, Dp, vd, stride;
+  float scale;
+  std::int64_t num_rows;
+};
+
+// Shared memory, rows of Dp + 8 elements: (Dp + 8)·2 bytes is an odd multiple of 16 for every Dp
+// that is a multiple of 16, so the 8 rows of an ldmatrix fall in 8 different bank groups.
+struct Layout {
+  std::size_t qs, ks, ps, ok, red_max, red_l, bytes;
+  __host__ __device__ explicit Layout(int Dp) {
+    const std::size_t row = static_cast<std::size_t>(Dp + 8) * sizeof(std::uint16_t);
+    qs = 0;
+    ks = qs + kHeads * row;
+    ps = ks + kStages * kSlots * row;
+    ok = ps + kHeads * kLdP * sizeof(std::uint16_t);
+    red_max = ok + kStages * kSlots * sizeof(int);
+    red_l = red_max + 2 * kHeads * sizeof(float);
+    bytes = red_l + 2 * kHeads * sizeof(float);
+  }
+};
+
+__global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  const Layout L(p.Dp);
+  auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
+  auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+  auto* ps = reinterpret_cast<std::uint16_t*>(smem + L.ps);
+  auto* slot_ok = reinterpret_cast<int*>(smem + L.ok);
+  auto* red_max = reinterpret_cast<float*>(smem + L.red_max);
+  auto* red_l = reinterpret_cast<float*>(smem + L.red_l);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int m0 = 16 * (warp & 3), half = warp >> 2;
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) / p.head_groups;
+  const int h0 = static_cast<int>(static_cast<std::int64_t>(blockIdx.x) % p.head_groups) * kHeads;
+  const int ld = p.Dp + 8, vecs = p.qk / 8;
+
+  // Q (heads past Hq zero-filled), in the first copy group with step 0's rows; the columns
+  // [qk, Dp) of Q and of every stage are zero once for all (no copy writes them).
+  for (int e = tid; e < kHeads * vecs; e += kThreads) {
+    const int r = e / vecs, v = e % vecs;
+    const bool ok = h0 + r < p.Hq;
+    cp_async_16(qs + r * ld + 8 * v, ok ? p.q + ((t * p.Hq + h0 + r) * p.qk + 8 * v) : p.q, ok);
+  }
+  if (p.Dp != p.qk)  // 8 columns: one 16-byte store a row
+    for (int r = tid; r < kHeads + kStages * kSlots; r += kThreads) {
+      std::uint16_t* row = r < kHeads ? qs + r * ld : ks + (r - kHeads) * ld;
+      *reinterpret_cast<uint4*>(row + p.qk) = make_uint4(0, 0, 0, 0);
+    }
+
+  std::int64_t len = p.stride;
+  if (p.topk_lengths != nullptr) {
+    const std::int64_t given = p.topk_lengths[t];
+    if (given > len && p.error_flag != nullptr && tid == 0) atomicOr(p.error_flag, core::kDeviceErrorTopkLengths);
+    len = min(len, given);
+  }
+  const int steps = static_cast<int>((len + kSlots - 1) / kSlots);
+
+  // Queues the rows of step s into stage st: 8 threads a slot, 16 bytes each per copy. Returns
+  // whether this thread's slot is valid.
+  const std::int64_t page = p.cache.page_size;
+  auto gather = [&](int s, int st) {
+    const int slot = tid >> 3, part = tid & 7;
+    const std::int64_t pos = static_cast<std::int64_t>(s) * kSlots + slot;
+    const std::int64_t idx = pos < len ? static_cast<std::int64_t>(p.indices[t * p.stride + pos]) : -1;
+    const bool ok = idx >= 0 && idx < p.num_rows;
+    const std::uint16_t* src = ok ? p.blocks + p.cache.row_offset(idx / page, 0, p.layer, idx % page, 0) : p.blocks;
+    std::uint16_t* dst = ks + (st * kSlots + slot) * ld;
+    for (int v = part; v < vecs; v += 8) cp_async_16(dst + 8 * v, ok ? src + 8 * v : p.blocks, ok);
+    if (part == 0) slot_ok[st * kSlots + slot] = ok;
+    return static_cast<int>(ok);
+  };
+
+  float acc[32][4];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // rows g and g + 8 of the tile
+  bool seen = false;  // a valid slot so far (the same for every thread)
+
+  int ok_now = steps > 0 ? gather(0, 0) : 0;
+  cp_async_commit();
+  for (int i = 0; i < steps; ++i) {
+    const int st = i % kStages;
+    int ok_next = 0;
+    if (i + 1 < steps) ok_next = gather(i + 1, (i + 1) % kStages);
+    cp_async_commit();  // possibly empty: the wait below then leaves no copy of step i behind
+    cp_async_wait<1>();
+    const bool any = __syncthreads_or(ok_now) != 0;
+    ok_now = ok_next;
+    if (!any) continue;  // no valid slot in this step (block-uniform)
+    const std::uint16_t* kst = ks + st * kSlots * ld;
+    const int* okst = slot_ok + st * kSlots;
+
+    // S: heads [m0, +16) x slots [16·half, +16) as two 8-slot tiles.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int k0 = 0; k0 < p.Dp; k0 += 16) {
+      std::uint32_t a[4], b[4];
+      ldmatrix_x4(a, ldmatrix_a_row(qs, ld, m0, k0));
+      ldmatrix_x4(b, ldmatrix_b_nmajor_row(kst, ld, 16 * half, k0));
+      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+      mma_bf16_16816(s[0], a, b0);
+      mma_bf16_16816(s[1], a, b1);
+    }
+
+    // The row maxima over valid slots (element 2r + e of a tile: row g + 8r, slot 2c + e).
+    bool valid[2][2];
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        valid[j][e] = okst[16 * half + 8 * j + 2 * c + e] != 0;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          s[j][2 * r + e] *= p.scale;
+          if (valid[j][e]) mx[r] = nan_max(mx[r], s[j][2 * r + e]);
+        }
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = nan_max(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = nan_max(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    if (c == 0) {
+      red_max[half * kHeads + m0 + g] = mx[0];
+      red_max[half * kHeads + m0 + g + 8] = mx[1];
+    }
+    __syncthreads();
+    float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float tile_max = nan_max(mx[r], red_max[(1 - half) * kHeads + m0 + g + 8 * r]);
+      const float m_new = seen ? nan_max(m_run[r], tile_max) : tile_max;
+      alpha[r] = seen ? expf(m_run[r] - m_new) : 0.0f;
+      m_run[r] = m_new;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float x = valid[j][e] ? expf(s[j][2 * r + e] - m_run[r]) : 0.0f;
+          s[j][2 * r + e] = x;
+          sum[r] += x;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      l_run[r] = l_run[r] * alpha[r] + sum[r];
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int col = 16 * half + 8 * j + 2 * c;
+      *reinterpret_cast<std::uint32_t*>(ps + (m0 + g) * kLdP + col) = pack_bf16x2(f32_to_bf16(s[j][0]), f32_to_bf16(s[j][1]));
+      *reinterpret_cast<std::uint32_t*>(ps + (m0 + g + 8) * kLdP + col) =
+          pack_bf16x2(f32_to_bf16(s[j][2]), f32_to_bf16(s[j][3]));
+    }
+    __syncthreads();
+
+    // O = alpha·O + P·V over the 32 slots, columns [256·half, +256) of v_depth, 16 at a time.
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+      acc[n][0] *= alpha[0];
+      acc[n][1] *= alpha[0];
+      acc[n][2] *= alpha[1];
+      acc[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      std::uint32_t a[4];
+      ldmatrix_x4(a, ldmatrix_a_row(ps, kLdP, m0, 16 * kk));
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        const int n0 = 256 * half + 16 * n;
+        if (n0 >= p.vd) break;  // columns past v_depth are not needed (the pair's second may be: unused)
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(kst, ld, 16 * kk, n0));
+        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        mma_bf16_16816(acc[2 * n], a, b0);
+        mma_bf16_16816(acc[2 * n + 1], a, b1);
+      }
+    }
+    seen = true;
+  }
+  cp_async_wait<0>();  // a row of no step still has Q's copies in flight
+
+  // l of the two halves; then normalize and store (rows g and g + 8 of the warp's tile).
+  if (c == 0) {
+    red_l[half * kHeads + m0 + g] = l_run[0];
+    red_l[half * kHeads + m0 + g + 8] = l_run[1];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = m0 + g + 8 * r, h = h0 + row;
+    if (h >= p.Hq) continue;
+    const float m = m_run[r], l = red_l[row] + red_l[kHeads + row];
+    const float den = l + (p.sink != nullptr ? expf(p.sink[h] - m) : 0.0f);
+    std::uint16_t* o = p.out + (t * p.Hq + h) * p.vd;
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+      const int col = 256 * half + 8 * n + 2 * c;
+      if (col < p.vd) o[col] = seen ? f32_to_bf16(acc[n][2 * r] / den) : std::uint16_t{0};
+      if (col + 1 < p.vd) o[col + 1] = seen ? f32_to_bf16(acc[n][2 * r + 1] / den) : std::uint16_t{0};
+    }
+    if (half == 0 && c == 0) {
+      if (p.lse != nullptr) p.lse[t * p.Hq + h] = seen ? m + logf(l) : INFINITY;
+      if (p.max_logits != nullptr) p.max_logits[t * p.Hq + h] = seen ? m : -INFINITY;
+    }
+  }
+}
+
+core::RouteSwitch& route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_SPARSE_MLA_RING");
+  return r;
+}
+
+std::atomic<long> g_runs{0};
+
+}  // namespace
+
+bool eligible(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
+  const TensorView& b = a.kv_cache.blocks;
+  if (b.dtype != DType::bf16 || d.qk_depth % 8 != 0 || d.v_depth > d.qk_depth || d.v_depth > kVMax) return false;
+  if (!bf16_rows_16_byte_aligned(b) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
+  Status s;
+  const std::size_t limit = max_shared_memory(kOp, &s);
+  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16))).bytes <= limit;
+}
+
+bool takes(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
+  // "auto" never, until a GPU run has measured the kernel against the first one.
+  return route().use_for(eligible(d, a), static_cast<std::size_t>(a.q.shape[0]), SIZE_MAX);
+}
+
+core::RouteMode mode() { return route().mode(); }
+void set_mode(core::RouteMode m) { route().set_mode(m); }
+long runs() { return g_runs.load(); }
+
+Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch) {
+  const std::int64_t T = a.q.shape[0];
+  if (T == 0) return Status::success();
+  Params p;
+  p.q = static_cast<const std::uint16_t*>(a.q.data);
+  p.blocks = static_cast<const std::uint16_t*>(a.kv_cache.blocks.data);
+  p.cache = DevPagedCache::from(a.kv_cache);
+  p.layer = static_cast<int>(a.layer_idx);
+  p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
+  p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);
+  p.error_flag = launch.error_flag;
+  p.sink = static_cast<const float*>(a.attn_sink.data);
+  p.out = static_cast<std::uint16_t*>(a.output.data);
+  p.lse = static_cast<float*>(a.lse.data);
+  p.max_logits = static_cast<float*>(a.max_logits.data);
+  p.Hq = static_cast<int>(d.num_q_heads);
+  p.qk = static_cast<int>(d.qk_depth);
+  p.Dp = static_cast<int>(round_up(d.qk_depth, 16));
+  p.vd = static_cast<int>(d.v_depth);
+  p.stride = static_cast<int>(d.indices_stride);
+  p.scale = d.scale;
+  p.num_rows = a.kv_cache.num_blocks() * a.kv_cache.page_size();
+  p.head_groups = static_cast<int>(ceil_div(d.num_q_heads, kHeads));
+  if (T * p.head_groups > INT_MAX)
+    return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
+  if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
+  const Layout layout(p.Dp);
+  g_runs.fetch_add(1);
+  return launch_kernel(kOp, "ring_kernel", ring_kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
+                       layout.bytes, as_stream(launch.stream), p);
+}
+
+}  // namespace mlakit::cuda::sparse_mla_ring

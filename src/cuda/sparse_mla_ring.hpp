@@ -1,0 +1,29 @@
+// Op 4's second cuda kernel, for bf16 caches: 64 heads per block, the gathered rows in a ring of
+// cp.async stages, every tensor-core operand loaded by ldmatrix (sparse_mla_ring.cu).
+#pragma once
+
+#include "core/common/device_launch.hpp"
+#include "core/common/route_switch.hpp"
+#include "mlakit/ops/sparse_mla_prefill.hpp"
+
+namespace mlakit::cuda::sparse_mla_ring {
+
+// Whether the ring kernel can take a call: a bf16 cache whose rows start 16-byte aligned (base
+// and every stride), qk_depth a multiple of 8, v_depth <= min(qk_depth, 512), q 16-byte aligned,
+// and the block's shared memory within the device's limit.
+bool eligible(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a);
+
+// Whether a call takes it: MLAKIT_CUDA_SPARSE_MLA_RING ("auto": not yet, the first kernel stays
+// the default until a GPU run has measured this one; "on": every eligible call; "off"), set in
+// process by tests and benchmarks.
+bool takes(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a);
+core::RouteMode mode();
+void set_mode(core::RouteMode m);
+
+// Queues the kernel for an eligible call (the arguments of cuda::sparse_mla_prefill).
+Status run(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch);
+
+// Calls that ran it since the process started (tests check that a route was taken).
+long runs();
+
+}  // namespace mlakit::cuda::sparse_mla_ring
