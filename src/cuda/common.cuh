@@ -135,13 +135,14 @@ Status launch_kernel(const char* op, const char* name, void (*kernel)(P...), dim
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 inline std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
-// Whether every row of a bf16 cache's blocks (dims 0-4 index rows) starts 16-byte aligned, so that
-// 16-byte loads and cp.async copies may read it: the base and the stride of every dimension that
-// has more than one index.
-inline bool bf16_rows_16_byte_aligned(const TensorView& blocks) {
+// Whether every row of a cache's blocks (dims 0-4 index rows) starts 16-byte aligned, so that
+// 16-byte loads and cp.async copies may read it: the base and the stride in bytes of every
+// dimension that has more than one index.
+inline bool cache_rows_16_byte_aligned(const TensorView& blocks) {
   if (reinterpret_cast<std::uintptr_t>(blocks.data) % 16 != 0) return false;
+  const auto size = static_cast<std::int64_t>(dtype_size(blocks.dtype));
   for (int i = 0; i < 5; ++i)
-    if (blocks.shape[i] > 1 && blocks.strides[i] % 8 != 0) return false;
+    if (blocks.shape[i] > 1 && (blocks.strides[i] * size) % 16 != 0) return false;
   return true;
 }
 

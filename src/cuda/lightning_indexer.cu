@@ -3,7 +3,8 @@
 // Scores. One thread block per (tile of QR query rows, chunk of kKeysPerBlock key positions), 8
 // warps. The block's query rows (all heads, fp8 decoded exactly to bf16) stay in shared memory;
 // each key tile of 64 positions is gathered through the page table and decoded into shared memory
-// once, then used by every row and head of the block. The product is heads x keys per query row:
+// once (16 codes a load where head_dim is a multiple of 16 and every cache row 16-byte aligned,
+// else one byte a load), then used by every row and head of the block. The product is heads x keys per query row:
 // A = Q[row] (heads padded to 16, the M dimension), B = K tile (keys, the N dimension), k = head_dim.
 // Each warp owns one query row and QR of the tile's eight 8-key column slices; it runs the head
 // tiles in order, applies ReLU (IEEE maximum: NaN stays NaN) and the q_s weight per head, sums the
@@ -60,10 +61,18 @@ struct ScoreLayout {
   }
 };
 
+// 8 fp8 codes (two little-endian words) decoded through the table into 8 bf16 values.
+__device__ __forceinline__ uint4 decode_codes(unsigned a, unsigned b, const std::uint16_t* table) {
+  return make_uint4(pack_bf16x2(table[a & 0xFF], table[(a >> 8) & 0xFF]), pack_bf16x2(table[(a >> 16) & 0xFF], table[a >> 24]),
+                    pack_bf16x2(table[b & 0xFF], table[(b >> 8) & 0xFF]), pack_bf16x2(table[(b >> 16) & 0xFF], table[b >> 24]));
+}
+
 // IEEE maximum(x, +0): NaN stays NaN, -0 becomes +0.
 __device__ __forceinline__ float relu_ieee(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
-template <int QR>
+// VectorCodes is a template argument, not a branch on p: with both gathers in one body ptxas spilled
+// the two-row kernel's accumulators.
+template <int QR, bool VectorCodes>
 __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   MLAKIT_DYNAMIC_SHARED(smem);
   const ScoreLayout L(QR, p.Hp, p.Dp);
@@ -139,10 +148,25 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
           }
         }
         __syncthreads();
-        for (int e = tid; e < kKeyTile * Dp; e += kScoreThreads) {
-          const int kk = e / Dp, d = e % Dp;
-          const std::int64_t base = kbase[kk];
-          ks[kk * ld + d] = (base >= 0 && d < D) ? table[blocks[base + d]] : std::uint16_t{0};
+        if constexpr (VectorCodes) {
+          // 16 codes a load, decoded through the table into two 16-byte stores (a key past the
+          // tile's end reads as zero codes, which decode to +0).
+          const int vecs = D / 16;
+          for (int e = tid; e < kKeyTile * vecs; e += kScoreThreads) {
+            const int kk = e / vecs, v = e % vecs;
+            const std::int64_t base = kbase[kk];
+            uint4 x = make_uint4(0, 0, 0, 0);
+            if (base >= 0) x = *reinterpret_cast<const uint4*>(blocks + base + 16 * v);
+            auto* dst = reinterpret_cast<uint4*>(ks + kk * ld + 16 * v);
+            dst[0] = decode_codes(x.x, x.y, table);
+            dst[1] = decode_codes(x.z, x.w, table);
+          }
+        } else {
+          for (int e = tid; e < kKeyTile * Dp; e += kScoreThreads) {
+            const int kk = e / Dp, d = e % Dp;
+            const std::int64_t base = kbase[kk];
+            ks[kk * ld + d] = (base >= 0 && d < D) ? table[blocks[base + d]] : std::uint16_t{0};
+          }
         }
         __syncthreads();
 
@@ -276,8 +300,16 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "num_heads",
                                        "num_heads=" + std::to_string(H) + " with head_dim=" + std::to_string(D), smem,
                                        smem_max));
+  const bool vector_codes = D % 16 == 0 && cache_rows_16_byte_aligned(a.k_cache.blocks);
   void (*const score)(ScoreParams) =
-      QR == 8 ? score_kernel<8> : QR == 4 ? score_kernel<4> : QR == 2 ? score_kernel<2> : score_kernel<1>;
+      vector_codes ? (QR == 8   ? score_kernel<8, true>
+                      : QR == 4 ? score_kernel<4, true>
+                      : QR == 2 ? score_kernel<2, true>
+                                : score_kernel<1, true>)
+                   : (QR == 8   ? score_kernel<8, false>
+                      : QR == 4 ? score_kernel<4, false>
+                      : QR == 2 ? score_kernel<2, false>
+                                : score_kernel<1, false>);
 
   // Row chunks bound the score buffer (and the global scratch of very large top_k).
   const std::int64_t winners_pow2 = next_pow2(std::min(d.top_k, max_keys));

@@ -371,7 +371,7 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   p.wq = static_cast<int>(kc.quantized_size());
   p.gran = static_cast<int>(fp8 ? kc.quant_granularity : kc.quantized_size());
   p.groups = groups;
-  p.vector_loads = !p.fp8 && qk % 8 == 0 && bf16_rows_16_byte_aligned(kc.blocks);
+  p.vector_loads = !p.fp8 && qk % 8 == 0 && cache_rows_16_byte_aligned(kc.blocks);
   p.layer = static_cast<int>(a.layer_idx);
   p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
   p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);

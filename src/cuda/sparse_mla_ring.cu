@@ -279,7 +279,7 @@ std::atomic<long> g_runs{0};
 bool eligible(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
   const TensorView& b = a.kv_cache.blocks;
   if (b.dtype != DType::bf16 || d.qk_depth % 8 != 0 || d.v_depth > d.qk_depth || d.v_depth > kVMax) return false;
-  if (!bf16_rows_16_byte_aligned(b) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
+  if (!cache_rows_16_byte_aligned(b) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
   Status s;
   const std::size_t limit = max_shared_memory(kOp, &s);
   return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16))).bytes <= limit;
