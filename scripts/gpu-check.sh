@@ -30,7 +30,7 @@
 #                    of every operator                                             -> OUT/sanitizers.log
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul, and
-#                    op 4's rows again through the ring kernel (rows named .../cuda.ring)
+#                    op 4's T=4096 row again through the ring kernel (named .../cuda.ring)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
@@ -292,7 +292,7 @@ phase_headline() {
     --benchmark_out_format=json >"$out/bench_ops.txt" 2>&1 || rc=$?
   note "headline bench: exit $rc, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   [ $rc -eq 0 ] || fail "headline bench"
-  ring_rows '^sparse_mla_prefill/(dsv32_t4096|dsv32_t1024|quick_h64_k512)/cuda$' 60
+  ring_rows '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
     --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -363,7 +363,7 @@ sanitizer_files=(
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
   fused_qkv_paged.gptq_bf16_g32_gidx@decode_once sparse_mla_prefill.general_bf16@ring
-  sparse_mla_prefill.qk512_v512@ring
+  sparse_mla_prefill.deepseek_fp8@ring
 )
 
 phase_sanitizer() {

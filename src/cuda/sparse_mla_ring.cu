@@ -1,5 +1,6 @@
-// Op 4 (docs/sparse_mla_prefill.md) on the GPU for bf16 caches: FlashAttention-2's structure on
-// mma.sync, the step toward FlashMLA's sparse prefill that needs no wgmma.
+// Op 4 (docs/sparse_mla_prefill.md) on the GPU for bf16 caches and fp8 caches with one scale per
+// row: FlashAttention-2's structure on mma.sync, the step toward FlashMLA's sparse prefill that
+// needs no wgmma.
 //
 // One thread block per (query row t, group of 64 heads), 8 warps; the head groups of a row are
 // neighbours in the grid. Q (64 heads x qk_depth) stays in shared memory for the whole row. The
@@ -17,6 +18,11 @@
 // Three barriers a step (the stage has landed; the partial maxima; P). With three stages the copies
 // into stage i+1, issued at the top of step i, overwrite the rows of step i-2, which every warp
 // finished before it reached step i-1's barriers.
+// FP8 rows: the ring holds the codes (and each slot's scale); once a stage has landed, the block
+// decodes it exactly to bf16 into one K buffer (a fourth barrier), which no warp still reads: the
+// last reads were step i-1's P·V, before step i's first barrier. As in the first kernel the scale
+// multiplies the slot's score and rides on P (P = bf16(exp(s - m)·scale)), so V stays the exact
+// codes.
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
 #include "cuda/sparse_mla_ring.hpp"
@@ -42,7 +48,7 @@ constexpr int kLdP = kSlots + 8;  // 80-byte rows: the 8 rows of an ldmatrix hit
 
 struct Params {
   const std::uint16_t* q;
-  const std::uint16_t* blocks;
+  const unsigned char* blocks;
   DevPagedCache cache;
   int layer;
   const std::int32_t* indices;
@@ -59,29 +65,45 @@ struct Params {
 
 // Shared memory, rows of Dp + 8 elements: (Dp + 8)·2 bytes is an odd multiple of 16 for every Dp
 // that is a multiple of 16, so the 8 rows of an ldmatrix fall in 8 different bank groups.
+// FP8 rows add the ring of codes (qk bytes a row, qk a multiple of 16), the slots' scales and the
+// decode table, and keep one bf16 K buffer.
 struct Layout {
-  std::size_t qs, ks, ps, ok, red_max, red_l, bytes;
-  __host__ __device__ explicit Layout(int Dp) {
+  std::size_t qs, ks, ps, ok, red_max, red_l, codes, rscale, table, bytes;
+  __host__ __device__ Layout(int Dp, bool fp8) {
     const std::size_t row = static_cast<std::size_t>(Dp + 8) * sizeof(std::uint16_t);
     qs = 0;
     ks = qs + kHeads * row;
-    ps = ks + kStages * kSlots * row;
+    ps = ks + (fp8 ? 1 : kStages) * kSlots * row;
     ok = ps + kHeads * kLdP * sizeof(std::uint16_t);
     red_max = ok + kStages * kSlots * sizeof(int);
     red_l = red_max + 2 * kHeads * sizeof(float);
-    bytes = red_l + 2 * kHeads * sizeof(float);
+    codes = red_l + 2 * kHeads * sizeof(float);
+    rscale = codes + (fp8 ? kStages * kSlots * static_cast<std::size_t>(Dp) : 0);
+    table = rscale + (fp8 ? kStages * kSlots * sizeof(float) : 0);
+    bytes = table + (fp8 ? 256 * sizeof(std::uint16_t) : 0);
   }
 };
 
+// 8 fp8 codes (two little-endian words) decoded through the table into 8 bf16 values.
+__device__ __forceinline__ uint4 decode8(unsigned a, unsigned b, const std::uint16_t* table) {
+  return make_uint4(pack_bf16x2(table[a & 0xFF], table[(a >> 8) & 0xFF]), pack_bf16x2(table[(a >> 16) & 0xFF], table[a >> 24]),
+                    pack_bf16x2(table[b & 0xFF], table[(b >> 8) & 0xFF]), pack_bf16x2(table[(b >> 16) & 0xFF], table[b >> 24]));
+}
+
+// Fp8 is a template argument, not a branch on p (the two paths' registers stay apart).
+template <bool Fp8>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   MLAKIT_DYNAMIC_SHARED(smem);
-  const Layout L(p.Dp);
+  const Layout L(p.Dp, Fp8);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
   auto* ps = reinterpret_cast<std::uint16_t*>(smem + L.ps);
   auto* slot_ok = reinterpret_cast<int*>(smem + L.ok);
   auto* red_max = reinterpret_cast<float*>(smem + L.red_max);
   auto* red_l = reinterpret_cast<float*>(smem + L.red_l);
+  auto* codes = smem + L.codes;
+  auto* rscale = reinterpret_cast<float*>(smem + L.rscale);
+  auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
@@ -89,6 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) / p.head_groups;
   const int h0 = static_cast<int>(static_cast<std::int64_t>(blockIdx.x) % p.head_groups) * kHeads;
   const int ld = p.Dp + 8, vecs = p.qk / 8;
+  if constexpr (Fp8) build_fp8_table(table);  // read after the first step's barrier
 
   // Q (heads past Hq zero-filled), in the first copy group with step 0's rows; the columns
   // [qk, Dp) of Q and of every stage are zero once for all (no copy writes them).
@@ -98,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     cp_async_16(qs + r * ld + 8 * v, ok ? p.q + ((t * p.Hq + h0 + r) * p.qk + 8 * v) : p.q, ok);
   }
   if (p.Dp != p.qk)  // 8 columns: one 16-byte store a row
-    for (int r = tid; r < kHeads + kStages * kSlots; r += kThreads) {
+    for (int r = tid; r < kHeads + (Fp8 ? 1 : kStages) * kSlots; r += kThreads) {
       std::uint16_t* row = r < kHeads ? qs + r * ld : ks + (r - kHeads) * ld;
       *reinterpret_cast<uint4*>(row + p.qk) = make_uint4(0, 0, 0, 0);
     }
@@ -119,10 +142,16 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     const std::int64_t pos = static_cast<std::int64_t>(s) * kSlots + slot;
     const std::int64_t idx = pos < len ? static_cast<std::int64_t>(p.indices[t * p.stride + pos]) : -1;
     const bool ok = idx >= 0 && idx < p.num_rows;
-    const std::uint16_t* src = ok ? p.blocks + p.cache.row_offset(idx / page, 0, p.layer, idx % page, 0) : p.blocks;
-    std::uint16_t* dst = ks + (st * kSlots + slot) * ld;
-    for (int v = part; v < vecs; v += 8) cp_async_16(dst + 8 * v, ok ? src + 8 * v : p.blocks, ok);
-    if (part == 0) slot_ok[st * kSlots + slot] = ok;
+    const std::int64_t blk = idx / page, off = idx % page;
+    constexpr int kElem = Fp8 ? 1 : 2;  // bytes per element of a cache row
+    const unsigned char* src = ok ? p.blocks + p.cache.row_offset(blk, 0, p.layer, off, 0) * kElem : p.blocks;
+    unsigned char* dst = Fp8 ? codes + (st * kSlots + slot) * p.qk : reinterpret_cast<unsigned char*>(ks + (st * kSlots + slot) * ld);
+    const int chunks = p.qk * kElem / 16;
+    for (int v = part; v < chunks; v += 8) cp_async_16(dst + 16 * v, ok ? src + 16 * v : p.blocks, ok);
+    if (part == 0) {
+      slot_ok[st * kSlots + slot] = ok;
+      if constexpr (Fp8) rscale[st * kSlots + slot] = ok ? p.cache.scale_at(p.cache.scale_offset(blk, 0, p.layer, off, 0)) : 1.0f;
+    }
     return static_cast<int>(ok);
   };
 
@@ -143,8 +172,19 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     const bool any = __syncthreads_or(ok_now) != 0;
     ok_now = ok_next;
     if (!any) continue;  // no valid slot in this step (block-uniform)
-    const std::uint16_t* kst = ks + st * kSlots * ld;
+    const std::uint16_t* kst = ks + (Fp8 ? 0 : st) * kSlots * ld;
     const int* okst = slot_ok + st * kSlots;
+    if constexpr (Fp8) {
+      const int per_row = p.qk / 16;
+      for (int e = tid; e < kSlots * per_row; e += kThreads) {
+        const int r = e / per_row, v = e % per_row;
+        const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kSlots + r) * p.qk + 16 * v);
+        auto* dst = reinterpret_cast<uint4*>(ks + r * ld + 16 * v);
+        dst[0] = decode8(x.x, x.y, table);
+        dst[1] = decode8(x.z, x.w, table);
+      }
+      __syncthreads();
+    }
 
     // S: heads [m0, +16) x slots [16·half, +16) as two 8-slot tiles.
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -164,9 +204,11 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        valid[j][e] = okst[16 * half + 8 * j + 2 * c + e] != 0;
+        const int slot = 16 * half + 8 * j + 2 * c + e;
+        valid[j][e] = okst[slot] != 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
+          if constexpr (Fp8) s[j][2 * r + e] *= rscale[st * kSlots + slot];
           s[j][2 * r + e] *= p.scale;
           if (valid[j][e]) mx[r] = nan_max(mx[r], s[j][2 * r + e]);
         }
@@ -196,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float x = valid[j][e] ? expf(s[j][2 * r + e] - m_run[r]) : 0.0f;
-          s[j][2 * r + e] = x;
+          s[j][2 * r + e] = Fp8 ? x * rscale[st * kSlots + 16 * half + 8 * j + 2 * c + e] : x;  // P's weight
           sum[r] += x;
         }
 #pragma unroll
@@ -276,13 +318,23 @@ std::atomic<long> g_runs{0};
 
 }  // namespace
 
+namespace {
+bool fp8_cache(const SparseMlaPrefillArgs& a) { return a.kv_cache.blocks.dtype == DType::f8e4m3; }
+}  // namespace
+
 bool eligible(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
-  const TensorView& b = a.kv_cache.blocks;
-  if (b.dtype != DType::bf16 || d.qk_depth % 8 != 0 || d.v_depth > d.qk_depth || d.v_depth > kVMax) return false;
-  if (!cache_rows_16_byte_aligned(b) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
+  const PagedKVCacheView& kc = a.kv_cache;
+  const bool fp8 = fp8_cache(a);
+  if (fp8) {  // one scale per row, no tail, codes 16 at a time
+    if (kc.tail_size() > 0 || kc.quant_granularity < kc.quantized_size() || d.qk_depth % 16 != 0) return false;
+  } else if (kc.blocks.dtype != DType::bf16 || d.qk_depth % 8 != 0) {
+    return false;
+  }
+  if (d.v_depth > d.qk_depth || d.v_depth > kVMax) return false;
+  if (!cache_rows_16_byte_aligned(kc.blocks) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
   Status s;
   const std::size_t limit = max_shared_memory(kOp, &s);
-  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16))).bytes <= limit;
+  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16)), fp8).bytes <= limit;
 }
 
 bool takes(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
@@ -299,7 +351,7 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   if (T == 0) return Status::success();
   Params p;
   p.q = static_cast<const std::uint16_t*>(a.q.data);
-  p.blocks = static_cast<const std::uint16_t*>(a.kv_cache.blocks.data);
+  p.blocks = static_cast<const unsigned char*>(a.kv_cache.blocks.data);
   p.cache = DevPagedCache::from(a.kv_cache);
   p.layer = static_cast<int>(a.layer_idx);
   p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
@@ -320,10 +372,12 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   if (T * p.head_groups > INT_MAX)
     return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
-  const Layout layout(p.Dp);
+  const bool fp8 = fp8_cache(a);
+  const Layout layout(p.Dp, fp8);
   g_runs.fetch_add(1);
-  return launch_kernel(kOp, "ring_kernel", ring_kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
-                       layout.bytes, as_stream(launch.stream), p);
+  return launch_kernel(kOp, "ring_kernel", fp8 ? ring_kernel<true> : ring_kernel<false>,
+                       dim3(static_cast<unsigned>(T * p.head_groups)), kThreads, layout.bytes,
+                       as_stream(launch.stream), p);
 }
 
 }  // namespace mlakit::cuda::sparse_mla_ring
