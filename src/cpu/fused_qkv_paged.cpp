@@ -64,10 +64,13 @@
 #include "cpu/fused_qkv_paged.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
+#include <thread>
 #include <vector>
 
 #include "cpu/common/bf16_dot.hpp"
@@ -567,15 +570,42 @@ void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c
   store_tile(p, r0, r1, c0, c1, acc);
 }
 
-// Bytes of the call buffer that holds one column tile's panels over all of K, for calls of more
-// than one row tile (0: each tile forms its own).
+// Floats of one column tile's panels over all of K, for calls of more than one row tile (0: each
+// tile forms its own).
 std::size_t panel_group_floats(std::size_t T, std::size_t K) { return T > kPanelRowTile ? kPanelColTile * K : 0; }
 
+// What the threads share about one column tile of the streamed panel route.
+struct ColumnTileSync {
+  std::atomic<std::size_t> claimed{0};     // panels claimed for forming
+  std::atomic<std::size_t> formed{0};      // panels formed
+  std::atomic<std::size_t> tiles_done{0};  // row tiles computed on them
+};
+
+// Bytes of the panel route's call buffer: two column tiles' panels (one formed while the other is
+// read) and each column tile's sync state.
+std::size_t panel_buffer_bytes(std::size_t T, std::size_t K, std::size_t N) {
+  const std::size_t group = panel_group_floats(T, K);
+  if (group == 0) return 0;
+  return 2 * group * sizeof(float) + num_tiles(N, kPanelColTile) * sizeof(ColumnTileSync);
+}
+
+// Spins (yielding) until `counter` reaches `value`; the acquire pairs with the release of the
+// thread that brought it there, so what that thread wrote before is visible.
+void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
+  while (counter.load(std::memory_order_acquire) < value) std::this_thread::yield();
+}
+
 // A call of one row tile forms each panel in its tile (the column tiles give the threads work).
-// Larger calls form each column tile's panels once, all threads together, into a call buffer, and
-// then run its row tiles on them: the weights are dequantized once per call instead of once per
-// row tile (8 times at 2048 rows). The panels hold the same values either way, so the bits do not
-// change.
+// Larger calls form each column tile's panels once, into a call buffer, and run its row tiles on
+// them: the weights are dequantized once per call instead of once per row tile (8 times at 2048
+// rows). The work items (column tile c, row tile r) are claimed in order from one counter, with no
+// barrier between column tiles: the thread that claims an item first helps form its column tile's
+// panels (claimed one by one), waits until all are formed, then runs its row tile. So a thread that
+// finishes early forms the next column tile's panels while the others still compute, and threads
+// of unequal speed (a shared host, hybrid cores) each take as many items as they get through. Two
+// buffers alternate; a column tile's panels overwrite those of two tiles before, once all of its
+// row tiles are done (they were claimed earlier, so they are running). The panels and each tile's
+// arithmetic are the same whoever runs them, so the bits do not change.
 Status run_panels(const Plan& p) {
   const std::size_t group = panel_group_floats(p.T, p.K);
   if (group == 0) {
@@ -584,16 +614,28 @@ Status run_panels(const Plan& p) {
     return Status::success();
   }
   const std::size_t K = p.K, pc = p.g->panel_cols, chunk = std::min(kPanelChunk, K);
-  float* packed = call_buffer_of<float>(group, kSlotPanels);
-  for (std::size_t c0 = 0; c0 < p.N; c0 += kPanelColTile) {
-    const std::size_t c1 = std::min(p.N, c0 + kPanelColTile), panels = (c1 - c0 + pc - 1) / pc;
-    parallel_for_tiles(panels, 1, [&](std::size_t q0, std::size_t q1) {
-      for (std::size_t q = q0; q < q1; ++q)
+  const std::size_t col_tiles = num_tiles(p.N, kPanelColTile), row_tiles = num_tiles(p.T, kPanelRowTile);
+  auto* buffers = static_cast<float*>(call_buffer(panel_buffer_bytes(p.T, K, p.N), kSlotPanels));
+  auto* sync = reinterpret_cast<ColumnTileSync*>(buffers + 2 * group);
+  for (std::size_t c = 0; c < col_tiles; ++c) new (&sync[c]) ColumnTileSync();
+  std::atomic<std::size_t> next_item{0};
+  parallel_workers([&] {
+    for (std::size_t item; (item = next_item.fetch_add(1)) < col_tiles * row_tiles;) {
+      const std::size_t c = item / row_tiles, r = item % row_tiles;
+      const std::size_t c0 = c * kPanelColTile, c1 = std::min(p.N, c0 + kPanelColTile);
+      const std::size_t panels = num_tiles(c1 - c0, pc);
+      float* packed = buffers + (c % 2) * group;
+      for (std::size_t q; (q = sync[c].claimed.fetch_add(1)) < panels;) {
+        if (c >= 2) wait_for(sync[c - 2].tiles_done, row_tiles);
         for (std::size_t k0 = 0; k0 < K; k0 += chunk)
           form_panel(p, c0 + q * pc, std::min(pc, c1 - c0 - q * pc), k0, std::min(chunk, K - k0), packed + q * K * pc + k0 * pc);
-    });
-    parallel_for_tiles(p.T, kPanelRowTile, [&](std::size_t r0, std::size_t r1) { run_panel_tile(p, r0, r1, c0, c1, packed); });
-  }
+        sync[c].formed.fetch_add(1, std::memory_order_release);
+      }
+      wait_for(sync[c].formed, panels);
+      run_panel_tile(p, r * kPanelRowTile, std::min(p.T, (r + 1) * kPanelRowTile), c0, c1, packed);
+      sync[c].tiles_done.fetch_add(1, std::memory_order_release);
+    }
+  });
   return Status::success();
 }
 
@@ -739,8 +781,8 @@ CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const F
                num_tiles(tile_group_cols(T, output_columns(d, a)), 16) * tile_strip_elems(K) * sizeof(std::uint16_t));
   }
   if (route == Route::panel)
-    sizes.grow(kSlotPanels, panel_group_floats(static_cast<std::size_t>(a.hidden_state.shape[0]),
-                                               static_cast<std::size_t>(a.hidden_state.shape[1])) * sizeof(float));
+    sizes.grow(kSlotPanels, panel_buffer_bytes(static_cast<std::size_t>(a.hidden_state.shape[0]),
+                                               static_cast<std::size_t>(a.hidden_state.shape[1]), output_columns(d, a)));
   if (route != Route::library) return sizes;
   const LibraryBuffers b = library_buffers(d, a);
   sizes.grow(kSlotX, b.x * sizeof(float));

@@ -63,6 +63,13 @@ std::vector<BigCase> big_cases() {
       {"fp8_f32_tall",  // K = 300: a partial chunk (256) and a partial scale block
        {{"seq_lens", {300}}, {"cache_lens", {5}}, {"K", 300}, {"q_dim", 150}, {"cache", "mla"},
         {"num_kv_heads", 1}, {"head_dim", 96}, {"dtype", "f32"}, {"weight_format", "fp8_block"}}},
+      // Row tiles and at least three column tiles (256): the two panel buffers are reused.
+      {"dense_bf16_tall_wide",
+       {{"seq_lens", {280, 250}}, {"cache_lens", {0, 9}}, {"K", 72}, {"q_dim", 700}, {"num_kv_heads", 1},
+        {"head_dim", 64}}},
+      {"fp8_f32_tall_wide",
+       {{"seq_lens", {520}}, {"cache_lens", {3}}, {"K", 136}, {"q_dim", 1000}, {"num_kv_heads", 2},
+        {"head_dim", 32}, {"dtype", "f32"}, {"weight_format", "fp8_block"}}},
       {"gptq_bf16_tall",
        {{"seq_lens", {200, 90}}, {"cache_lens", {0, 3}}, {"K", 320}, {"q_dim", 136}, {"num_kv_heads", 1},
         {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 64}, {"has_zp", true}}},

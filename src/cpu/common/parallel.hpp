@@ -91,6 +91,19 @@ void parallel_for_each(std::size_t n, Body&& body) {
   parallel_for_tiles(n, 1, [&](std::size_t b, std::size_t) { body(b); });
 }
 
+// body() on up to num_threads() threads at once, each call on its own: for work that the threads
+// claim themselves from a shared counter in a fixed order (each item still computed by one thread
+// start to end, so the bits do not depend on who runs it). With one thread, body() runs once and
+// must do everything; a body may wait only for items another thread has already claimed.
+template <class Body>
+void parallel_workers(Body&& body) {
+  struct Ctx {
+    Body* body;
+  } ctx{&body};
+  detail::run_tiles(static_cast<std::size_t>(num_threads()), [](void* c, std::size_t) { (*static_cast<Ctx*>(c)->body)(); },
+                    &ctx);
+}
+
 // Which of the arena's threads runs the caller, in [0, num_threads()): an index for per-thread
 // scratch. Outside a parallel loop it is 0.
 int thread_slot();
