@@ -164,30 +164,20 @@ phase_gpu_tests() {
       --gtest_filter="$filter" --gtest_brief=1 >"$logs/$name.log" 2>&1 &
     pids+=($!)
   done
-  # Op 5's GPTQ cases once more through the decode-once route (taken by the golden cases' few rows
-  # only when forced).
-  if [ -x "$bin/test_fused_qkv_paged" ]; then
-    names+=("test_fused_qkv_paged.gptq_decode_once")
-    MLAKIT_CUDA_GPTQ_DECODE_ONCE=on CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" \
-      "$bin/test_fused_qkv_paged" --gtest_filter='*gptq*cuda*' --gtest_brief=1 \
-      >"$logs/test_fused_qkv_paged.gptq_decode_once.log" 2>&1 &
+  # A program's cases once more with a route switch forced on: NAME SWITCH PROGRAM FILTER.
+  route_pass() {
+    [ -x "$bin/$3" ] || return 0
+    names+=("$1")
+    env "$2=on" CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" "$bin/$3" \
+      --gtest_filter="$4" --gtest_brief=1 >"$logs/$1.log" 2>&1 &
     pids+=($!)
-  fi
-  # Op 4's cases once more through the ring kernel (off in the automatic mode until measured here).
-  if [ -x "$bin/test_sparse_mla_prefill" ]; then
-    names+=("test_sparse_mla_prefill.ring")
-    MLAKIT_CUDA_SPARSE_MLA_RING=on CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" \
-      "$bin/test_sparse_mla_prefill" --gtest_filter='*cuda*:*Cuda*' --gtest_brief=1 \
-      >"$logs/test_sparse_mla_prefill.ring.log" 2>&1 &
-    pids+=($!)
-  fi
-  if [ -x "$bin/test_gpu" ]; then  # its graph capture and device flag
-    names+=("test_gpu.ring")
-    MLAKIT_CUDA_SPARSE_MLA_RING=on CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" \
-      "$bin/test_gpu" --gtest_filter='*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*' --gtest_brief=1 \
-      >"$logs/test_gpu.ring.log" 2>&1 &
-    pids+=($!)
-  fi
+  }
+  # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
+  # forced); op 4's cases, its graph capture and device flag through the ring kernel (off in the
+  # automatic mode until measured here).
+  route_pass test_fused_qkv_paged.gptq_decode_once MLAKIT_CUDA_GPTQ_DECODE_ONCE test_fused_qkv_paged '*gptq*cuda*'
+  route_pass test_sparse_mla_prefill.ring MLAKIT_CUDA_SPARSE_MLA_RING test_sparse_mla_prefill '*cuda*:*Cuda*'
+  route_pass test_gpu.ring MLAKIT_CUDA_SPARSE_MLA_RING test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   for i in "${!pids[@]}"; do
     local rc=0 log="$logs/${names[$i]}.log" passed skipped failures
     wait "${pids[$i]}" || rc=$?

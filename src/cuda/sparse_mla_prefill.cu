@@ -28,6 +28,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/sparse_mla_call.cuh"
 #include "cuda/sparse_mla_prefill.hpp"
 #include "cuda/sparse_mla_ring.hpp"
 
@@ -42,22 +43,9 @@ constexpr int kVChunk = 512;  // output columns per block
 constexpr int kLdS = kSlots + 1;
 constexpr int kLdP = kSlots + 8;
 
-struct Params {
-  const std::uint16_t* q;
-  DevPagedCache cache;
+struct Params : SparseMlaCall {
   bool fp8, vector_loads;
   int wq, gran, groups;  // quantized width, columns per scale, scales per row (grouped rows)
-  int layer;
-  const std::int32_t* indices;
-  const std::uint32_t* topk_lengths;  // null: indices_stride
-  std::uint32_t* error_flag;          // null: not checked (validated on the host)
-  const float* sink;                  // null: no sink
-  std::uint16_t* out;
-  float* lse;                         // null: not written
-  float* max_logits;                  // null: not written
-  int Hq, head_groups, qk, Dp, vd, stride;
-  float scale;
-  std::int64_t num_rows;
 };
 
 struct Layout {
@@ -119,13 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
     m_run[tid] = -INFINITY;
     l_run[tid] = 0.0f;
   }
-  std::int64_t len = p.stride;
-  if (p.topk_lengths != nullptr) {
-    const std::int64_t given = p.topk_lengths[t];
-    if (given > len && p.error_flag != nullptr && tid == 0)
-      atomicOr(p.error_flag, core::kDeviceErrorTopkLengths);
-    len = min(len, given);
-  }
+  const std::int64_t len = p.slots_of_row(t);
 
   // Output accumulators: head tile mw, columns [vc0 + 128·cg, +128) as 16 tiles of 8.
   const int mw = warp >> 2, cg = warp & 3;
@@ -365,31 +347,12 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   MLAKIT_STATUS_TRY(s);
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "qk_depth", "qk_depth=" + std::to_string(qk), layout.bytes, smem_max));
   Params p;
-  p.q = static_cast<const std::uint16_t*>(a.q.data);
-  p.cache = DevPagedCache::from(a.kv_cache);
+  MLAKIT_STATUS_TRY(p.set(kOp, d, a, launch, kHeads));
   p.fp8 = fp8;
   p.wq = static_cast<int>(kc.quantized_size());
   p.gran = static_cast<int>(fp8 ? kc.quant_granularity : kc.quantized_size());
   p.groups = groups;
   p.vector_loads = !p.fp8 && qk % 8 == 0 && cache_rows_16_byte_aligned(kc.blocks);
-  p.layer = static_cast<int>(a.layer_idx);
-  p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
-  p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);
-  p.error_flag = launch.error_flag;
-  p.sink = static_cast<const float*>(a.attn_sink.data);
-  p.out = static_cast<std::uint16_t*>(a.output.data);
-  p.lse = static_cast<float*>(a.lse.data);
-  p.max_logits = static_cast<float*>(a.max_logits.data);
-  p.Hq = static_cast<int>(d.num_q_heads);
-  p.qk = qk;
-  p.Dp = Dp;
-  p.vd = static_cast<int>(d.v_depth);
-  p.stride = static_cast<int>(d.indices_stride);
-  p.scale = d.scale;
-  p.num_rows = a.kv_cache.num_blocks() * a.kv_cache.page_size();
-  p.head_groups = static_cast<int>(ceil_div(d.num_q_heads, kHeads));
-  if (T * p.head_groups > 0x7fffffff)
-    return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
   const auto kernel = grouped ? attention_kernel<true> : attention_kernel<false>;

@@ -28,12 +28,12 @@
 #include "cuda/sparse_mla_ring.hpp"
 
 #include <atomic>
-#include <climits>
 #include <cstdint>
 
 #include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/sparse_mla_call.cuh"
 
 namespace mlakit::cuda::sparse_mla_ring {
 namespace {
@@ -46,21 +46,8 @@ constexpr int kStages = 3;     // gather ring
 constexpr int kVMax = 512;     // output columns per block: two halves of 256
 constexpr int kLdP = kSlots + 8;  // 80-byte rows: the 8 rows of an ldmatrix hit 8 different bank groups
 
-struct Params {
-  const std::uint16_t* q;
+struct Params : SparseMlaCall {
   const unsigned char* blocks;
-  DevPagedCache cache;
-  int layer;
-  const std::int32_t* indices;
-  const std::uint32_t* topk_lengths;  // null: indices_stride
-  std::uint32_t* error_flag;          // null: not checked (validated on the host)
-  const float* sink;                  // null: no sink
-  std::uint16_t* out;
-  float* lse;                         // null: not written
-  float* max_logits;                  // null: not written
-  int Hq, head_groups, qk, Dp, vd, stride;
-  float scale;
-  std::int64_t num_rows;
 };
 
 // Shared memory, rows of Dp + 8 elements: (Dp + 8)·2 bytes is an odd multiple of 16 for every Dp
@@ -126,12 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       *reinterpret_cast<uint4*>(row + p.qk) = make_uint4(0, 0, 0, 0);
     }
 
-  std::int64_t len = p.stride;
-  if (p.topk_lengths != nullptr) {
-    const std::int64_t given = p.topk_lengths[t];
-    if (given > len && p.error_flag != nullptr && tid == 0) atomicOr(p.error_flag, core::kDeviceErrorTopkLengths);
-    len = min(len, given);
-  }
+  const std::int64_t len = p.slots_of_row(t);
   const int steps = static_cast<int>((len + kSlots - 1) / kSlots);
 
   // Queues the rows of step s into stage st: 8 threads a slot, 16 bytes each per copy. Returns
@@ -350,27 +332,8 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
   Params p;
-  p.q = static_cast<const std::uint16_t*>(a.q.data);
+  MLAKIT_STATUS_TRY(p.set(kOp, d, a, launch, kHeads));
   p.blocks = static_cast<const unsigned char*>(a.kv_cache.blocks.data);
-  p.cache = DevPagedCache::from(a.kv_cache);
-  p.layer = static_cast<int>(a.layer_idx);
-  p.indices = static_cast<const std::int32_t*>(a.indices.data);  // a u32 tensor is read as the same bits
-  p.topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);
-  p.error_flag = launch.error_flag;
-  p.sink = static_cast<const float*>(a.attn_sink.data);
-  p.out = static_cast<std::uint16_t*>(a.output.data);
-  p.lse = static_cast<float*>(a.lse.data);
-  p.max_logits = static_cast<float*>(a.max_logits.data);
-  p.Hq = static_cast<int>(d.num_q_heads);
-  p.qk = static_cast<int>(d.qk_depth);
-  p.Dp = static_cast<int>(round_up(d.qk_depth, 16));
-  p.vd = static_cast<int>(d.v_depth);
-  p.stride = static_cast<int>(d.indices_stride);
-  p.scale = d.scale;
-  p.num_rows = a.kv_cache.num_blocks() * a.kv_cache.page_size();
-  p.head_groups = static_cast<int>(ceil_div(d.num_q_heads, kHeads));
-  if (T * p.head_groups > INT_MAX)
-    return exceeds_one_launch(kOp, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
   const bool fp8 = fp8_cache(a);
   const Layout layout(p.Dp, fp8);

@@ -1,0 +1,69 @@
+// What both of op 4's cuda kernels (sparse_mla_prefill.cu, sparse_mla_ring.cu) take from a call:
+// its tensors as device pointers, its sizes, and each query row's slot count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common.cuh"
+#include "mlakit/ops/sparse_mla_prefill.hpp"
+
+namespace mlakit::cuda {
+
+struct SparseMlaCall {
+  const std::uint16_t* q;
+  DevPagedCache cache;
+  int layer;
+  const std::int32_t* indices;        // a u32 tensor is read as the same bits
+  const std::uint32_t* topk_lengths;  // null: indices_stride
+  std::uint32_t* error_flag;          // null: not checked (validated on the host)
+  const float* sink;                  // null: no sink
+  std::uint16_t* out;
+  float* lse;                         // null: not written
+  float* max_logits;                  // null: not written
+  int Hq, head_groups, qk, Dp, vd, stride;  // head_groups: blocks per query row; Dp: qk_depth padded to 16
+  float scale;
+  std::int64_t num_rows;
+
+  // The call for blocks of `heads` heads; StatusCode::unsupported where its T x head groups
+  // blocks exceed one launch.
+  Status set(const char* op, const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch,
+             int heads) {
+    q = static_cast<const std::uint16_t*>(a.q.data);
+    cache = DevPagedCache::from(a.kv_cache);
+    layer = static_cast<int>(a.layer_idx);
+    indices = static_cast<const std::int32_t*>(a.indices.data);
+    topk_lengths = static_cast<const std::uint32_t*>(a.topk_lengths.data);
+    error_flag = launch.error_flag;
+    sink = static_cast<const float*>(a.attn_sink.data);
+    out = static_cast<std::uint16_t*>(a.output.data);
+    lse = static_cast<float*>(a.lse.data);
+    max_logits = static_cast<float*>(a.max_logits.data);
+    Hq = static_cast<int>(d.num_q_heads);
+    qk = static_cast<int>(d.qk_depth);
+    Dp = static_cast<int>(round_up(d.qk_depth, 16));
+    vd = static_cast<int>(d.v_depth);
+    stride = static_cast<int>(d.indices_stride);
+    scale = d.scale;
+    num_rows = a.kv_cache.num_blocks() * a.kv_cache.page_size();
+    head_groups = static_cast<int>(ceil_div(d.num_q_heads, heads));
+    const std::int64_t T = a.q.shape[0];
+    if (T * head_groups > 0x7fffffff)
+      return exceeds_one_launch(op, "q", "T=" + std::to_string(T) + " with num_q_heads=" + std::to_string(d.num_q_heads));
+    return Status::success();
+  }
+
+  // Row t's slots: indices_stride, or topk_lengths[t] where given, clamped to the stride (a longer
+  // one, which the host's validation of a device tensor cannot see, raises the device flag).
+  __device__ std::int64_t slots_of_row(std::int64_t t) const {
+    std::int64_t len = stride;
+    if (topk_lengths != nullptr) {
+      const std::int64_t given = topk_lengths[t];
+      if (given > len && error_flag != nullptr && threadIdx.x == 0) atomicOr(error_flag, core::kDeviceErrorTopkLengths);
+      len = min(len, given);
+    }
+    return len;
+  }
+};
+
+}  // namespace mlakit::cuda
