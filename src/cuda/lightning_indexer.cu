@@ -3,8 +3,10 @@
 // Scores. One thread block per (tile of QR query rows, chunk of kKeysPerBlock key positions), 8
 // warps. The block's query rows (all heads, fp8 decoded exactly to bf16) stay in shared memory;
 // each key tile of 64 positions is gathered through the page table and decoded into shared memory
-// once (16 codes a load where head_dim is a multiple of 16 and every cache row 16-byte aligned,
-// else one byte a load), then used by every row and head of the block. The product is heads x keys per query row:
+// once, then used by every row and head of the block. Where head_dim is a multiple of 16 and every
+// cache row starts 16-byte aligned, the codes arrive by cp.async, 16 a copy, into a ring of two
+// tiles, the next tile's copies in flight while this one is scored (two barriers a tile); other
+// caches are read one byte a load. The product is heads x keys per query row:
 // A = Q[row] (heads padded to 16, the M dimension), B = K tile (keys, the N dimension), k = head_dim.
 // Each warp owns one query row and QR of the tile's eight 8-key column slices; it runs the head
 // tiles in order, applies ReLU (IEEE maximum: NaN stays NaN) and the q_s weight per head, sums the
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/lightning_indexer.hpp"
 #include "cuda/mma.cuh"
@@ -47,9 +50,10 @@ struct ScoreParams {
   std::int64_t ld;  // floats per query row in `scores`
 };
 
+// `ring`: the codes of two key tiles (Dp bytes a key) and their scales, for the cp.async gather.
 struct ScoreLayout {
-  std::size_t kbase, kscale, qw, table, qs, ks, bytes;
-  __host__ __device__ ScoreLayout(int QR, int Hp, int Dp) {
+  std::size_t kbase, kscale, qw, table, qs, ks, codes, ring_scale, bytes;
+  __host__ __device__ ScoreLayout(int QR, int Hp, int Dp, bool ring) {
     const std::size_t ld = static_cast<std::size_t>(Dp + 8);
     kbase = 0;
     kscale = kbase + kKeyTile * sizeof(std::int64_t);
@@ -57,7 +61,9 @@ struct ScoreLayout {
     table = qw + static_cast<std::size_t>(QR) * Hp * sizeof(float);
     qs = (table + 256 * sizeof(std::uint16_t) + 15) / 16 * 16;
     ks = qs + static_cast<std::size_t>(QR) * Hp * ld * sizeof(std::uint16_t);
-    bytes = ks + kKeyTile * ld * sizeof(std::uint16_t);
+    codes = ks + kKeyTile * ld * sizeof(std::uint16_t);
+    ring_scale = codes + (ring ? 2 * kKeyTile * static_cast<std::size_t>(Dp) : 0);
+    bytes = ring_scale + (ring ? 2 * kKeyTile * sizeof(float) : 0);
   }
 };
 
@@ -75,13 +81,15 @@ __device__ __forceinline__ float relu_ieee(float x) { return (x > 0.0f || x != x
 template <int QR, bool VectorCodes>
 __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   MLAKIT_DYNAMIC_SHARED(smem);
-  const ScoreLayout L(QR, p.Hp, p.Dp);
+  const ScoreLayout L(QR, p.Hp, p.Dp, VectorCodes);
   auto* kbase = reinterpret_cast<std::int64_t*>(smem + L.kbase);
   auto* kscale = reinterpret_cast<float*>(smem + L.kscale);
   auto* qw = reinterpret_cast<float*>(smem + L.qw);
   auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
+  auto* codes = smem + L.codes;
+  auto* ring_scale = reinterpret_cast<float*>(smem + L.ring_scale);
   __shared__ int row_seq[QR];
   __shared__ std::int64_t row_t[QR], row_n[QR];
 
@@ -135,80 +143,112 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     for (std::int64_t chunk = blockIdx.y; chunk * kKeysPerBlock < n_max; chunk += gridDim.y) {
       const std::int64_t k_begin = chunk * kKeysPerBlock;
       const std::int64_t k_end = min(k_begin + kKeysPerBlock, n_max);
-      for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
-        if (tid < kKeyTile) {
-          const std::int64_t j = kt + tid;
-          if (j < k_end) {
-            const std::int64_t blk = p.cache.block_of(b, j), off = j % p.cache.page_size;
-            kbase[tid] = p.cache.row_offset(blk, 0, p.layer, off, 0);
-            kscale[tid] = p.cache.scale_at(p.cache.scale_offset(blk, 0, p.layer, off, 0));
-          } else {
-            kbase[tid] = -1;
-            kscale[tid] = 0.0f;
+      // Scores of the key tile at kt from ks and kscale, by the warps of this segment's rows.
+      auto score_tile = [&](std::int64_t kt) {
+        if (!mine) return;
+        float score[QR][2];
+        for (int i = 0; i < QR; ++i) score[i][0] = score[i][1] = 0.0f;
+        for (int mt = 0; mt < Hp / 16; ++mt) {
+          float acc[QR][4];
+          for (int i = 0; i < QR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+          for (int k0 = 0; k0 < Dp; k0 += 16) {
+            std::uint32_t af[4];
+            load_a_rowmajor(af, qs, ld, my_row * Hp + mt * 16, k0);
+            for (int i = 0; i < QR; ++i) {
+              std::uint32_t bf[2];
+              load_b_nmajor(bf, ks, ld, (sub + kWarpsPerRow * i) * 8, k0);
+              mma_bf16_16816(acc[i], af, bf);
+            }
+          }
+          const int h0 = mt * 16 + g, h1 = h0 + 8;
+          const float w0 = qw[my_row * Hp + h0], w1 = qw[my_row * Hp + h1];
+          for (int i = 0; i < QR; ++i) {
+            for (int col = 0; col < 2; ++col) {
+              float v = (h0 < H ? relu_ieee(acc[i][col]) * w0 : 0.0f) + (h1 < H ? relu_ieee(acc[i][2 + col]) * w1 : 0.0f);
+              v += __shfl_xor_sync(0xffffffffu, v, 4);
+              v += __shfl_xor_sync(0xffffffffu, v, 8);
+              v += __shfl_xor_sync(0xffffffffu, v, 16);
+              score[i][col] += v;
+            }
           }
         }
-        __syncthreads();
-        if constexpr (VectorCodes) {
-          // 16 codes a load, decoded through the table into two 16-byte stores (a key past the
-          // tile's end reads as zero codes, which decode to +0).
-          const int vecs = D / 16;
+        if (g == 0) {
+          const std::int64_t n_row = min(row_n[my_row], k_end);
+          float* out = p.scores + (row_t[my_row] - p.row0) * p.ld;
+          for (int i = 0; i < QR; ++i) {
+            for (int col = 0; col < 2; ++col) {
+              const int key = (sub + kWarpsPerRow * i) * 8 + 2 * c + col;
+              if (kt + key < n_row) out[kt + key] = kscale[key] * score[i][col];
+            }
+          }
+        }
+      };
+      if constexpr (VectorCodes) {
+        // Each tile's codes arrive by cp.async, 16 a copy, into a ring of two while the previous
+        // tile is scored (a key past the chunk's end is zero-filled: codes 0 decode to +0); once a
+        // tile has landed the block decodes it through the table into ks.
+        const int vecs = D / 16;
+        const std::int64_t page = p.cache.page_size;
+        auto gather = [&](std::int64_t kt, int st) {
           for (int e = tid; e < kKeyTile * vecs; e += kScoreThreads) {
             const int kk = e / vecs, v = e % vecs;
-            const std::int64_t base = kbase[kk];
-            uint4 x = make_uint4(0, 0, 0, 0);
-            if (base >= 0) x = *reinterpret_cast<const uint4*>(blocks + base + 16 * v);
+            const std::int64_t j = kt + kk;
+            const bool ok = j < k_end;
+            const std::uint8_t* src = blocks;
+            if (ok) {
+              const std::int64_t blk = p.cache.block_of(b, j), off = j % page;
+              src = blocks + p.cache.row_offset(blk, 0, p.layer, off, 0) + 16 * v;
+              if (v == 0) ring_scale[st * kKeyTile + kk] = p.cache.scale_at(p.cache.scale_offset(blk, 0, p.layer, off, 0));
+            } else if (v == 0) {
+              ring_scale[st * kKeyTile + kk] = 0.0f;
+            }
+            cp_async_16(codes + (st * kKeyTile + kk) * Dp + 16 * v, src, ok);
+          }
+        };
+        gather(k_begin, 0);
+        cp_async_commit();
+        int st = 0;
+        for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile, st ^= 1) {
+          // The other stage was last read by the previous tile's decode, before its second barrier.
+          if (kt + kKeyTile < k_end) gather(kt + kKeyTile, st ^ 1);
+          cp_async_commit();
+          cp_async_wait<1>();
+          __syncthreads();
+          for (int e = tid; e < kKeyTile * vecs; e += kScoreThreads) {
+            const int kk = e / vecs, v = e % vecs;
+            const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kKeyTile + kk) * Dp + 16 * v);
             auto* dst = reinterpret_cast<uint4*>(ks + kk * ld + 16 * v);
             dst[0] = decode_codes(x.x, x.y, table);
             dst[1] = decode_codes(x.z, x.w, table);
           }
-        } else {
+          if (tid < kKeyTile) kscale[tid] = ring_scale[st * kKeyTile + tid];
+          __syncthreads();
+          score_tile(kt);  // ks and kscale are next written after the next tile's first barrier
+        }
+        cp_async_wait<0>();
+      } else {
+        for (std::int64_t kt = k_begin; kt < k_end; kt += kKeyTile) {
+          if (tid < kKeyTile) {
+            const std::int64_t j = kt + tid;
+            if (j < k_end) {
+              const std::int64_t blk = p.cache.block_of(b, j), off = j % p.cache.page_size;
+              kbase[tid] = p.cache.row_offset(blk, 0, p.layer, off, 0);
+              kscale[tid] = p.cache.scale_at(p.cache.scale_offset(blk, 0, p.layer, off, 0));
+            } else {
+              kbase[tid] = -1;
+              kscale[tid] = 0.0f;
+            }
+          }
+          __syncthreads();
           for (int e = tid; e < kKeyTile * Dp; e += kScoreThreads) {
             const int kk = e / Dp, d = e % Dp;
             const std::int64_t base = kbase[kk];
             ks[kk * ld + d] = (base >= 0 && d < D) ? table[blocks[base + d]] : std::uint16_t{0};
           }
+          __syncthreads();
+          score_tile(kt);
+          __syncthreads();
         }
-        __syncthreads();
-
-        if (mine) {
-          float score[QR][2];
-          for (int i = 0; i < QR; ++i) score[i][0] = score[i][1] = 0.0f;
-          for (int mt = 0; mt < Hp / 16; ++mt) {
-            float acc[QR][4];
-            for (int i = 0; i < QR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-            for (int k0 = 0; k0 < Dp; k0 += 16) {
-              std::uint32_t af[4];
-              load_a_rowmajor(af, qs, ld, my_row * Hp + mt * 16, k0);
-              for (int i = 0; i < QR; ++i) {
-                std::uint32_t bf[2];
-                load_b_nmajor(bf, ks, ld, (sub + kWarpsPerRow * i) * 8, k0);
-                mma_bf16_16816(acc[i], af, bf);
-              }
-            }
-            const int h0 = mt * 16 + g, h1 = h0 + 8;
-            const float w0 = qw[my_row * Hp + h0], w1 = qw[my_row * Hp + h1];
-            for (int i = 0; i < QR; ++i) {
-              for (int col = 0; col < 2; ++col) {
-                float v = (h0 < H ? relu_ieee(acc[i][col]) * w0 : 0.0f) + (h1 < H ? relu_ieee(acc[i][2 + col]) * w1 : 0.0f);
-                v += __shfl_xor_sync(0xffffffffu, v, 4);
-                v += __shfl_xor_sync(0xffffffffu, v, 8);
-                v += __shfl_xor_sync(0xffffffffu, v, 16);
-                score[i][col] += v;
-              }
-            }
-          }
-          if (g == 0) {
-            const std::int64_t n_row = min(row_n[my_row], k_end);
-            float* out = p.scores + (row_t[my_row] - p.row0) * p.ld;
-            for (int i = 0; i < QR; ++i) {
-              for (int col = 0; col < 2; ++col) {
-                const int key = (sub + kWarpsPerRow * i) * 8 + 2 * c + col;
-                if (kt + key < n_row) out[kt + key] = kscale[key] * score[i][col];
-              }
-            }
-          }
-        }
-        __syncthreads();
       }
     }
     seg = seg_end;
@@ -295,12 +335,12 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
   int QR = max_rows >= 8 ? 8 : max_rows >= 4 ? 4 : max_rows >= 2 ? 2 : 1;
-  while (QR > 1 && ScoreLayout(QR, Hp, Dp).bytes > smem_max) QR /= 2;
-  const std::size_t smem = ScoreLayout(QR, Hp, Dp).bytes;
+  const bool vector_codes = D % 16 == 0 && cache_rows_16_byte_aligned(a.k_cache.blocks);
+  while (QR > 1 && ScoreLayout(QR, Hp, Dp, vector_codes).bytes > smem_max) QR /= 2;
+  const std::size_t smem = ScoreLayout(QR, Hp, Dp, vector_codes).bytes;
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "num_heads",
                                        "num_heads=" + std::to_string(H) + " with head_dim=" + std::to_string(D), smem,
                                        smem_max));
-  const bool vector_codes = D % 16 == 0 && cache_rows_16_byte_aligned(a.k_cache.blocks);
   void (*const score)(ScoreParams) =
       vector_codes ? (QR == 8   ? score_kernel<8, true>
                       : QR == 4 ? score_kernel<4, true>

@@ -255,6 +255,33 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
   EXPECT_GE(taken_cases, 24) << "the bf16 and single-scale fp8 cases of the matrix";
 }
 
+// ---- op 1's key gather on both paths ------------------------------------------------------------
+// The golden matrix's op 1 cases have head_dim a multiple of 16, where the codes arrive 16 at a
+// time by cp.async into a ring of two key tiles; head dims that are not (24, 40) take the byte
+// loads; a long row (11 key tiles in one chunk) turns the ring many times. Each against the
+// reference.
+TEST(EmulatedCudaIndexer, BothKeyGathersMatchTheReference) {
+  const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
+  ASSERT_NE(driver, nullptr);
+  const json cases[] = {
+      {{"head_dim", 24}, {"num_heads", 4}, {"seq_lens", {9, 4}}, {"cache_lens", {70, 3}}, {"top_k", 12}, {"page_size", 8}},
+      {{"head_dim", 40}, {"num_heads", 3}, {"seq_lens", {5}}, {"cache_lens", {150}}, {"top_k", 20}, {"page_size", 16},
+       {"mask", "none"}},
+      {{"head_dim", 32}, {"num_heads", 4}, {"seq_lens", {3, 2}}, {"cache_lens", {700, 90}}, {"top_k", 40}, {"page_size", 16}},
+  };
+  for (const json& knobs : cases)
+    for (std::uint64_t seed : {1, 2}) {
+      SCOPED_TRACE(knobs.dump() + " seed " + std::to_string(seed));
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      Bundle actual = inputs;
+      const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+      ASSERT_TRUE(s.ok()) << s.message;
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+    }
+}
+
 // ---- remap_indices_to_rows on every lightning-indexer case ---------------------------------------
 struct RemapCall {
   Bundle b;
