@@ -1,6 +1,6 @@
-// Op 4 (docs/sparse_mla_prefill.md) on the GPU for bf16 caches and fp8 caches with one scale per
-// row: FlashAttention-2's structure on mma.sync, the step toward FlashMLA's sparse prefill that
-// needs no wgmma.
+// Op 4 (docs/sparse_mla_prefill.md) on the GPU for bf16 caches, fp8 caches with one scale per row
+// and FlashMLA's split rows (V32, MODEL1): FlashAttention-2's structure on mma.sync, the step
+// toward FlashMLA's sparse prefill that needs no wgmma.
 //
 // One thread block per (query row t, group of 64 heads), 8 warps; the head groups of a row are
 // neighbours in the grid. Q (64 heads x qk_depth) stays in shared memory for the whole row. The
@@ -18,11 +18,13 @@
 // Three barriers a step (the stage has landed; the partial maxima; P). With three stages the copies
 // into stage i+1, issued at the top of step i, overwrite the rows of step i-2, which every warp
 // finished before it reached step i-1's barriers.
-// FP8 rows: the ring holds the codes (and each slot's scale); once a stage has landed, the block
-// decodes it exactly to bf16 into one K buffer (a fourth barrier), which no warp still reads: the
-// last reads were step i-1's P·V, before step i's first barrier. As in the first kernel the scale
-// multiplies the slot's score and rides on P (P = bf16(exp(s - m)·scale)), so V stays the exact
-// codes.
+// FP8 rows: the ring holds the codes (a split row's bf16 tail beside them, and each slot's scales);
+// once a stage has landed, the block decodes it exactly to bf16 into one K buffer (a fourth
+// barrier), which no warp still reads: the last reads were step i-1's P·V, before step i's first
+// barrier. As in the first kernel a scale multiplies its columns' part of the score and rides on
+// P, so V stays the exact codes: one scale, P = bf16(exp(s - m)·scale); several (or a tail), the
+// score sums each group's dot times its scale and P·V takes, per 16 output columns,
+// P = bf16(exp(s - m)·that group's scale) built from the f32 weights kept in shared memory.
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
 #include "cuda/sparse_mla_ring.hpp"
@@ -48,15 +50,24 @@ constexpr int kLdP = kSlots + 8;  // 80-byte rows: the 8 rows of an ldmatrix hit
 
 struct Params : SparseMlaCall {
   const unsigned char* blocks;
+  const unsigned char* tail;  // split rows' bf16 tails, else null
+  int wq, wt, gran, groups;   // fp8 rows: codes, tail columns, columns per scale, scales per row
 };
+
+// How a cache row is stored: bf16; fp8 codes with one scale; fp8 codes with several scales and/or
+// a bf16 tail (FlashMLA's V32 and MODEL1 rows).
+enum Rows : int { kBf16 = 0, kFp8Row = 1, kFp8Grouped = 2 };
 
 // Shared memory, rows of Dp + 8 elements: (Dp + 8)·2 bytes is an odd multiple of 16 for every Dp
 // that is a multiple of 16, so the 8 rows of an ldmatrix fall in 8 different bank groups.
-// FP8 rows add the ring of codes (qk bytes a row, qk a multiple of 16), the slots' scales and the
-// decode table, and keep one bf16 K buffer.
+// FP8 rows add the ring of codes (wq bytes a row, a multiple of 16), of the tails (wt bf16 a row)
+// and of the slots' scales, and the decode table, and keep one bf16 K buffer; grouped rows also
+// keep the step's softmax weights in f32 (P is rounded once per scale group).
+constexpr int kLdW = kSlots + 1;
 struct Layout {
-  std::size_t qs, ks, ps, ok, red_max, red_l, codes, rscale, table, bytes;
-  __host__ __device__ Layout(int Dp, bool fp8) {
+  std::size_t qs, ks, ps, ok, red_max, red_l, codes, tails, rscale, weights, table, bytes;
+  __host__ __device__ Layout(int Dp, int rows, int wq, int wt, int groups) {
+    const bool fp8 = rows != kBf16;
     const std::size_t row = static_cast<std::size_t>(Dp + 8) * sizeof(std::uint16_t);
     qs = 0;
     ks = qs + kHeads * row;
@@ -65,8 +76,10 @@ struct Layout {
     red_max = ok + kStages * kSlots * sizeof(int);
     red_l = red_max + 2 * kHeads * sizeof(float);
     codes = red_l + 2 * kHeads * sizeof(float);
-    rscale = codes + (fp8 ? kStages * kSlots * static_cast<std::size_t>(Dp) : 0);
-    table = rscale + (fp8 ? kStages * kSlots * sizeof(float) : 0);
+    tails = codes + (fp8 ? kStages * kSlots * static_cast<std::size_t>(wq) : 0);
+    rscale = tails + (fp8 ? kStages * kSlots * static_cast<std::size_t>(wt) * sizeof(std::uint16_t) : 0);
+    weights = rscale + (fp8 ? kStages * kSlots * static_cast<std::size_t>(groups) * sizeof(float) : 0);
+    table = weights + (rows == kFp8Grouped ? kHeads * kLdW * sizeof(float) : 0);
     bytes = table + (fp8 ? 256 * sizeof(std::uint16_t) : 0);
   }
 };
@@ -77,11 +90,12 @@ __device__ __forceinline__ uint4 decode8(unsigned a, unsigned b, const std::uint
                     pack_bf16x2(table[b & 0xFF], table[(b >> 8) & 0xFF]), pack_bf16x2(table[(b >> 16) & 0xFF], table[b >> 24]));
 }
 
-// Fp8 is a template argument, not a branch on p (the two paths' registers stay apart).
-template <bool Fp8>
+// The row format is a template argument, not a branch on p (the paths' registers stay apart).
+template <int R>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
+  constexpr bool Fp8 = R != kBf16, Grouped = R == kFp8Grouped;
   MLAKIT_DYNAMIC_SHARED(smem);
-  const Layout L(p.Dp, Fp8);
+  const Layout L(p.Dp, R, p.wq, p.wt, p.groups);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
   auto* ps = reinterpret_cast<std::uint16_t*>(smem + L.ps);
@@ -89,7 +103,9 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   auto* red_max = reinterpret_cast<float*>(smem + L.red_max);
   auto* red_l = reinterpret_cast<float*>(smem + L.red_l);
   auto* codes = smem + L.codes;
-  auto* rscale = reinterpret_cast<float*>(smem + L.rscale);
+  auto* tails = smem + L.tails;
+  auto* rscale = reinterpret_cast<float*>(smem + L.rscale);  // [stage][slot][group]
+  auto* weights = reinterpret_cast<float*>(smem + L.weights);
   auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -127,12 +143,22 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     const std::int64_t blk = idx / page, off = idx % page;
     constexpr int kElem = Fp8 ? 1 : 2;  // bytes per element of a cache row
     const unsigned char* src = ok ? p.blocks + p.cache.row_offset(blk, 0, p.layer, off, 0) * kElem : p.blocks;
-    unsigned char* dst = Fp8 ? codes + (st * kSlots + slot) * p.qk : reinterpret_cast<unsigned char*>(ks + (st * kSlots + slot) * ld);
-    const int chunks = p.qk * kElem / 16;
+    unsigned char* dst = Fp8 ? codes + (st * kSlots + slot) * p.wq : reinterpret_cast<unsigned char*>(ks + (st * kSlots + slot) * ld);
+    const int chunks = (Fp8 ? p.wq : p.qk * 2) / 16, tail_chunks = Grouped ? p.wt * 2 / 16 : 0;
     for (int v = part; v < chunks; v += 8) cp_async_16(dst + 16 * v, ok ? src + 16 * v : p.blocks, ok);
+    if constexpr (Grouped) {
+      if (tail_chunks > 0) {
+        const unsigned char* tsrc = ok ? p.tail + p.cache.tail_offset(blk, 0, p.layer, off, 0) * 2 : p.blocks;
+        unsigned char* tdst = tails + (st * kSlots + slot) * p.wt * 2;
+        for (int v = part; v < tail_chunks; v += 8) cp_async_16(tdst + 16 * v, ok ? tsrc + 16 * v : p.blocks, ok);
+      }
+    }
     if (part == 0) {
       slot_ok[st * kSlots + slot] = ok;
-      if constexpr (Fp8) rscale[st * kSlots + slot] = ok ? p.cache.scale_at(p.cache.scale_offset(blk, 0, p.layer, off, 0)) : 1.0f;
+      if constexpr (Fp8) {
+        const std::int64_t s0 = ok ? p.cache.scale_offset(blk, 0, p.layer, off, 0) : 0;
+        for (int j = 0; j < p.groups; ++j) rscale[(st * kSlots + slot) * p.groups + j] = ok ? p.cache.scale_at(s0 + j) : 1.0f;
+      }
     }
     return static_cast<int>(ok);
   };
@@ -156,28 +182,60 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     if (!any) continue;  // no valid slot in this step (block-uniform)
     const std::uint16_t* kst = ks + (Fp8 ? 0 : st) * kSlots * ld;
     const int* okst = slot_ok + st * kSlots;
+    const float* scales = rscale + st * kSlots * p.groups;  // [slot][group]
     if constexpr (Fp8) {
-      const int per_row = p.qk / 16;
-      for (int e = tid; e < kSlots * per_row; e += kThreads) {
-        const int r = e / per_row, v = e % per_row;
-        const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kSlots + r) * p.qk + 16 * v);
-        auto* dst = reinterpret_cast<uint4*>(ks + r * ld + 16 * v);
-        dst[0] = decode8(x.x, x.y, table);
-        dst[1] = decode8(x.z, x.w, table);
+      // Codes decoded exactly to bf16; a split row's tail copied after them.
+      const int per_row = p.wq / 16, tail_per_row = Grouped ? p.wt / 8 : 0;
+      for (int e = tid; e < kSlots * (per_row + tail_per_row); e += kThreads) {
+        const int r = e / (per_row + tail_per_row), v = e % (per_row + tail_per_row);
+        if (v < per_row) {
+          const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kSlots + r) * p.wq + 16 * v);
+          auto* dst = reinterpret_cast<uint4*>(ks + r * ld + 16 * v);
+          dst[0] = decode8(x.x, x.y, table);
+          dst[1] = decode8(x.z, x.w, table);
+        } else {
+          const int u = v - per_row;
+          *reinterpret_cast<uint4*>(ks + r * ld + p.wq + 8 * u) =
+              *reinterpret_cast<const uint4*>(tails + (st * kSlots + r) * p.wt * 2 + 16 * u);
+        }
       }
       __syncthreads();
     }
 
-    // S: heads [m0, +16) x slots [16·half, +16) as two 8-slot tiles.
+    // S: heads [m0, +16) x slots [16·half, +16) as two 8-slot tiles. Grouped rows: the sum over
+    // scale groups of the group's scale times its columns' dot (a 16-column step lies in one group;
+    // the tail and the padding count as group `groups`, scale 1).
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float part[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    int cur = -1;  // the group `part` holds
+    auto flush = [&]() {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int slot = 16 * half + 8 * j + 2 * c + e;
+          const float sc = cur < p.groups ? scales[slot * p.groups + cur] : 1.0f;
+          s[j][e] += part[j][e] * sc;
+          s[j][2 + e] += part[j][2 + e] * sc;
+          part[j][e] = part[j][2 + e] = 0.0f;
+        }
+    };
     for (int k0 = 0; k0 < p.Dp; k0 += 16) {
+      if constexpr (Grouped) {
+        const int grp = k0 < p.wq ? k0 / p.gran : p.groups;
+        if (grp != cur) {
+          if (cur >= 0) flush();
+          cur = grp;
+        }
+      }
       std::uint32_t a[4], b[4];
       ldmatrix_x4(a, ldmatrix_a_row(qs, ld, m0, k0));
       ldmatrix_x4(b, ldmatrix_b_nmajor_row(kst, ld, 16 * half, k0));
       const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_bf16_16816(s[0], a, b0);
-      mma_bf16_16816(s[1], a, b1);
+      mma_bf16_16816(Grouped ? part[0] : s[0], a, b0);
+      mma_bf16_16816(Grouped ? part[1] : s[1], a, b1);
     }
+    if constexpr (Grouped) flush();
 
     // The row maxima over valid slots (element 2r + e of a tile: row g + 8r, slot 2c + e).
     bool valid[2][2];
@@ -190,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         valid[j][e] = okst[slot] != 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          if constexpr (Fp8) s[j][2 * r + e] *= rscale[st * kSlots + slot];
+          if constexpr (R == kFp8Row) s[j][2 * r + e] *= scales[slot];
           s[j][2 * r + e] *= p.scale;
           if (valid[j][e]) mx[r] = nan_max(mx[r], s[j][2 * r + e]);
         }
@@ -220,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float x = valid[j][e] ? expf(s[j][2 * r + e] - m_run[r]) : 0.0f;
-          s[j][2 * r + e] = Fp8 ? x * rscale[st * kSlots + 16 * half + 8 * j + 2 * c + e] : x;  // P's weight
+          s[j][2 * r + e] = R == kFp8Row ? x * scales[16 * half + 8 * j + 2 * c + e] : x;  // P's weight
           sum[r] += x;
         }
 #pragma unroll
@@ -232,9 +290,16 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int col = 16 * half + 8 * j + 2 * c;
-      *reinterpret_cast<std::uint32_t*>(ps + (m0 + g) * kLdP + col) = pack_bf16x2(f32_to_bf16(s[j][0]), f32_to_bf16(s[j][1]));
-      *reinterpret_cast<std::uint32_t*>(ps + (m0 + g + 8) * kLdP + col) =
-          pack_bf16x2(f32_to_bf16(s[j][2]), f32_to_bf16(s[j][3]));
+      if constexpr (Grouped) {  // kept in f32: scaled and rounded per group in P·V
+        weights[(m0 + g) * kLdW + col] = s[j][0];
+        weights[(m0 + g) * kLdW + col + 1] = s[j][1];
+        weights[(m0 + g + 8) * kLdW + col] = s[j][2];
+        weights[(m0 + g + 8) * kLdW + col + 1] = s[j][3];
+      } else {
+        *reinterpret_cast<std::uint32_t*>(ps + (m0 + g) * kLdP + col) = pack_bf16x2(f32_to_bf16(s[j][0]), f32_to_bf16(s[j][1]));
+        *reinterpret_cast<std::uint32_t*>(ps + (m0 + g + 8) * kLdP + col) =
+            pack_bf16x2(f32_to_bf16(s[j][2]), f32_to_bf16(s[j][3]));
+      }
     }
     __syncthreads();
 
@@ -246,19 +311,57 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       acc[n][2] *= alpha[1];
       acc[n][3] *= alpha[1];
     }
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4(a, ldmatrix_a_row(ps, kLdP, m0, 16 * kk));
+    if constexpr (Grouped) {
+      // Per 16 columns, P = bf16(weight · the scale of those columns' group) as A fragments
+      // (load_a_rowmajor's layout), rebuilt when the group changes: the single-scale rounding, once
+      // per group.
+      std::uint32_t a[2][4];
+      int grp_a = -1;
+      const int ra = m0 + g, rb = ra + 8;
 #pragma unroll
       for (int n = 0; n < 16; ++n) {
         const int n0 = 256 * half + 16 * n;
-        if (n0 >= p.vd) break;  // columns past v_depth are not needed (the pair's second may be: unused)
-        std::uint32_t b[4];
-        ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(kst, ld, 16 * kk, n0));
-        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-        mma_bf16_16816(acc[2 * n], a, b0);
-        mma_bf16_16816(acc[2 * n + 1], a, b1);
+        if (n0 >= p.vd) break;
+        const int grp = n0 < p.wq ? n0 / p.gran : p.groups;
+        if (grp != grp_a) {
+          grp_a = grp;
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const int k = 16 * kk + 2 * c;
+            auto w = [&](int row, int slot) {
+              const float sc = grp < p.groups ? scales[slot * p.groups + grp] : 1.0f;
+              return f32_to_bf16(weights[row * kLdW + slot] * sc);
+            };
+            a[kk][0] = pack_bf16x2(w(ra, k), w(ra, k + 1));
+            a[kk][1] = pack_bf16x2(w(rb, k), w(rb, k + 1));
+            a[kk][2] = pack_bf16x2(w(ra, k + 8), w(ra, k + 9));
+            a[kk][3] = pack_bf16x2(w(rb, k + 8), w(rb, k + 9));
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(kst, ld, 16 * kk, n0));
+          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+          mma_bf16_16816(acc[2 * n], a[kk], b0);
+          mma_bf16_16816(acc[2 * n + 1], a[kk], b1);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        std::uint32_t a[4];
+        ldmatrix_x4(a, ldmatrix_a_row(ps, kLdP, m0, 16 * kk));
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          const int n0 = 256 * half + 16 * n;
+          if (n0 >= p.vd) break;  // columns past v_depth are not needed (the pair's second may be: unused)
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(kst, ld, 16 * kk, n0));
+          const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+          mma_bf16_16816(acc[2 * n], a, b0);
+          mma_bf16_16816(acc[2 * n + 1], a, b1);
+        }
       }
     }
     seen = true;
@@ -301,22 +404,39 @@ std::atomic<long> g_runs{0};
 }  // namespace
 
 namespace {
-bool fp8_cache(const SparseMlaPrefillArgs& a) { return a.kv_cache.blocks.dtype == DType::f8e4m3; }
+
+// The row format of a call's cache and its fp8 widths (codes, tail, columns per scale, scales).
+struct RowFormat {
+  int rows, wq, wt, gran, groups;
+};
+
+RowFormat row_format(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
+  const PagedKVCacheView& kc = a.kv_cache;
+  const int qk = static_cast<int>(d.qk_depth);
+  if (kc.blocks.dtype != DType::f8e4m3) return RowFormat{kBf16, qk, 0, qk, 0};
+  const int wq = static_cast<int>(kc.quantized_size()), wt = static_cast<int>(kc.tail_size());
+  if (wt == 0 && kc.quant_granularity >= kc.quantized_size()) return RowFormat{kFp8Row, wq, 0, wq, 1};
+  const int gran = static_cast<int>(kc.quant_granularity);
+  return RowFormat{kFp8Grouped, wq, wt, gran, static_cast<int>(ceil_div(wq, gran))};
+}
+
 }  // namespace
 
 bool eligible(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
   const PagedKVCacheView& kc = a.kv_cache;
-  const bool fp8 = fp8_cache(a);
-  if (fp8) {  // one scale per row, no tail, codes 16 at a time
-    if (kc.tail_size() > 0 || kc.quant_granularity < kc.quantized_size() || d.qk_depth % 16 != 0) return false;
-  } else if (kc.blocks.dtype != DType::bf16 || d.qk_depth % 8 != 0) {
-    return false;
+  const RowFormat f = row_format(d, a);
+  if (f.rows == kBf16) {
+    if (kc.blocks.dtype != DType::bf16 || d.qk_depth % 8 != 0) return false;
+  } else {  // codes (and a tail) 16 bytes a copy, no padding column, a 16-column step in one group
+    if (d.qk_depth % 16 != 0 || f.wq % 16 != 0 || f.wt % 8 != 0) return false;
+    if (f.rows == kFp8Grouped && f.gran % 16 != 0) return false;
+    if (f.wt > 0 && !cache_rows_16_byte_aligned(kc.tail)) return false;
   }
   if (d.v_depth > d.qk_depth || d.v_depth > kVMax) return false;
   if (!cache_rows_16_byte_aligned(kc.blocks) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
   Status s;
   const std::size_t limit = max_shared_memory(kOp, &s);
-  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16)), fp8).bytes <= limit;
+  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16)), f.rows, f.wq, f.wt, f.groups).bytes <= limit;
 }
 
 bool takes(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
@@ -334,13 +454,18 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   Params p;
   MLAKIT_STATUS_TRY(p.set(kOp, d, a, launch, kHeads));
   p.blocks = static_cast<const unsigned char*>(a.kv_cache.blocks.data);
+  p.tail = static_cast<const unsigned char*>(a.kv_cache.tail.data);
+  const RowFormat f = row_format(d, a);
+  p.wq = f.wq;
+  p.wt = f.wt;
+  p.gran = f.gran;
+  p.groups = f.groups;
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
-  const bool fp8 = fp8_cache(a);
-  const Layout layout(p.Dp, fp8);
+  const Layout layout(p.Dp, f.rows, f.wq, f.wt, f.groups);
   g_runs.fetch_add(1);
-  return launch_kernel(kOp, "ring_kernel", fp8 ? ring_kernel<true> : ring_kernel<false>,
-                       dim3(static_cast<unsigned>(T * p.head_groups)), kThreads, layout.bytes,
-                       as_stream(launch.stream), p);
+  const auto kernel = f.rows == kBf16 ? ring_kernel<kBf16> : f.rows == kFp8Row ? ring_kernel<kFp8Row> : ring_kernel<kFp8Grouped>;
+  return launch_kernel(kOp, "ring_kernel", kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
+                       layout.bytes, as_stream(launch.stream), p);
 }
 
 }  // namespace mlakit::cuda::sparse_mla_ring

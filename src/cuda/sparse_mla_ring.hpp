@@ -1,4 +1,4 @@
-// Op 4's second cuda kernel, for bf16 caches and fp8 caches with one scale per row: 64 heads per
+// Op 4's second cuda kernel, for bf16 and fp8 caches (FlashMLA's split rows included): 64 heads per
 // block, the gathered rows in a ring of cp.async stages, every tensor-core operand loaded by
 // ldmatrix (sparse_mla_ring.cu).
 #pragma once
@@ -10,9 +10,10 @@
 namespace mlakit::cuda::sparse_mla_ring {
 
 // Whether the ring kernel can take a call: a bf16 cache (qk_depth a multiple of 8) or an fp8 cache
-// with one scale per row and no tail (qk_depth a multiple of 16), rows that start 16-byte aligned
-// (base and every stride), v_depth <= min(qk_depth, 512), q 16-byte aligned, and the block's
-// shared memory within the device's limit.
+// with qk_depth a multiple of 16 and one scale per row, or codes a multiple of 16, a tail a
+// multiple of 8 and scale groups a multiple of 16 columns; rows (and tails) that start 16-byte
+// aligned (base and every stride), v_depth <= min(qk_depth, 512), q 16-byte aligned, and the
+// block's shared memory within the device's limit.
 bool eligible(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a);
 
 // Whether a call takes it: MLAKIT_CUDA_SPARSE_MLA_RING ("auto": not yet, the first kernel stays

@@ -192,20 +192,25 @@ struct RingMode {
   core::RouteMode saved;
 };
 
-// Whether the ring kernel takes a case: bf16 caches, and fp8 caches with one scale per row, no
-// tail and qk_depth a multiple of 16 (the golden cases' rows are aligned, v_depth <= 512).
+// Whether the ring kernel takes a case: bf16 caches; fp8 caches with qk_depth a multiple of 16 and
+// either one scale per row, or codes and tail in whole 16-byte copies with scale groups of a
+// multiple of 16 columns (the golden cases' rows are aligned, v_depth <= 512).
 bool ring_takes(const json& knobs, const Bundle& b) {
   if (b.at("q").shape()[0] == 0) return false;
   if (knobs.value("cache_dtype", "bf16") == "bf16") return true;
   const std::int64_t qk = b.params.at("qk_depth").get<std::int64_t>();
-  const std::int64_t gran = knobs.value("quant_granularity", std::int64_t{0});
-  return knobs.value("tail_size", 0) == 0 && (gran == 0 || gran >= qk) && qk % 16 == 0;
+  const std::int64_t wt = knobs.value("tail_size", std::int64_t{0}), wq = qk - wt;
+  const std::int64_t gran = knobs.value("quant_granularity", std::int64_t{0}) == 0 ? wq : knobs.value("quant_granularity", std::int64_t{0});
+  if (qk % 16 != 0) return false;
+  if (wt == 0 && gran >= wq) return true;
+  return wq % 16 == 0 && wt % 8 == 0 && gran % 16 == 0;
 }
 
 // Every op 4 case, and shapes the matrix lacks (two head groups with a partial one, five steps so
-// that the ring's stages are reused, on bf16 and fp8 caches, v_depth ending inside a 16-column
-// pair of either half), with the ring forced on: it takes every bf16 case and every fp8 case with
-// one scale per row (the others stay on the first kernel) and passes the golden comparison. The
+// that the ring's stages are reused, on bf16, single-scale fp8 and FlashMLA V32 caches, v_depth
+// ending inside a 16-column pair of either half or reaching into a split row's tail), with the
+// ring forced on: it takes every case it can (the others stay on the first kernel) and passes the
+// golden comparison. The
 // emulator lands each cp.async copy only at its wait (reads before read NaN), so a stage read too
 // early fails. In the automatic mode it is not taken yet.
 TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
@@ -220,6 +225,14 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
                                         {"invalid_fraction", 0.3}, {"empty_row_fraction", 0.2}});
   cases.emplace_back("v_past_a_half", json{{"T", 2}, {"num_q_heads", 17}, {"qk_depth", 320}, {"v_depth", 264},
                                            {"indices_stride", 40}, {"page_size", 16}});
+  cases.emplace_back("v32_five_steps", json{{"T", 2}, {"num_q_heads", 3}, {"indices_stride", 160},
+                                            {"seq_lens", {300, 200}}, {"cache_dtype", "f8e4m3"}, {"tail_size", 64},
+                                            {"quant_granularity", 128}, {"nan_row", true}, {"sink", true},
+                                            {"invalid_fraction", 0.2}, {"spare_blocks", 8}});
+  cases.emplace_back("tail_in_v", json{{"T", 3}, {"num_q_heads", 5}, {"qk_depth", 64}, {"v_depth", 64},
+                                       {"indices_stride", 96}, {"page_size", 16}, {"cache_dtype", "f8e4m3"},
+                                       {"tail_size", 16}, {"quant_granularity", 16}, {"scale_dtype", "e8m0"},
+                                       {"spare_blocks", 8}});
   cases.emplace_back("fp8_five_steps", json{{"T", 5}, {"num_q_heads", 3}, {"qk_depth", 64}, {"v_depth", 48},
                                             {"indices_stride", 160}, {"page_size", 5}, {"seq_lens", {300, 200}},
                                             {"cache_dtype", "f8e4m3"}, {"nan_row", true}, {"sink", true},
@@ -252,7 +265,7 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
       }
     }
   }
-  EXPECT_GE(taken_cases, 24) << "the bf16 and single-scale fp8 cases of the matrix";
+  EXPECT_GE(taken_cases, 28) << "the bf16, single-scale fp8 and FlashMLA cases of the matrix";
 }
 
 // ---- op 1's key gather on both paths ------------------------------------------------------------
