@@ -13,7 +13,8 @@
 // mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
 // with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
 // tensor cores' rounding. ldmatrix .x4 (.trans) is a warp collective that reads the rows the lanes
-// name (each must be 16 bytes, 16-byte aligned, inside the block's dynamic shared memory).
+// name (each 16 bytes, 16-byte aligned, not in device memory, and not past the end of the block's
+// dynamic shared memory: static __shared__ arrays are plain statics here).
 // cp.async copies (src/cuda/async_copy.cuh) land late on purpose: the destination reads as 0xFF
 // bytes (NaN) from the issue until the issuing thread's cp.async.wait_group lets its group
 // complete, so a kernel that reads a stage before waiting for it, or before the barrier after the

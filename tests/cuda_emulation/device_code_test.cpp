@@ -1,6 +1,7 @@
 // The cuda back-end's shared device code on the CPU emulation: the tensor-core fragment loaders
-// against a plain matrix product, the block-wide top-k against a sort with the spec's order, and
-// the emulator's own rules (a barrier in divergent code is reported).
+// against a plain matrix product, ldmatrix against the element loaders, cp.async's groups, the
+// block-wide top-k against a sort with the spec's order, and the emulator's own rules (a barrier
+// in divergent code, a copy never waited for, ldmatrix on global memory are reported).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -242,11 +243,10 @@ __global__ void unwaited_copy_kernel(const std::uint32_t* src) {
   cp_async_commit();
 }
 
-// A row address past the block's shared memory.
-__global__ void ldmatrix_outside_kernel() {
-  MLAKIT_DYNAMIC_SHARED(smem);
+// A row address in global memory.
+__global__ void ldmatrix_global_kernel(const std::uint16_t* rows) {
   std::uint32_t r[4];
-  ldmatrix_x4(r, reinterpret_cast<const std::uint16_t*>(smem) + 8 * 1024);
+  ldmatrix_x4(r, rows + 8 * (threadIdx.x % 8));
 }
 
 // ---- temporaries ---------------------------------------------------------------------------------
@@ -296,9 +296,14 @@ TEST(CudaEmulationDeathTest, CopyNeverWaitedForIsReported) {
   ASSERT_EQ(cudaFree(src), cudaSuccess);
 }
 
-TEST(CudaEmulationDeathTest, LdmatrixOutsideSharedMemoryIsReported) {
+TEST(CudaEmulationDeathTest, LdmatrixOnGlobalMemoryIsReported) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(mlakit_cuda_emu::launch(ldmatrix_outside_kernel, dim3(1), dim3(32), 1024, nullptr), "ldmatrix");
+  std::uint16_t* rows = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&rows), 128), cudaSuccess);
+  EXPECT_DEATH(mlakit_cuda_emu::launch(ldmatrix_global_kernel, dim3(1), dim3(32), 0, nullptr,
+                                       static_cast<const std::uint16_t*>(rows)),
+               "ldmatrix: a row address in global memory");
+  ASSERT_EQ(cudaFree(rows), cudaSuccess);
 }
 
 }  // namespace

@@ -159,10 +159,16 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 // matrix: column l/4 of rows 2(l%4), +1), the lower column (row) in the low half.
 void run_ldmatrix(Fiber* lanes) {
   const bool trans = lanes[0].trans;
+  // Static __shared__ arrays are process statics here, so a row outside the dynamic shared memory
+  // is taken as one of them unless it lies in device memory or runs past the dynamic end.
+  const unsigned char* dyn = g_block->smem.data();
   for (int l = 0; l < 32; ++l) {
+    const unsigned char* row = lanes[l].row;
     if (lanes[l].trans != trans) fail("lanes of one warp at ldmatrix with and without .trans");
-    if (!aligned16(lanes[l].row) || !in_shared_memory(lanes[l].row, 16))
-      fail("ldmatrix: a row address outside the block's shared memory or not 16-byte aligned");
+    if (!aligned16(row)) fail("ldmatrix: a row address not 16-byte aligned");
+    if (in_device_memory(row, 1)) fail("ldmatrix: a row address in global memory");
+    if (row + 16 > dyn && row < dyn + g_block->smem.size() && !in_shared_memory(row, 16))
+      fail("ldmatrix: a row past the end of the block's shared memory");
   }
   auto at = [&](int matrix, int row, int col) {
     std::uint16_t v;
