@@ -353,7 +353,7 @@ sanitizer_files=(
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
   fused_qkv_paged.gptq_bf16_g32_gidx@decode_once sparse_mla_prefill.general_bf16@ring
-  sparse_mla_prefill.deepseek_fp8@ring sparse_mla_prefill.flashmla_v32@ring
+  sparse_mla_prefill.flashmla_v32@ring
 )
 
 phase_sanitizer() {
