@@ -367,12 +367,16 @@ template <int kParts>
 __device__ __forceinline__ void pv_mma(float (&o)[kVTiles][4], const std::uint32_t (&parts)[kParts][4],
                                        const std::uint16_t* vt, int kc, int vcols) {
 #pragma unroll
-  for (int i = 0; i < kVTiles; ++i) {
+  for (int i = 0; i < kVTiles; i += 2) {  // two 8-column tiles per ldmatrix
     if (i * 8 >= vcols) break;
-    std::uint32_t bf[2];
-    load_b_nmajor(bf, vt, kLdV, i * 8, kc * 16);
+    std::uint32_t b[4];
+    ldmatrix_x4(b, ldmatrix_b_nmajor_row(vt, kLdV, i * 8, kc * 16));
+    const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 #pragma unroll
-    for (int q = 0; q < kParts; ++q) mma_bf16_16816(o[i], parts[q], bf);
+    for (int q = 0; q < kParts; ++q) mma_bf16_16816(o[i], parts[q], b0);
+    if ((i + 1) * 8 >= vcols) break;
+#pragma unroll
+    for (int q = 0; q < kParts; ++q) mma_bf16_16816(o[i + 1], parts[q], b1);
   }
 }
 
@@ -509,12 +513,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
         for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
         for (int k0 = 0; k0 < qkp; k0 += 16) {
           std::uint32_t af[4];
-          load_a_rowmajor(af, qs, ld, warp * 16, k0);
+          ldmatrix_x4(af, ldmatrix_a_row(qs, ld, warp * 16, k0));
 #pragma unroll
-          for (int j = 0; j < kKeys / 8; ++j) {
-            std::uint32_t bf[2];
-            load_b_nmajor(bf, ks, ld, j * 8, k0);
-            mma_bf16_16816(s[j], af, bf);
+          for (int j = 0; j < kKeys / 8; j += 2) {  // two 8-key tiles per ldmatrix
+            std::uint32_t b[4];
+            ldmatrix_x4(b, ldmatrix_b_nmajor_row(ks, ld, j * 8, k0));
+            const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+            mma_bf16_16816(s[j], af, b0);
+            mma_bf16_16816(s[j + 1], af, b1);
           }
         }
         float tile_max[2] = {-INFINITY, -INFINITY};
