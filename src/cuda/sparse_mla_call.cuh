@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh"
 #include "mlakit/ops/sparse_mla_prefill.hpp"
 
 namespace mlakit::cuda {
@@ -65,5 +66,23 @@ struct SparseMlaCall {
     return len;
   }
 };
+
+// Grouped rows (several scales, or a bf16 tail): P's A fragment for rows ra and ra + 8 of a head
+// tile and slots [16·kk, +16) in load_a_rowmajor's layout, bf16(weight · the scale of group grp),
+// with the weights f32 in shared memory (row stride ldw) and the slots' scales at
+// scales[slot · groups + grp] (grp == groups: the tail, scale 1). Rounded once per group, as the
+// single-scale P is.
+__device__ __forceinline__ void grouped_p_fragment(std::uint32_t a[4], const float* weights, int ldw, const float* scales,
+                                                   int groups, int grp, int ra, int kk) {
+  const int k = 16 * kk + 2 * static_cast<int>(threadIdx.x & 3), rb = ra + 8;
+  auto w = [&](int row, int slot) {
+    const float sc = grp < groups ? scales[slot * groups + grp] : 1.0f;
+    return f32_to_bf16(weights[row * ldw + slot] * sc);
+  };
+  a[0] = pack_bf16x2(w(ra, k), w(ra, k + 1));
+  a[1] = pack_bf16x2(w(rb, k), w(rb, k + 1));
+  a[2] = pack_bf16x2(w(ra, k + 8), w(ra, k + 9));
+  a[3] = pack_bf16x2(w(rb, k + 8), w(rb, k + 9));
+}
 
 }  // namespace mlakit::cuda

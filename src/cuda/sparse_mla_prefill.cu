@@ -250,7 +250,6 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
         // load_a_rowmajor, built from S), rebuilt when the group changes.
         std::uint32_t af[2][4];
         int cur = -1;
-        const int ra = mw * 16 + g, rb = ra + 8;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
           const int n0 = vc0 + cg * 128 + i * 8;
@@ -259,17 +258,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_kernel(Params p) {
           if (grp != cur) {
             cur = grp;
 #pragma unroll
-            for (int kk = 0; kk < 2; ++kk) {
-              const int k = kk * 16 + 2 * c;
-              auto w = [&](int row, int slot) {
-                const float sc = grp < p.groups ? gscale[slot * p.groups + grp] : 1.0f;
-                return f32_to_bf16(S[row * kLdS + slot] * sc);
-              };
-              af[kk][0] = pack_bf16x2(w(ra, k), w(ra, k + 1));
-              af[kk][1] = pack_bf16x2(w(rb, k), w(rb, k + 1));
-              af[kk][2] = pack_bf16x2(w(ra, k + 8), w(ra, k + 9));
-              af[kk][3] = pack_bf16x2(w(rb, k + 8), w(rb, k + 9));
-            }
+            for (int kk = 0; kk < 2; ++kk) grouped_p_fragment(af[kk], S, kLdS, gscale, p.groups, grp, mw * 16 + g, kk);
           }
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {

@@ -317,7 +317,6 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       // per group.
       std::uint32_t a[2][4];
       int grp_a = -1;
-      const int ra = m0 + g, rb = ra + 8;
 #pragma unroll
       for (int n = 0; n < 16; ++n) {
         const int n0 = 256 * half + 16 * n;
@@ -326,17 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         if (grp != grp_a) {
           grp_a = grp;
 #pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-            const int k = 16 * kk + 2 * c;
-            auto w = [&](int row, int slot) {
-              const float sc = grp < p.groups ? scales[slot * p.groups + grp] : 1.0f;
-              return f32_to_bf16(weights[row * kLdW + slot] * sc);
-            };
-            a[kk][0] = pack_bf16x2(w(ra, k), w(ra, k + 1));
-            a[kk][1] = pack_bf16x2(w(rb, k), w(rb, k + 1));
-            a[kk][2] = pack_bf16x2(w(ra, k + 8), w(ra, k + 9));
-            a[kk][3] = pack_bf16x2(w(rb, k + 8), w(rb, k + 9));
-          }
+          for (int kk = 0; kk < 2; ++kk) grouped_p_fragment(a[kk], weights, kLdW, scales, p.groups, grp, m0 + g, kk);
         }
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
