@@ -266,7 +266,7 @@ TEST(EmulatedCacheLayouts, GiveTheBitsOfTheContiguousCache) {
     const auto cases = driver->cases();
     for (std::size_t i = 0; i < cases.size() && i < 3; ++i) {
       for (goldens::CacheLayout layout : {goldens::CacheLayout::padded_blocks, goldens::CacheLayout::kv_interleaved,
-                                          goldens::CacheLayout::layers_outer}) {
+                                          goldens::CacheLayout::layers_outer, goldens::CacheLayout::padded_rows}) {
         SCOPED_TRACE(std::string(op) + "/" + cases[i].name + "/" + goldens::cache_layout_name(layout));
         Bundle contiguous = driver->generate(cases[i].knobs, 1);
         Bundle relaid = contiguous;

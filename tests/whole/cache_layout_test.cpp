@@ -1,5 +1,5 @@
 // Caches as engines keep them (a padded block stride, K and V interleaved per layer, the layers
-// outermost): every golden case of every operator on the reference and cpu back-ends, the cache
+// outermost), and rows padded to odd starts (no vector alignment): every golden case of every operator on the reference and cpu back-ends, the cache
 // handed over in that layout, must give the same bits as on the contiguous copy of the same cache,
 // caches the operator writes included (compared after copying them back).
 #include <gtest/gtest.h>
@@ -32,13 +32,14 @@ void PrintTo(const Param& p, std::ostream* os) {
 
 std::vector<Param> params() {
   std::vector<Param> out;
-  const CacheLayout layouts[] = {CacheLayout::padded_blocks, CacheLayout::kv_interleaved, CacheLayout::layers_outer};
+  const CacheLayout layouts[] = {CacheLayout::padded_blocks, CacheLayout::kv_interleaved, CacheLayout::layers_outer,
+                                 CacheLayout::padded_rows};
   for (const OpDriver* d : goldens::all_drivers()) {
     int i = 0;
     for (const goldens::CaseSpec& c : d->cases()) {
       for (CacheLayout l : layouts) out.push_back({d, c, Backend::cpu, l});
       // The reference (the slow oracle) on every other case, one layout in turn.
-      if (i % 2 == 0) out.push_back({d, c, Backend::reference, layouts[(i / 2) % 3]});
+      if (i % 2 == 0) out.push_back({d, c, Backend::reference, layouts[(i / 2) % 4]});
       ++i;
     }
   }

@@ -11,14 +11,16 @@ namespace {
 thread_local CacheRelayout* t_current = nullptr;
 
 // Element strides of a 6-d cache of `shape` stored with its dimensions in `order` (outermost
-// first), `pad` unused elements after each step of the outermost dimension.
+// first), `pad` unused elements after each step of the outermost dimension and `row_pad` after
+// each row (the innermost dimension).
 std::array<std::int64_t, 6> strides_of(const std::array<std::int64_t, 6>& shape, const std::array<int, 6>& order,
-                                       std::int64_t pad) {
+                                       std::int64_t pad, std::int64_t row_pad) {
   std::array<std::int64_t, 6> st{};
   std::int64_t s = 1;
   for (int k = 5; k >= 0; --k) {
     st[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = s;
     s *= shape[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])];
+    if (k == 5) s += row_pad;
     if (k == 1) s += pad;
   }
   return st;
@@ -45,6 +47,7 @@ const char* cache_layout_name(CacheLayout l) {
     case CacheLayout::padded_blocks: return "padded_blocks";
     case CacheLayout::kv_interleaved: return "kv_interleaved";
     case CacheLayout::layers_outer: return "layers_outer";
+    case CacheLayout::padded_rows: return "padded_rows";
   }
   return "?";
 }
@@ -66,11 +69,12 @@ TensorView CacheRelayout::relaid(const std::string& name, const TensorView& cont
   std::array<std::int64_t, 6> shape{};
   for (std::size_t i = 0; i < 6; ++i) shape[i] = contiguous.shape[i];
   std::array<int, 6> order = {0, 1, 2, 3, 4, 5};
-  std::int64_t pad = 0;
+  std::int64_t pad = 0, row_pad = 0;
   if (layout_ == CacheLayout::padded_blocks) pad = 64;
+  if (layout_ == CacheLayout::padded_rows) row_pad = 3;
   if (layout_ == CacheLayout::kv_interleaved) order = {0, 2, 1, 3, 4, 5};
   if (layout_ == CacheLayout::layers_outer) order = {2, 0, 1, 3, 4, 5};
-  const std::array<std::int64_t, 6> st = strides_of(shape, order, pad);
+  const std::array<std::int64_t, 6> st = strides_of(shape, order, pad, row_pad);
   Storage s;
   s.contiguous = contiguous;
   s.view = contiguous;

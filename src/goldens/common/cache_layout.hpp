@@ -21,6 +21,7 @@ enum class CacheLayout {
   padded_blocks,   // each block followed by 64 unused elements (a padded block stride)
   kv_interleaved,  // [num_blocks, num_layers, kv_dim, ...]: a layer's K and V side by side
   layers_outer,    // [num_layers, num_blocks, kv_dim, ...]: one tensor per layer, back to back
+  padded_rows,     // each row followed by 3 unused elements: rows start off every vector alignment
 };
 const char* cache_layout_name(CacheLayout l);
 
