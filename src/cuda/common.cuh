@@ -233,6 +233,15 @@ __device__ __forceinline__ void build_fp8_table(std::uint16_t* table) {
     table[c] = static_cast<std::uint16_t>(f32_to_bits(f8e4m3_to_f32(static_cast<std::uint8_t>(c))) >> 16);
 }
 
+// 8 fp8 codes (two little-endian words, lowest byte first) decoded through the table of
+// build_fp8_table into 8 bf16 values, lowest first: one 16-byte store.
+__device__ __forceinline__ uint4 decode_fp8x8(unsigned a, unsigned b, const std::uint16_t* table) {
+  auto pair = [&](unsigned w, int shift) {
+    return static_cast<unsigned>(table[(w >> shift) & 0xFFu]) | static_cast<unsigned>(table[(w >> (shift + 8)) & 0xFFu]) << 16;
+  };
+  return make_uint4(pair(a, 0), pair(a, 16), pair(b, 0), pair(b, 16));
+}
+
 // The maximum with NaN kept (fmaxf drops it): a NaN score makes an attention row's running max,
 // and so max_logits, NaN, as in the reference; its output and lse are NaN then either way.
 __device__ __forceinline__ float nan_max(float a, float b) { return a != a ? a : b != b ? b : fmaxf(a, b); }

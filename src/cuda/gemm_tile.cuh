@@ -15,15 +15,8 @@ constexpr int kTileRows = 64, kTileK = 32, kTileLd = kTileK + 8;  // shared rows
 
 // 16 fp8 codes decoded through `table` (the bf16 bits of each code: exact) to 16 bf16 at dst.
 __device__ __forceinline__ void decode_fp8x16(std::uint16_t* dst, const uint4& codes, const std::uint16_t* table) {
-  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  std::uint32_t o[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o[2 * i] = pack_bf16x2(table[w[i] & 0xffu], table[(w[i] >> 8) & 0xffu]);
-    o[2 * i + 1] = pack_bf16x2(table[(w[i] >> 16) & 0xffu], table[w[i] >> 24]);
-  }
-  reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
-  reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
+  reinterpret_cast<uint4*>(dst)[0] = decode_fp8x8(codes.x, codes.y, table);
+  reinterpret_cast<uint4*>(dst)[1] = decode_fp8x8(codes.z, codes.w, table);
 }
 
 // Rows [r0, r0 + 64) and columns [k0, k0 + 32) of a matrix of fp8 codes (kElemBytes = 1) or bf16

@@ -67,12 +67,6 @@ struct ScoreLayout {
   }
 };
 
-// 8 fp8 codes (two little-endian words) decoded through the table into 8 bf16 values.
-__device__ __forceinline__ uint4 decode_codes(unsigned a, unsigned b, const std::uint16_t* table) {
-  return make_uint4(pack_bf16x2(table[a & 0xFF], table[(a >> 8) & 0xFF]), pack_bf16x2(table[(a >> 16) & 0xFF], table[a >> 24]),
-                    pack_bf16x2(table[b & 0xFF], table[(b >> 8) & 0xFF]), pack_bf16x2(table[(b >> 16) & 0xFF], table[b >> 24]));
-}
-
 // IEEE maximum(x, +0): NaN stays NaN, -0 becomes +0.
 __device__ __forceinline__ float relu_ieee(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
 
@@ -218,8 +212,8 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
             const int kk = e / vecs, v = e % vecs;
             const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kKeyTile + kk) * Dp + 16 * v);
             auto* dst = reinterpret_cast<uint4*>(ks + kk * ld + 16 * v);
-            dst[0] = decode_codes(x.x, x.y, table);
-            dst[1] = decode_codes(x.z, x.w, table);
+            dst[0] = decode_fp8x8(x.x, x.y, table);
+            dst[1] = decode_fp8x8(x.z, x.w, table);
           }
           if (tid < kKeyTile) kscale[tid] = ring_scale[st * kKeyTile + tid];
           __syncthreads();

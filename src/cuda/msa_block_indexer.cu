@@ -4,7 +4,8 @@
 // The rows' index queries of the heads that read that K head (QR x G rows of A, G = Hi / Hk, padded
 // to 16) stay in shared memory; each tile of 64 key
 // positions is gathered through the page table into shared memory once (bf16 copied, fp8 decoded
-// exactly) and multiplied by all of them: warp w computes the 8 keys [8w, 8w+8) of the tile for
+// exactly; 16 bytes a load where idx_head_dim is a multiple of 16 and the rows are 16-byte
+// aligned) and multiplied by all of them: warp w computes the 8 keys [8w, 8w+8) of the tile for
 // every query row. The scaled dots go to a shared tile, from which each (row, head, page) takes
 // the maximum over its keys below the row's causal end (a NaN makes the page's maximum NaN). A
 // block's key range is a whole number of pages, so every page maximum is finished in one block and
@@ -62,6 +63,10 @@ struct Layout {
 // max that lets a NaN in and never lets it out (order-independent: NaN if any NaN, else the max).
 __device__ __forceinline__ float max_nan_sticky(float m, float x) { return (x != x || x > m) ? x : m; }
 
+// VectorKeys (idx_head_dim a multiple of 16, every cache row 16-byte aligned): the key rows are
+// read 16 bytes a load (16 fp8 codes, decoded through the table, or 8 bf16) instead of one element
+// a load. A template argument, not a branch on p, so that each variant keeps its own registers.
+template <bool VectorKeys>
 __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
   MLAKIT_DYNAMIC_SHARED(smem);
   const Layout L(p.MAp, p.Dp, p.pages_per_block);
@@ -126,12 +131,30 @@ __global__ void __launch_bounds__(kThreads) score_kernel(ScoreParams p) {
           kbase[tid] = j < k_end ? p.cache.row_offset(p.cache.block_of(b, j), 0, p.layer, j % ps, kh) : -1;
         }
         __syncthreads();
-        for (int e = tid; e < kKeyTile * Dp; e += kThreads) {
-          const int kk = e / Dp, d = e % Dp;
-          const std::int64_t base = kbase[kk];
-          std::uint16_t v = 0;
-          if (base >= 0 && d < Di) v = p.fp8 ? table[blocks8[base + d]] : blocks16[base + d];
-          ks[kk * ld + d] = v;
+        if constexpr (VectorKeys) {
+          const int vecs = p.fp8 ? Di / 16 : Di / 8;  // 16 bytes a load
+          for (int e = tid; e < kKeyTile * vecs; e += kThreads) {
+            const int kk = e / vecs, v = e % vecs;
+            const std::int64_t base = kbase[kk];
+            uint4 x = make_uint4(0, 0, 0, 0);  // a key past the tile's end: zero (codes 0 decode to +0)
+            if (p.fp8) {
+              if (base >= 0) x = *reinterpret_cast<const uint4*>(blocks8 + base + 16 * v);
+              auto* dst = reinterpret_cast<uint4*>(ks + kk * ld + 16 * v);
+              dst[0] = decode_fp8x8(x.x, x.y, table);
+              dst[1] = decode_fp8x8(x.z, x.w, table);
+            } else {
+              if (base >= 0) x = *reinterpret_cast<const uint4*>(blocks16 + base + 8 * v);
+              *reinterpret_cast<uint4*>(ks + kk * ld + 8 * v) = x;
+            }
+          }
+        } else {
+          for (int e = tid; e < kKeyTile * Dp; e += kThreads) {
+            const int kk = e / Dp, d = e % Dp;
+            const std::int64_t base = kbase[kk];
+            std::uint16_t v = 0;
+            if (base >= 0 && d < Di) v = p.fp8 ? table[blocks8[base + d]] : blocks16[base + d];
+            ks[kk * ld + d] = v;
+          }
         }
         __syncthreads();
         // S = scale · A·Kᵀ: warp w owns keys [8w, 8w+8) for every A row.
@@ -263,6 +286,7 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
   const int Hi = static_cast<int>(d.num_index_heads), Di = static_cast<int>(d.idx_head_dim);
   const int Hk = static_cast<int>(d.num_k_heads), G = Hi / Hk;
   const int Dp = static_cast<int>(round_up(Di, 16));
+  const bool vector_keys = Di % 16 == 0 && cache_rows_16_byte_aligned(a.k_cache.blocks);
 
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
@@ -338,7 +362,8 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
                     static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, keys_per_chunk), 65535)),
                     static_cast<unsigned>(Hk));
-    MLAKIT_STATUS_TRY(launch_kernel(kOp, "score_kernel", score_kernel, grid, kThreads, layout.bytes, stream, sp));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, "score_kernel", vector_keys ? score_kernel<true> : score_kernel<false>, grid,
+                                    kThreads, layout.bytes, stream, sp));
     tp.row0 = row0;
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel,
                                     static_cast<unsigned>(rows * (d.reduce_heads ? 1 : Hi)), kTopkThreads, 0, stream, tp));

@@ -84,12 +84,6 @@ struct Layout {
   }
 };
 
-// 8 fp8 codes (two little-endian words) decoded through the table into 8 bf16 values.
-__device__ __forceinline__ uint4 decode8(unsigned a, unsigned b, const std::uint16_t* table) {
-  return make_uint4(pack_bf16x2(table[a & 0xFF], table[(a >> 8) & 0xFF]), pack_bf16x2(table[(a >> 16) & 0xFF], table[a >> 24]),
-                    pack_bf16x2(table[b & 0xFF], table[(b >> 8) & 0xFF]), pack_bf16x2(table[(b >> 16) & 0xFF], table[b >> 24]));
-}
-
 // The row format is a template argument, not a branch on p (the paths' registers stay apart).
 template <int R>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
@@ -191,8 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         if (v < per_row) {
           const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kSlots + r) * p.wq + 16 * v);
           auto* dst = reinterpret_cast<uint4*>(ks + r * ld + 16 * v);
-          dst[0] = decode8(x.x, x.y, table);
-          dst[1] = decode8(x.z, x.w, table);
+          dst[0] = decode_fp8x8(x.x, x.y, table);
+          dst[1] = decode_fp8x8(x.z, x.w, table);
         } else {
           const int u = v - per_row;
           *reinterpret_cast<uint4*>(ks + r * ld + p.wq + 8 * u) =
