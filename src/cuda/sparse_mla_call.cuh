@@ -11,6 +11,24 @@
 
 namespace mlakit::cuda {
 
+// How a call's cache stores a row: bf16, or fp8 codes (wq of them) with one scale per row, or
+// "grouped": several scales (a group of gran columns each) and/or a bf16 tail of wt columns
+// (FlashMLA's V32 and MODEL1 rows). groups: the scales of a row (1 for one scale per row, 0 for bf16).
+struct CacheRows {
+  bool fp8, grouped;
+  int wq, wt, gran, groups;
+  static CacheRows of(const PagedKVCacheView& kc) {
+    CacheRows r;
+    r.fp8 = kc.blocks.dtype == DType::f8e4m3;
+    r.grouped = r.fp8 && (kc.tail_size() > 0 || kc.quant_granularity < kc.quantized_size());
+    r.wq = static_cast<int>(kc.quantized_size());
+    r.wt = static_cast<int>(kc.tail_size());
+    r.gran = r.grouped ? static_cast<int>(kc.quant_granularity) : r.wq;
+    r.groups = r.grouped ? static_cast<int>(ceil_div(kc.quantized_size(), kc.quant_granularity)) : r.fp8 ? 1 : 0;
+    return r;
+  }
+};
+
 struct SparseMlaCall {
   const std::uint16_t* q;
   DevPagedCache cache;

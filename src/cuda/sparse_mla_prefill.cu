@@ -318,33 +318,29 @@ Status sparse_mla_prefill(const SparseMlaPrefillDesc& d, const SparseMlaPrefillA
   const std::int64_t T = a.q.shape[0];
   if (T == 0) return Status::success();
   if (sparse_mla_ring::takes(d, a)) return sparse_mla_ring::run(d, a, launch);
-  const int qk = static_cast<int>(d.qk_depth);
-  const int Dp = static_cast<int>(round_up(qk, 16));
   const PagedKVCacheView& kc = a.kv_cache;
-  const bool fp8 = kc.blocks.dtype == DType::f8e4m3;
-  const bool grouped = fp8 && (kc.tail_size() > 0 || kc.quant_granularity < kc.quantized_size());
+  const CacheRows rows = CacheRows::of(kc);
   // A 16-column step of the tensor-core dot must lie in one scale group (and not straddle the tail).
-  if (grouped && (kc.quant_granularity % 16 != 0 || (kc.tail_size() > 0 && kc.quantized_size() % 16 != 0)))
+  if (rows.grouped && (rows.gran % 16 != 0 || (rows.wt > 0 && rows.wq % 16 != 0)))
     return Status::error(StatusCode::unsupported, kOp, "kv_cache.quant_granularity",
                          "kv_cache.quant_granularity=" + std::to_string(kc.quant_granularity) + " with " +
                              std::to_string(kc.quantized_size()) + " quantized columns (the cuda back-end takes "
                              "several scales per row in groups of a multiple of 16 columns; cpu takes any)");
-  const int groups = grouped ? static_cast<int>(ceil_div(kc.quantized_size(), kc.quant_granularity)) : 0;
-  const Layout layout(Dp, groups);
+  Params p;
+  MLAKIT_STATUS_TRY(p.set(kOp, d, a, launch, kHeads));
+  const Layout layout(p.Dp, rows.grouped ? rows.groups : 0);
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
-  MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "qk_depth", "qk_depth=" + std::to_string(qk), layout.bytes, smem_max));
-  Params p;
-  MLAKIT_STATUS_TRY(p.set(kOp, d, a, launch, kHeads));
-  p.fp8 = fp8;
-  p.wq = static_cast<int>(kc.quantized_size());
-  p.gran = static_cast<int>(fp8 ? kc.quant_granularity : kc.quantized_size());
-  p.groups = groups;
-  p.vector_loads = !p.fp8 && qk % 8 == 0 && cache_rows_16_byte_aligned(kc.blocks);
+  MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "qk_depth", "qk_depth=" + std::to_string(p.qk), layout.bytes, smem_max));
+  p.fp8 = rows.fp8;
+  p.wq = rows.wq;
+  p.gran = rows.gran;
+  p.groups = rows.grouped ? rows.groups : 0;
+  p.vector_loads = !p.fp8 && p.qk % 8 == 0 && cache_rows_16_byte_aligned(kc.blocks);
   const dim3 grid(static_cast<unsigned>(T * p.head_groups), 1, static_cast<unsigned>(ceil_div(d.v_depth, kVChunk)));
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
-  const auto kernel = grouped ? attention_kernel<true> : attention_kernel<false>;
+  const auto kernel = rows.grouped ? attention_kernel<true> : attention_kernel<false>;
   return launch_kernel(kOp, "attention_kernel", kernel, grid, kThreads, layout.bytes, as_stream(launch.stream), p);
 }
 

@@ -388,38 +388,26 @@ std::atomic<long> g_runs{0};
 
 namespace {
 
-// The row format of a call's cache and its fp8 widths (codes, tail, columns per scale, scales).
-struct RowFormat {
-  int rows, wq, wt, gran, groups;
-};
-
-RowFormat row_format(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
-  const PagedKVCacheView& kc = a.kv_cache;
-  const int qk = static_cast<int>(d.qk_depth);
-  if (kc.blocks.dtype != DType::f8e4m3) return RowFormat{kBf16, qk, 0, qk, 0};
-  const int wq = static_cast<int>(kc.quantized_size()), wt = static_cast<int>(kc.tail_size());
-  if (wt == 0 && kc.quant_granularity >= kc.quantized_size()) return RowFormat{kFp8Row, wq, 0, wq, 1};
-  const int gran = static_cast<int>(kc.quant_granularity);
-  return RowFormat{kFp8Grouped, wq, wt, gran, static_cast<int>(ceil_div(wq, gran))};
-}
+// The call's row format as the kernel's template argument.
+int format_of(const CacheRows& r) { return !r.fp8 ? kBf16 : r.grouped ? kFp8Grouped : kFp8Row; }
 
 }  // namespace
 
 bool eligible(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
   const PagedKVCacheView& kc = a.kv_cache;
-  const RowFormat f = row_format(d, a);
-  if (f.rows == kBf16) {
+  const CacheRows f = CacheRows::of(kc);
+  if (!f.fp8) {
     if (kc.blocks.dtype != DType::bf16 || d.qk_depth % 8 != 0) return false;
   } else {  // codes (and a tail) 16 bytes a copy, no padding column, a 16-column step in one group
     if (d.qk_depth % 16 != 0 || f.wq % 16 != 0 || f.wt % 8 != 0) return false;
-    if (f.rows == kFp8Grouped && f.gran % 16 != 0) return false;
+    if (f.grouped && f.gran % 16 != 0) return false;
     if (f.wt > 0 && !cache_rows_16_byte_aligned(kc.tail)) return false;
   }
   if (d.v_depth > d.qk_depth || d.v_depth > kVMax) return false;
   if (!cache_rows_16_byte_aligned(kc.blocks) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
   Status s;
   const std::size_t limit = max_shared_memory(kOp, &s);
-  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16)), f.rows, f.wq, f.wt, f.groups).bytes <= limit;
+  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16)), format_of(f), f.wq, f.wt, f.groups).bytes <= limit;
 }
 
 bool takes(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
@@ -438,15 +426,16 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   MLAKIT_STATUS_TRY(p.set(kOp, d, a, launch, kHeads));
   p.blocks = static_cast<const unsigned char*>(a.kv_cache.blocks.data);
   p.tail = static_cast<const unsigned char*>(a.kv_cache.tail.data);
-  const RowFormat f = row_format(d, a);
+  const CacheRows f = CacheRows::of(a.kv_cache);
   p.wq = f.wq;
   p.wt = f.wt;
   p.gran = f.gran;
   p.groups = f.groups;
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
-  const Layout layout(p.Dp, f.rows, f.wq, f.wt, f.groups);
+  const int rows = format_of(f);
+  const Layout layout(p.Dp, rows, f.wq, f.wt, f.groups);
   g_runs.fetch_add(1);
-  const auto kernel = f.rows == kBf16 ? ring_kernel<kBf16> : f.rows == kFp8Row ? ring_kernel<kFp8Row> : ring_kernel<kFp8Grouped>;
+  const auto kernel = rows == kBf16 ? ring_kernel<kBf16> : rows == kFp8Row ? ring_kernel<kFp8Row> : ring_kernel<kFp8Grouped>;
   return launch_kernel(kOp, "ring_kernel", kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
                        layout.bytes, as_stream(launch.stream), p);
 }
