@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/common/cpu_features.hpp"
@@ -14,23 +16,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Best of three timings of `calls` x the GEMMs, on f32 operands filled once; all GEMMs share
-// buffers of the largest one's size (the values do not change a BLAS's speed), so that many small
-// products (op 3's causal blocks) need no more memory than the largest.
-double time_sgemm(const std::vector<Gemm>& gemms, std::size_t calls, int threads) {
+// `calls` x the GEMMs on f32 operands filled once; all GEMMs share buffers of the largest one's
+// size (the values do not change a BLAS's speed), so that many small products (op 3's causal
+// blocks) need no more memory than the largest.
+std::function<void()> prepare_sgemm(const std::vector<Gemm>& gemms, std::size_t calls, int threads) {
   std::size_t a_n = 1, b_n = 1, c_n = 1;
   for (const Gemm& g : gemms) {
     a_n = std::max(a_n, g.m * g.k);
     b_n = std::max(b_n, g.n * g.k);
     c_n = std::max(c_n, g.m * g.n);
   }
-  std::vector<float> a(a_n, 0.5f), b(b_n, 0.25f), c(c_n, 0.0f);
-  const auto once = [&] {
+  auto a = std::make_shared<std::vector<float>>(a_n, 0.5f), b = std::make_shared<std::vector<float>>(b_n, 0.25f),
+       c = std::make_shared<std::vector<float>>(c_n, 0.0f);
+  return [=] {
     for (std::size_t r = 0; r < calls; ++r)
       for (const Gemm& g : gemms)
-        cpu::library_gemm::sgemm_nt_threads(g.m, g.n, g.k, a.data(), g.k, b.data(), g.k, c.data(), g.n, threads);
+        cpu::library_gemm::sgemm_nt_threads(g.m, g.n, g.k, a->data(), g.k, b->data(), g.k, c->data(), g.n, threads);
   };
-  return best_of_three(once);
 }
 
 std::size_t dim(const goldens::Bundle& b, const char* tensor, int axis) {
@@ -38,17 +40,6 @@ std::size_t dim(const goldens::Bundle& b, const char* tensor, int axis) {
 }
 
 }  // namespace
-
-double best_of_three(const std::function<void()>& once) {
-  once();  // warm-up
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    once();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 std::vector<GemmGroup> library_gemms(const std::string& op, const goldens::Bundle& b) {
   if (op == "fused_qkv_paged") {
@@ -95,17 +86,25 @@ std::vector<GemmGroup> library_gemms(const std::string& op, const goldens::Bundl
   return {};
 }
 
-double time_groups(const std::vector<GemmGroup>& groups, const GemmTimer& timer, int threads) {
-  double s = 0;
-  for (const GemmGroup& g : groups) s += g.multiplier * timer(g.gemms, g.calls, threads);
-  return s;
+BarRound prepare_groups(const std::vector<GemmGroup>& groups, const GemmPrepare& prepare, int threads) {
+  std::vector<std::pair<std::function<void()>, double>> parts;
+  for (const GemmGroup& g : groups) parts.emplace_back(prepare(g.gemms, g.calls, threads), g.multiplier);
+  return [parts = std::move(parts)] {
+    double s = 0;
+    for (const auto& [once, multiplier] : parts) {
+      const auto t0 = Clock::now();
+      once();
+      s += multiplier * std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    return s;
+  };
 }
 
-std::optional<double> library_seconds(const std::string& op, const goldens::Bundle& b, int threads) {
+std::optional<BarRound> library_bar(const std::string& op, const goldens::Bundle& b, int threads) {
   if (!cpu::library_gemm::available()) return std::nullopt;
   const std::vector<GemmGroup> groups = library_gemms(op, b);
   if (groups.empty()) return std::nullopt;
-  return time_groups(groups, time_sgemm, threads);
+  return prepare_groups(groups, prepare_sgemm, threads);
 }
 
 std::string library_description() {

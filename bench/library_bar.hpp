@@ -34,14 +34,19 @@ struct GemmGroup {
 };
 // The GEMMs a library would run for op's call on bundle b (empty: the operator has no such form).
 std::vector<GemmGroup> library_gemms(const std::string& op, const goldens::Bundle& b);
-// The best of three timings of once(), after one untimed call (warm-up), in seconds.
-double best_of_three(const std::function<void()>& once);
-// Seconds of `calls` rounds of the products on `threads` threads, the best of three.
-using GemmTimer = std::function<double(const std::vector<Gemm>& gemms, std::size_t calls, int threads)>;
-double time_groups(const std::vector<GemmGroup>& groups, const GemmTimer& timer, int threads);
 
-// Seconds the library GEMMs of bundle b's call take on the back-end's threads, or nothing.
-std::optional<double> library_seconds(const std::string& op, const goldens::Bundle& b, int threads);
+// A library bar made ready once (operands filled, weights in the library's layout): each call of
+// `round` runs the GEMMs of one operator call and returns their seconds. The benchmark times it in
+// turn with the operator's own calls (bench/op_bench.cpp), so that both see the same phase of a
+// shared host.
+using BarRound = std::function<double()>;
+// One group's products, made ready: `once` runs `calls` rounds of them.
+using GemmPrepare = std::function<std::function<void()>(const std::vector<Gemm>& gemms, std::size_t calls, int threads)>;
+// The groups' products made ready by `prepare`, as one round (each group's time times its multiplier).
+BarRound prepare_groups(const std::vector<GemmGroup>& groups, const GemmPrepare& prepare, int threads);
+
+// The library GEMMs of bundle b's call on the back-end's threads, or nothing.
+std::optional<BarRound> library_bar(const std::string& op, const goldens::Bundle& b, int threads);
 // What the library is ("OpenBLAS ... Haswell"), for the benchmark context.
 std::string library_description();
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -53,39 +54,43 @@ Product make_product(const dnnl::engine& eng, dnnl::stream& strm, const Gemm& g)
   return p;
 }
 
-double time_bf16(const std::vector<Gemm>& gemms, std::size_t calls, int threads) {
+// The primitives and their operands live as long as the returned round.
+std::function<void()> prepare_bf16(const std::vector<Gemm>& gemms, std::size_t calls, int threads) {
+  struct Ready {
+    dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+    dnnl::stream strm{eng};
+    std::vector<Product> products;
+    std::vector<std::size_t> order;
+  };
   omp_set_num_threads(threads);
-  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream strm(eng);
-  std::vector<Product> products;
-  std::vector<std::size_t> order;
+  auto r = std::make_shared<Ready>();
   std::map<std::tuple<std::size_t, std::size_t, std::size_t>, std::size_t> by_shape;
   for (const Gemm& g : gemms) {
     const auto key = std::make_tuple(g.m, g.n, g.k);
     auto it = by_shape.find(key);
     if (it == by_shape.end()) {
-      it = by_shape.emplace(key, products.size()).first;
-      products.push_back(make_product(eng, strm, g));
+      it = by_shape.emplace(key, r->products.size()).first;
+      r->products.push_back(make_product(r->eng, r->strm, g));
     }
-    order.push_back(it->second);
+    r->order.push_back(it->second);
   }
-  const auto once = [&] {
-    for (std::size_t r = 0; r < calls; ++r)
-      for (const std::size_t i : order) {
-        Product& p = products[i];
-        p.mm.execute(strm, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.w}, {DNNL_ARG_DST, p.c}});
+  return [r, calls, threads] {
+    omp_set_num_threads(threads);
+    for (std::size_t c = 0; c < calls; ++c)
+      for (const std::size_t i : r->order) {
+        Product& p = r->products[i];
+        p.mm.execute(r->strm, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.w}, {DNNL_ARG_DST, p.c}});
       }
-    strm.wait();
+    r->strm.wait();
   };
-  return best_of_three(once);
 }
 
 }  // namespace
 
-std::optional<double> onednn_seconds(const std::string& op, const goldens::Bundle& b, int threads) {
+std::optional<BarRound> onednn_bar(const std::string& op, const goldens::Bundle& b, int threads) {
   const std::vector<GemmGroup> groups = library_gemms(op, b);
   if (groups.empty()) return std::nullopt;
-  return time_groups(groups, time_bf16, threads);
+  return prepare_groups(groups, prepare_bf16, threads);
 }
 
 std::string onednn_description() {
@@ -97,7 +102,7 @@ std::string onednn_description() {
 
 #else
 
-std::optional<double> onednn_seconds(const std::string&, const goldens::Bundle&, int) { return std::nullopt; }
+std::optional<BarRound> onednn_bar(const std::string&, const goldens::Bundle&, int) { return std::nullopt; }
 std::string onednn_description() { return "not built in (no oneDNN found at configure time)"; }
 
 #endif

@@ -8,12 +8,13 @@
 #include <optional>
 #include <string>
 
+#include "bench/library_bar.hpp"
 #include "goldens/common/tensor.hpp"
 
 namespace mlakit::bench {
 
-// Seconds oneDNN's bf16 matmuls of bundle b's call take on `threads` threads, or nothing.
-std::optional<double> onednn_seconds(const std::string& op, const goldens::Bundle& b, int threads);
+// oneDNN's bf16 matmuls of bundle b's call on `threads` threads, made ready, or nothing.
+std::optional<BarRound> onednn_bar(const std::string& op, const goldens::Bundle& b, int threads);
 // "oneDNN 2.6.3 (OpenMP)", or why there is none.
 std::string onednn_description();
 
