@@ -213,6 +213,25 @@ void register_panel(Isa level) {
     }
     set_rate(st, "gflops", 2.0 * kM * kN * kK, peak().f32_gflops_1t * 1e9);
   });
+  // The same with the activations (bf16 rows) packed into the register tiles' groups inside the
+  // timed loop, as the operator does per chunk (gemm_panel_packed).
+  add("gemm/panel_packed_rows_bf16w_" + shape + "/" + lv, level, [=](benchmark::State& st) {
+    const auto x = random_operand<std::uint16_t>(kM * kK, 1);
+    const auto b = random_operand<std::uint16_t>(kN * kK, 2);
+    const std::size_t groups = (kM + g->panel_rows - 1) / g->panel_rows;
+    std::vector<float> ap(groups * g->panel_rows * kK), panel(g->panel_cols * kK), c(kM * kN);
+    for (auto _ : st) {
+      g->pack_rows_bf16(x.data(), kK, kM, kK, ap.data());
+      for (std::size_t j0 = 0; j0 < kN; j0 += g->panel_cols) {
+        const std::size_t cols = std::min<std::size_t>(g->panel_cols, kN - j0);
+        g->pack_panel_bf16(b.data() + j0 * kK, kK, cols, kK, panel.data());
+        g->gemm_panel_packed(kM, cols, kK, ap.data(), panel.data(), c.data() + j0, kN, false);
+      }
+      benchmark::DoNotOptimize(c.data());
+      benchmark::ClobberMemory();
+    }
+    set_rate(st, "gflops", 2.0 * kM * kN * kK, peak().f32_gflops_1t * 1e9);
+  });
   gemm_case<float, float>("gemm/f32_f32_" + shape + "/" + lv, level, g->f32_f32, false, kM, kN, kK);
   // The library's row once, under the generic level (it runs on every CPU).
   if (level == Isa::generic && cpu::library_gemm::available())

@@ -183,6 +183,16 @@ struct GemmKernels {
   void (*gemm_panel_scaled)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                             const float* panel, const float* rs, const float* cs, float* c, std::size_t ldc,
                             bool accumulate);
+  // gemm_panel_packed: gemm_panel (the same chains, the same bits) over A packed by pack_rows_*:
+  //   m rows along k (stride lda) widened to f32 in groups of panel_rows rows, group g at
+  //   ap + g * panel_rows * k, row r's element p at p * panel_rows + r, a last group's missing rows
+  //   zero (ap holds round_up(m, panel_rows) * k floats). A register tile's broadcasts at one p
+  //   then come from one run of floats instead of panel_rows rows: for callers that read the same
+  //   rows against many panels.
+  void (*pack_rows_f32)(const float* a, std::size_t lda, std::size_t m, std::size_t k, float* ap);
+  void (*pack_rows_bf16)(const std::uint16_t* a, std::size_t lda, std::size_t m, std::size_t k, float* ap);
+  void (*gemm_panel_packed)(std::size_t m, std::size_t n, std::size_t k, const float* ap, const float* panel, float* c,
+                            std::size_t ldc, bool accumulate);
   // The first n int4 columns of b (k a multiple of 8) expanded to f32 rows for pack_panel_f32:
   // rows[j*ldr + p] = B[j][p] as Int4Columns defines it (the table value, exact in f32).
   void (*int4_rows_f32)(const Int4Columns& b, std::size_t n, std::size_t k, float* rows, std::size_t ldr);

@@ -39,10 +39,11 @@ inline __m256 row8(const std::uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-// Columns [j0, j0 + 8) of the panel for p in [p0, p0 + 8): eight rows of B (missing ones zero)
-// transposed in registers. (Inlined by force: as a call, each block paid a vzeroupper.)
-template <class T>
-[[gnu::always_inline]] inline void pack_block8(const T* b, std::size_t ldb, std::size_t j0, std::size_t cols, std::size_t p0, float* panel) {
+// Lanes [j0, j0 + 8) of a strip W wide for p in [p0, p0 + 8): eight rows of B (missing ones zero)
+// transposed in registers, the lanes past W not stored. (Inlined by force: as a call, each block
+// paid a vzeroupper.)
+template <std::size_t W, class T>
+[[gnu::always_inline]] inline void pack_block8(const T* b, std::size_t ldb, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
   __m256 r[8];
   for (std::size_t i = 0; i < 8; ++i) r[i] = j0 + i < cols ? row8(b + (j0 + i) * ldb + p0) : _mm256_setzero_ps();
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -57,16 +58,39 @@ template <class T>
                        _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
                        _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
                        _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
-  for (std::size_t q = 0; q < 8; ++q) _mm256_storeu_ps(panel + (p0 + q) * kPanelCols + j0, o[q]);
+  if (j0 + 8 <= W) {
+    for (std::size_t q = 0; q < 8; ++q) _mm256_storeu_ps(out + (p0 + q) * W + j0, o[q]);
+  } else {
+    const int lanes = static_cast<int>(W - j0);
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (std::size_t q = 0; q < 8; ++q) _mm256_maskstore_ps(out + (p0 + q) * W + j0, keep, o[q]);
+  }
+}
+
+// Lanes [j0, j0 + 4) of a strip W wide for p in [p0, p0 + 8): four rows transposed in registers,
+// each p's four lanes one 16-byte store (for widths that are not whole 8-lane blocks: the 8-lane
+// block's masked stores and zero rows took 14 % of a packed-rows chunk's time).
+template <std::size_t W, class T>
+[[gnu::always_inline]] inline void pack_block4(const T* b, std::size_t ldb, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
+  __m256 r[4];
+  for (std::size_t i = 0; i < 4; ++i) r[i] = j0 + i < cols ? row8(b + (j0 + i) * ldb + p0) : _mm256_setzero_ps();
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE), _mm256_shuffle_ps(t1, t3, 0x44),
+                       _mm256_shuffle_ps(t1, t3, 0xEE)};  // p0 + q in the low half, p0 + q + 4 in the high
+  for (std::size_t q = 0; q < 4; ++q) {
+    _mm_storeu_ps(out + (p0 + q) * W + j0, _mm256_castps256_ps128(u[q]));
+    _mm_storeu_ps(out + (p0 + q + 4) * W + j0, _mm256_extractf128_ps(u[q], 1));
+  }
 }
 #endif
 
-// panel[p*kPanelCols + j] = B[j*ldb + p] widened to f32, columns cols.. zero. On the vector
-// levels eight columns by eight elements at a time, transposed in 256-bit registers; on generic
-// (and for the last k % 8 elements) column by column: each read a contiguous row of B, the writes
-// staying in the panel (L1-sized for the callers' k).
-template <class T>
-void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel) {
+// out[p*W + j] = B[j*ldb + p] widened to f32 for j < cols (<= W), lanes cols.. zero: a strip of W
+// lanes along k. On the vector levels eight lanes by eight elements at a time, transposed in
+// 256-bit registers; on generic (and for the last k % 8 elements) lane by lane: each read a
+// contiguous row of B, the writes staying in the strip (L1-sized for the callers' k).
+template <std::size_t W, class T>
+void pack_strip(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, float* out) {
   std::size_t p0 = 0;
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   // The rows of B are usually weights read from memory for the first time in the call, 32 rows a
@@ -76,20 +100,55 @@ void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, fl
   for (; p0 + 8 <= k; p0 += 8) {
     if (p0 % kLine == 0 && p0 + kAhead < k)
       for (std::size_t j = 0; j < cols; ++j) _mm_prefetch(reinterpret_cast<const char*>(b + j * ldb + p0 + kAhead), _MM_HINT_T0);
-    for (std::size_t j0 = 0; j0 < kPanelCols; j0 += 8) pack_block8(b, ldb, j0, cols, p0, panel);
+    std::size_t j0 = 0;
+    for (; j0 + 8 <= W; j0 += 8) pack_block8<W>(b, ldb, j0, cols, p0, out);
+    if constexpr (W % 4 == 0)
+      for (; j0 < W; j0 += 4) pack_block4<W>(b, ldb, j0, cols, p0, out);
+    else if (j0 < W)
+      pack_block8<W>(b, ldb, j0, cols, p0, out);
   }
 #endif
   if (p0 == k) return;
-  for (std::size_t j = 0; j < kPanelCols; ++j) {
-    float* dst = panel + j;
+  for (std::size_t j = 0; j < W; ++j) {
+    float* dst = out + j;
     if (j < cols) {
       const T* src = b + j * ldb;
-      for (std::size_t p = p0; p < k; ++p) dst[p * kPanelCols] = widen_element(src[p]);
+      for (std::size_t p = p0; p < k; ++p) dst[p * W] = widen_element(src[p]);
     } else {
-      for (std::size_t p = p0; p < k; ++p) dst[p * kPanelCols] = 0.0f;
+      for (std::size_t p = p0; p < k; ++p) dst[p * W] = 0.0f;
     }
   }
 }
+
+// A panel of B: cols (<= kPanelCols) weight columns.
+template <class T>
+void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel) {
+  pack_strip<kPanelCols>(b, ldb, cols, k, panel);
+}
+
+// m rows of A packed for gemm_panel_packed: groups of kPanelRows rows, group g at
+// ap + g * kPanelRows * k with row r's element p at p * kPanelRows + r (a last group's missing
+// rows zero), so that a register tile's broadcasts at one p come from one run of kPanelRows floats.
+template <class T>
+void pack_rows(const T* a, std::size_t lda, std::size_t m, std::size_t k, float* ap) {
+  for (std::size_t i = 0; i < m; i += kPanelRows)
+    pack_strip<kPanelRows>(a + i * lda, lda, m - i < kPanelRows ? m - i : kPanelRows, k, ap + i * k);
+}
+
+// The two layouts of A the register tiles read: rows along p (lda apart), or groups packed by
+// pack_rows (a tile starts at a group).
+struct RowsA {
+  const float* a;
+  std::size_t lda;
+  float at(std::size_t r, std::size_t p) const { return a[r * lda + p]; }
+  RowsA from(std::size_t i) const { return {a + i * lda, lda}; }
+};
+struct PackedA {
+  const float* ap;
+  std::size_t k;
+  float at(std::size_t r, std::size_t p) const { return ap[p * kPanelRows + r]; }
+  PackedA from(std::size_t i) const { return {ap + i * k, k}; }  // i: a multiple of kPanelRows
+};
 
 inline F load_part(const float* p, std::size_t n) { return n >= kLanes ? fload(p) : n == 0 ? fzero() : fload_n(p, n); }
 inline void store_part(float* p, F v, std::size_t n) {
@@ -100,8 +159,8 @@ inline void store_part(float* p, F v, std::size_t n) {
 // R rows of A against one panel: C[r][j] (+)= sum_p A[r][p] * panel[p][j], j < n.
 // (The unroll pragmas matter: without them GCC keeps the accumulator arrays in memory and stores
 // them on every step.)
-template <std::size_t R>
-void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* panel, TileOut out, std::size_t n) {
+template <std::size_t R, class A>
+void panel_tile(std::size_t k, const A& a, const float* panel, TileOut out, std::size_t n) {
   const std::size_t n0 = n < kLanes ? n : kLanes, n1 = n - n0;
   float* const c = out.c;
   const std::size_t ldc = out.ldc;
@@ -117,7 +176,7 @@ void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* pan
     const F v0 = fload(panel + p * kPanelCols), v1 = fload(panel + p * kPanelCols + kLanes);
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < R; ++r) {
-      const F x = fsplat(a[r * lda + p]);
+      const F x = fsplat(a.at(r, p));
       s0[r] = fmadd(x, v0, s0[r]);
       s1[r] = fmadd(x, v1, s1[r]);
     }
@@ -138,17 +197,16 @@ void panel_tile(std::size_t k, const float* a, std::size_t lda, const float* pan
   }
 }
 
-template <std::size_t R>
-void panel_rows_tail(std::size_t rest, std::size_t k, const float* a, std::size_t lda, const float* panel,
-                     TileOut out, std::size_t n) {
+template <std::size_t R, class A>
+void panel_rows_tail(std::size_t rest, std::size_t k, const A& a, const float* panel, TileOut out, std::size_t n) {
   if constexpr (R > 0) {
-    if (rest == R) panel_tile<R>(k, a, lda, panel, out, n);
-    else panel_rows_tail<R - 1>(rest, k, a, lda, panel, out, n);
+    if (rest == R) panel_tile<R>(k, a, panel, out, n);
+    else panel_rows_tail<R - 1>(rest, k, a, panel, out, n);
   }
 }
 
-void panel_rows(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
-                TileOut out) {
+template <class A>
+void panel_rows(std::size_t m, std::size_t n, std::size_t k, const A& a, const float* panel, TileOut out) {
   if (n == 0) return;
   if (n > kPanelCols) n = kPanelCols;  // the contract bounds n; never write past the panel's columns
   const auto at = [&](std::size_t i) {
@@ -158,19 +216,25 @@ void panel_rows(std::size_t m, std::size_t n, std::size_t k, const float* a, std
     return o;
   };
   std::size_t i = 0;
-  for (; i + kPanelRows <= m; i += kPanelRows) panel_tile<kPanelRows>(k, a + i * lda, lda, panel, at(i), n);
-  if (i < m) panel_rows_tail<kPanelRows - 1>(m - i, k, a + i * lda, lda, panel, at(i), n);
+  for (; i + kPanelRows <= m; i += kPanelRows) panel_tile<kPanelRows>(k, a.from(i), panel, at(i), n);
+  if (i < m) panel_rows_tail<kPanelRows - 1>(m - i, k, a.from(i), panel, at(i), n);
 }
 
 void gemm_panel(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
                 float* c, std::size_t ldc, bool accumulate) {
-  panel_rows(m, n, k, a, lda, panel, TileOut{c, ldc, accumulate});
+  panel_rows(m, n, k, RowsA{a, lda}, panel, TileOut{c, ldc, accumulate});
+}
+
+// gemm_panel over A packed by pack_rows (the same chains, so the same bits).
+void gemm_panel_packed(std::size_t m, std::size_t n, std::size_t k, const float* ap, const float* panel, float* c,
+                       std::size_t ldc, bool accumulate) {
+  panel_rows(m, n, k, PackedA{ap, k}, panel, TileOut{c, ldc, accumulate});
 }
 
 void gemm_panel_scaled(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                        const float* panel, const float* rs, const float* cs, float* c, std::size_t ldc,
                        bool accumulate) {
-  panel_rows(m, n, k, a, lda, panel, TileOut{c, ldc, accumulate, rs, cs});
+  panel_rows(m, n, k, RowsA{a, lda}, panel, TileOut{c, ldc, accumulate, rs, cs});
 }
 
 }  // namespace

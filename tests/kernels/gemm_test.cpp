@@ -980,6 +980,74 @@ TEST_P(Gemm, PanelGemmIsOneChainPerOutput) {
         }
 }
 
+// The packed-rows panel GEMM: pack_rows_* lays rows out in groups of panel_rows (element (r, p) of
+// a group at p * panel_rows + r, missing rows zero, nothing written past round_up(m) * k), and
+// gemm_panel_packed gives gemm_panel's bits over the same rows (the same chains), from f32 and from
+// bf16 rows, around the register tile and the panel, k past a multiple of 8 and NaN inputs;
+// nothing written outside the tile.
+TEST_P(Gemm, PanelGemmPackedRowsGiveTheRowsBits) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  const std::size_t pc = g.panel_cols, pr = g.panel_rows, half = pc / 2;
+  ASSERT_TRUE(g.pack_rows_f32 && g.pack_rows_bf16 && g.gemm_panel_packed);
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(71);
+  std::size_t seed = 0;
+  for (std::size_t m : {std::size_t{1}, pr - 1, pr, pr + 1, 2 * pr + 3})
+    for (std::size_t n : {std::size_t{1}, half + 1, pc})
+      for (std::size_t k : {0, 1, 7, 8, 65, 256})
+        for (bool bf16_rows : {false, true})
+          for (bool acc : {false, true}) {
+            ++seed;
+            SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                         (bf16_rows ? " bf16" : " f32") + (acc ? " +=" : " ="));
+            const std::size_t lda = k + seed % 3, ldc = n + seed % 3, off = 1 + seed % 3;
+            std::vector<float> a(off + m * lda + 4), b(n * k + 1);
+            std::vector<std::uint16_t> a16(a.size());
+            for (std::size_t i = 0; i < a.size(); ++i) {
+              a16[i] = f32_to_bf16(rng.uniform(-2.0f, 2.0f));
+              a[i] = bf16_rows ? bf16_to_f32(a16[i]) : rng.uniform(-2.0f, 2.0f);
+            }
+            for (auto& x : b) x = rng.uniform(-2.0f, 2.0f);
+            if (seed % 7 == 0 && k) {
+              const std::size_t at = off + rng.below(m) * lda + rng.below(k);
+              a[at] = std::numeric_limits<float>::quiet_NaN();
+              a16[at] = 0x7FC0;
+            }
+            std::vector<float> panel(pc * k + 1, float_of(kGuard));
+            g.pack_panel_f32(b.data(), k, n, k, panel.data());
+            const std::size_t packed = (m + pr - 1) / pr * pr * k;
+            std::vector<float> ap(packed + 8, float_of(kGuard));
+            if (bf16_rows) g.pack_rows_bf16(a16.data() + off, lda, m, k, ap.data());
+            else g.pack_rows_f32(a.data() + off, lda, m, k, ap.data());
+            for (std::size_t e = 0; e < ap.size(); ++e) {
+              if (e >= packed) {
+                ASSERT_EQ(bits_of(ap[e]), kGuard) << "packed past the groups at " << e;
+                continue;
+              }
+              const std::size_t grp = e / (pr * k), p = e % (pr * k) / pr, r = grp * pr + e % pr;
+              const float want = r < m ? a[off + r * lda + p] : 0.0f;
+              ASSERT_EQ(std::isnan(ap[e]), std::isnan(want)) << "row " << r << ", p " << p;
+              if (!std::isnan(want)) {
+                ASSERT_EQ(bits_of(ap[e]), bits_of(want)) << "row " << r << ", p " << p;
+              }
+            }
+            std::vector<float> c = guarded_c(rng, off, m, n, ldc, acc, kGuard);
+            std::vector<float> want = c;
+            g.gemm_panel(m, n, k, a.data() + off, lda, panel.data(), want.data() + off, ldc, acc);
+            g.gemm_panel_packed(m, n, k, ap.data(), panel.data(), c.data() + off, ldc, acc);
+            for (std::size_t e = 0; e < c.size(); ++e) {
+              if (!in_tile(e, off, m, n, ldc)) {
+                ASSERT_EQ(bits_of(c[e]), kGuard) << "wrote outside the tile at " << e;
+              } else if (std::isnan(want[e])) {
+                ASSERT_TRUE(std::isnan(c[e])) << "at " << e;
+              } else {
+                ASSERT_EQ(bits_of(c[e]), bits_of(want[e])) << "at " << e << ": not gemm_panel's bits";
+              }
+            }
+          }
+}
+
 // The scaled panel GEMM: each output is the plain chain from zero, then (rs·cs) applied by one
 // fused multiply-add onto C (a product and a sum on generic), exactly as f32_nn_scaled over the
 // same B, whose bits the block-scaled projections had before they moved onto panels; shapes around
@@ -1137,6 +1205,7 @@ TEST_P(Gemm, TableDescribesItself) {
   EXPECT_GE(t.panel_cols, 8u);
   EXPECT_EQ(t.panel_cols % 8, 0u);
   EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.gemm_panel_scaled && t.split_bf16x3 && t.int4_rows_f32);
+  EXPECT_TRUE(t.pack_rows_f32 && t.pack_rows_bf16 && t.gemm_panel_packed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Gemm, ::testing::ValuesIn(levels_of("gemm")), level_param_name);
