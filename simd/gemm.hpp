@@ -174,6 +174,13 @@ struct GemmKernels {
   unsigned panel_cols;  // columns of B per panel: two vectors
   void (*pack_panel_f32)(const float* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel);
   void (*pack_panel_bf16)(const std::uint16_t* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel);
+  // pack_panel_f8_scaled: the panel of fp8 (e4m3) weight rows with one scale per `block` of k
+  //   shared by the panel's columns (a block-scaled weight's 128 x 128 blocks, the panel inside one
+  //   block of columns): panel[p*panel_cols + j] = f32(decode(B[j*ldb + p]) * scales[p / block]),
+  //   the code decoded exactly (NaN codes NaN) and one rounding, the reference's code·scale.
+  //   Eight elements at a time under one scale where block is a multiple of 8, else one by one.
+  void (*pack_panel_f8_scaled)(const std::uint8_t* b, std::size_t ldb, std::size_t cols, std::size_t k,
+                               const float* scales, std::size_t block, float* panel);
   void (*gemm_panel)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda, const float* panel,
                      float* c, std::size_t ldc, bool accumulate);
   // gemm_panel_scaled: gemm_panel with a scale per row of A and per column of B on the call's sum,

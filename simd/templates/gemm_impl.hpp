@@ -54,6 +54,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      static_cast<unsigned>(kPanelCols),
                      &pack_panel<float>,
                      &pack_panel<std::uint16_t>,
+                     &pack_panel_f8_scaled,
                      &gemm_panel,
                      &gemm_panel_scaled,
                      &pack_rows<float>,

@@ -12,7 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <type_traits>
+
 #include "simd/gemm.hpp"
+#include "simd/templates/fp8_decode_impl.hpp"
 #include "simd/templates/tile_out.hpp"
 #include "simd/vec/bf16_round.hpp"
 
@@ -28,24 +31,73 @@ constexpr std::size_t kPanelRows = 12;
 #endif
 constexpr std::size_t kPanelCols = 2 * kLanes;
 
-inline float widen_element(float x) { return x; }
-inline float widen_element(std::uint16_t x) { return f32_of_bf16(x); }
-
+// The rows a strip is packed from (panels of B from weight rows, groups of A from activation
+// rows): row j's element p widened to f32, eight of them at a time on the vector levels.
+template <class T>
+struct PlainRows {
+  const T* b;
+  std::size_t ldb;
+  static constexpr std::size_t kLine = 64 / sizeof(T);  // elements per cache line
+  float element(std::size_t j, std::size_t p) const {
+    if constexpr (std::is_same_v<T, float>) return b[j * ldb + p];
+    else return f32_of_bf16(b[j * ldb + p]);
+  }
+  const void* address(std::size_t j, std::size_t p) const { return b + j * ldb + p; }
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
-// Eight elements of a row of B as f32 lanes (bf16 widened exactly).
-inline __m256 row8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 row8(const std::uint16_t* p) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  __m256 row8(std::size_t j, std::size_t p0) const {
+    const T* p = b + j * ldb + p0;
+    if constexpr (std::is_same_v<T, float>) {
+      return _mm256_loadu_ps(p);
+    } else {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+  }
+#endif
+};
+
+// fp8 (e4m3) weight rows times one scale per `block` elements of k, shared by the strip's rows:
+// each element decoded exactly and multiplied by its scale, one f32 rounding (the reference's
+// code·scale). The vector path takes eight elements under one scale, so block is a multiple of 8
+// (pack_strip checks).
+struct Fp8ScaledRows {
+  const std::uint8_t* b;
+  std::size_t ldb;
+  const float* scales;
+  std::size_t block;
+  static constexpr std::size_t kLine = 64;
+  float element(std::size_t j, std::size_t p) const {
+    return __builtin_bit_cast(float, kFp8Table.f32[b[j * ldb + p]]) * scales[p / block];
+  }
+  const void* address(std::size_t j, std::size_t p) const { return b + j * ldb + p; }
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
+  // The via-f16 decode of simd/templates/fp8_decode_impl.hpp on eight codes: fields shifted into
+  // f16's (value times 2^-8), the NaN codes patched to f16 NaN, widened exactly, times 2^8.
+  __m256 row8(std::size_t j, std::size_t p0) const {
+    const __m128i code = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + j * ldb + p0)));
+    __m128i h = _mm_and_si128(_mm_slli_epi16(code, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x3F80)), _mm_set1_epi16(0x3F80));
+    h = _mm_xor_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x4180)));
+    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+    return _mm256_mul_ps(v, _mm256_set1_ps(scales[p0 / block]));
+  }
+#endif
+  bool vector_ok() const { return block % 8 == 0; }
+};
+template <class Src>
+bool vector_ok(const Src& src) {
+  if constexpr (requires { src.vector_ok(); }) return src.vector_ok();
+  else return true;
 }
 
-// Lanes [j0, j0 + 8) of a strip W wide for p in [p0, p0 + 8): eight rows of B (missing ones zero)
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
+// Lanes [j0, j0 + 8) of a strip W wide for p in [p0, p0 + 8): eight rows (missing ones zero)
 // transposed in registers, the lanes past W not stored. (Inlined by force: as a call, each block
 // paid a vzeroupper.)
-template <std::size_t W, class T>
-[[gnu::always_inline]] inline void pack_block8(const T* b, std::size_t ldb, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
+template <std::size_t W, class Src>
+[[gnu::always_inline]] inline void pack_block8(const Src& src, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
   __m256 r[8];
-  for (std::size_t i = 0; i < 8; ++i) r[i] = j0 + i < cols ? row8(b + (j0 + i) * ldb + p0) : _mm256_setzero_ps();
+  for (std::size_t i = 0; i < 8; ++i) r[i] = j0 + i < cols ? src.row8(j0 + i, p0) : _mm256_setzero_ps();
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
   const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
@@ -70,10 +122,10 @@ template <std::size_t W, class T>
 // Lanes [j0, j0 + 4) of a strip W wide for p in [p0, p0 + 8): four rows transposed in registers,
 // each p's four lanes one 16-byte store (for widths that are not whole 8-lane blocks: the 8-lane
 // block's masked stores and zero rows took 14 % of a packed-rows chunk's time).
-template <std::size_t W, class T>
-[[gnu::always_inline]] inline void pack_block4(const T* b, std::size_t ldb, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
+template <std::size_t W, class Src>
+[[gnu::always_inline]] inline void pack_block4(const Src& src, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
   __m256 r[4];
-  for (std::size_t i = 0; i < 4; ++i) r[i] = j0 + i < cols ? row8(b + (j0 + i) * ldb + p0) : _mm256_setzero_ps();
+  for (std::size_t i = 0; i < 4; ++i) r[i] = j0 + i < cols ? src.row8(j0 + i, p0) : _mm256_setzero_ps();
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
   const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
   const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE), _mm256_shuffle_ps(t1, t3, 0x44),
@@ -85,35 +137,35 @@ template <std::size_t W, class T>
 }
 #endif
 
-// out[p*W + j] = B[j*ldb + p] widened to f32 for j < cols (<= W), lanes cols.. zero: a strip of W
+// out[p*W + j] = row j's element p as f32 for j < cols (<= W), lanes cols.. zero: a strip of W
 // lanes along k. On the vector levels eight lanes by eight elements at a time, transposed in
 // 256-bit registers; on generic (and for the last k % 8 elements) lane by lane: each read a
-// contiguous row of B, the writes staying in the strip (L1-sized for the callers' k).
-template <std::size_t W, class T>
-void pack_strip(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, float* out) {
+// contiguous row, the writes staying in the strip (L1-sized for the callers' k).
+template <std::size_t W, class Src>
+void pack_strip(const Src& src, std::size_t cols, std::size_t k, float* out) {
   std::size_t p0 = 0;
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
-  // The rows of B are usually weights read from memory for the first time in the call, 32 rows a
-  // line at a time each: too many short streams for the hardware prefetcher, so the loads stalled
-  // (7 % of a projection's time); each row's line kAhead lines on is asked for as a line begins.
-  constexpr std::size_t kLine = 64 / sizeof(T), kAhead = 4 * kLine;
-  for (; p0 + 8 <= k; p0 += 8) {
-    if (p0 % kLine == 0 && p0 + kAhead < k)
-      for (std::size_t j = 0; j < cols; ++j) _mm_prefetch(reinterpret_cast<const char*>(b + j * ldb + p0 + kAhead), _MM_HINT_T0);
-    std::size_t j0 = 0;
-    for (; j0 + 8 <= W; j0 += 8) pack_block8<W>(b, ldb, j0, cols, p0, out);
-    if constexpr (W % 4 == 0)
-      for (; j0 < W; j0 += 4) pack_block4<W>(b, ldb, j0, cols, p0, out);
-    else if (j0 < W)
-      pack_block8<W>(b, ldb, j0, cols, p0, out);
-  }
+  // The rows are usually weights read from memory for the first time in the call, 32 rows a line
+  // at a time each: too many short streams for the hardware prefetcher, so the loads stalled (7 %
+  // of a projection's time); each row's line kAhead lines on is asked for as a line begins.
+  constexpr std::size_t kLine = Src::kLine, kAhead = 4 * kLine;
+  if (vector_ok(src))
+    for (; p0 + 8 <= k; p0 += 8) {
+      if (p0 % kLine == 0 && p0 + kAhead < k)
+        for (std::size_t j = 0; j < cols; ++j) _mm_prefetch(static_cast<const char*>(src.address(j, p0 + kAhead)), _MM_HINT_T0);
+      std::size_t j0 = 0;
+      for (; j0 + 8 <= W; j0 += 8) pack_block8<W>(src, j0, cols, p0, out);
+      if constexpr (W % 4 == 0)
+        for (; j0 < W; j0 += 4) pack_block4<W>(src, j0, cols, p0, out);
+      else if (j0 < W)
+        pack_block8<W>(src, j0, cols, p0, out);
+    }
 #endif
   if (p0 == k) return;
   for (std::size_t j = 0; j < W; ++j) {
     float* dst = out + j;
     if (j < cols) {
-      const T* src = b + j * ldb;
-      for (std::size_t p = p0; p < k; ++p) dst[p * W] = widen_element(src[p]);
+      for (std::size_t p = p0; p < k; ++p) dst[p * W] = src.element(j, p);
     } else {
       for (std::size_t p = p0; p < k; ++p) dst[p * W] = 0.0f;
     }
@@ -123,7 +175,11 @@ void pack_strip(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, fl
 // A panel of B: cols (<= kPanelCols) weight columns.
 template <class T>
 void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, float* panel) {
-  pack_strip<kPanelCols>(b, ldb, cols, k, panel);
+  pack_strip<kPanelCols>(PlainRows<T>{b, ldb}, cols, k, panel);
+}
+void pack_panel_f8_scaled(const std::uint8_t* b, std::size_t ldb, std::size_t cols, std::size_t k, const float* scales,
+                          std::size_t block, float* panel) {
+  pack_strip<kPanelCols>(Fp8ScaledRows{b, ldb, scales, block}, cols, k, panel);
 }
 
 // m rows of A packed for gemm_panel_packed: groups of kPanelRows rows, group g at
@@ -132,7 +188,7 @@ void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, fl
 template <class T>
 void pack_rows(const T* a, std::size_t lda, std::size_t m, std::size_t k, float* ap) {
   for (std::size_t i = 0; i < m; i += kPanelRows)
-    pack_strip<kPanelRows>(a + i * lda, lda, m - i < kPanelRows ? m - i : kPanelRows, k, ap + i * k);
+    pack_strip<kPanelRows>(PlainRows<T>{a + i * lda, lda}, m - i < kPanelRows ? m - i : kPanelRows, k, ap + i * k);
 }
 
 // The two layouts of A the register tiles read: rows along p (lda apart), or groups packed by

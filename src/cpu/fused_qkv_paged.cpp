@@ -460,33 +460,13 @@ bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const si
   return panel_gemm::use_for(T, kPanelMinRows[static_cast<int>(d.weight_format)]);
 }
 
-// Weight columns [c0, c0 + cols) for k in [k0, k0 + kn) as f32 rows of kn (rows[j * kn + k]), the
-// values the reference multiplies, for the formats not packed straight from storage: fp8 as
-// code·scale rounded once to f32, GPTQ (without g_idx) looked up in `tables` (gptq_tables of the
-// same columns and chunk).
-void weight_chunk_f32(const Plan& p, std::size_t c0, std::size_t cols, std::size_t k0, std::size_t kn,
-                      const float* tables, float* rows) {
+// GPTQ weight columns [c0, c0 + cols) (without g_idx) for k in [k0, k0 + kn) as f32 rows of kn
+// (rows[j * kn + k]), the values the reference multiplies, looked up in `tables` (gptq_tables of
+// the same columns and chunk).
+void gptq_chunk_f32(const Plan& p, std::size_t c0, std::size_t cols, std::size_t k0, std::size_t kn,
+                    const float* tables, float* rows) {
   const FusedQkvPagedArgs& a = *p.a;
-  const std::size_t K = p.K, N = p.N;
-  if (p.d->weight_format == WeightFormat::fp8_block) {
-    const auto* codes = static_cast<const std::uint8_t*>(a.weight.data);
-    const auto* scales = static_cast<const float*>(a.weight_scale.data);
-    const std::size_t kblocks = (K + kFp8Block - 1) / kFp8Block;
-    const simd::Fp8DecodeKernels& dec = fp8_decode_kernels();
-    for (std::size_t j = 0; j < cols; ++j) {
-      const std::size_t c = c0 + j;
-      float* row = rows + j * kn;
-      dec.to_f32(codes + c * K + k0, row, kn);
-      const float* s = scales + (c / kFp8Block) * kblocks + k0 / kFp8Block;
-      for (std::size_t b0 = 0; b0 < kn; b0 += kFp8Block) {
-        const std::size_t bn = std::min(kFp8Block, kn - b0);
-        const float sb = s[b0 / kFp8Block];
-        for (std::size_t k = 0; k < bn; ++k) row[b0 + k] *= sb;
-      }
-    }
-    return;
-  }
-  const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * N + c0, N, tables,
+  const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N, tables,
                             static_cast<std::size_t>(p.d->group_size)};
   p.g->int4_rows_f32(w, cols, kn, rows, kn);
 }
@@ -503,9 +483,12 @@ void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, 
       else g.pack_panel_bf16(static_cast<const std::uint16_t*>(a.weight.data) + c * K + k0, K, cols, kn, panel);
       return;
     case WeightFormat::fp8_block: {
-      auto* rows = static_cast<float*>(thread_scratch(pc * kn * sizeof(float), 3));
-      weight_chunk_f32(p, c, cols, k0, kn, nullptr, rows);
-      g.pack_panel_f32(rows, kn, cols, kn, panel);
+      // Decoded, scaled and packed in one pass (the panel lies inside one block of columns: the
+      // column tiles and panels start at multiples of the panel width, which divides the block).
+      const auto* scales = static_cast<const float*>(a.weight_scale.data);
+      const std::size_t kblocks = (K + kFp8Block - 1) / kFp8Block;
+      g.pack_panel_f8_scaled(static_cast<const std::uint8_t*>(a.weight.data) + c * K + k0, K, cols, kn,
+                             scales + (c / kFp8Block) * kblocks + k0 / kFp8Block, kFp8Block, panel);
       return;
     }
     case WeightFormat::gptq:
@@ -518,7 +501,7 @@ void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, 
         auto* rows = static_cast<float*>(thread_scratch(pc * kn * sizeof(float), 3));
         auto* tables = static_cast<float*>(thread_scratch(pc * (kn / gs) * 16 * sizeof(float), 4));
         gptq_tables(p, c, c + cols, k0, kn, tables);
-        weight_chunk_f32(p, c, cols, k0, kn, tables, rows);
+        gptq_chunk_f32(p, c, cols, k0, kn, tables, rows);
         g.pack_panel_f32(rows, kn, cols, kn, panel);
       }
       return;
@@ -697,7 +680,7 @@ void form_tiles(const Plan& p, std::size_t c, std::size_t cols, std::uint16_t* p
           auto* rows = static_cast<float*>(thread_scratch(cols * kn * sizeof(float), 3));
           auto* tables = static_cast<float*>(thread_scratch(cols * (kn / gs) * 16 * sizeof(float), 4));
           gptq_tables(p, c, c + cols, k0, kn, tables);
-          weight_chunk_f32(p, c, cols, k0, kn, tables, rows);
+          gptq_chunk_f32(p, c, cols, k0, kn, tables, rows);
           g.round_bf16(rows, wq, cols * kn);
         }
         g.pack_tiles_bf16(wq, kn, cols, kn, packed + 16 * k0, ldp);

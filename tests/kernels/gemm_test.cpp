@@ -980,6 +980,48 @@ TEST_P(Gemm, PanelGemmIsOneChainPerOutput) {
         }
 }
 
+// The fp8 weight panel: every element the exact decode of its code times its block's scale,
+// rounded once (the reference's code·scale), for all 256 codes (NaN codes NaN), blocks of k that
+// are and are not multiples of 8 (the vector path and the element path), k past a multiple of 8,
+// partial panels (missing columns zero); nothing written past the panel.
+TEST_P(Gemm, PanelOfFp8WeightsIsCodeTimesBlockScale) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  ASSERT_TRUE(g.pack_panel_f8_scaled);
+  const std::size_t pc = g.panel_cols;
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(73);
+  std::size_t seed = 0;
+  for (std::size_t cols : {std::size_t{1}, pc / 2 + 1, pc})
+    for (std::size_t k : {1, 8, 65, 300})
+      for (std::size_t block : {8, 128, 5}) {
+        ++seed;
+        SCOPED_TRACE("cols=" + std::to_string(cols) + " k=" + std::to_string(k) + " block=" + std::to_string(block));
+        const std::size_t ldb = k + seed % 5;
+        std::vector<std::uint8_t> b(cols * ldb);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>((i * 37 + seed) % 256);
+        std::vector<float> scales((k + block - 1) / block);
+        for (auto& s : scales) s = rng.uniform(0.001f, 3.0f);
+        std::vector<float> panel(pc * k + 8, float_of(kGuard));
+        g.pack_panel_f8_scaled(b.data(), ldb, cols, k, scales.data(), block, panel.data());
+        for (std::size_t e = 0; e < panel.size(); ++e) {
+          if (e >= pc * k) {
+            ASSERT_EQ(bits_of(panel[e]), kGuard) << "wrote past the panel at " << e;
+            continue;
+          }
+          const std::size_t p = e / pc, j = e % pc;
+          const float want = j < cols ? f8e4m3_to_f32(b[j * ldb + p]) * scales[p / block] : 0.0f;
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(panel[e])) << "column " << j << ", p " << p;
+          } else {
+            ASSERT_EQ(bits_of(panel[e]), bits_of(want)) << "column " << j << ", p " << p << ", code " << (j < cols ? int(b[j * ldb + p]) : -1);
+          }
+        }
+      }
+  // Every case of 256 elements or more holds every code (37 is odd: i * 37 runs through all
+  // residues mod 256).
+}
+
 // The packed-rows panel GEMM: pack_rows_* lays rows out in groups of panel_rows (element (r, p) of
 // a group at p * panel_rows + r, missing rows zero, nothing written past round_up(m) * k), and
 // gemm_panel_packed gives gemm_panel's bits over the same rows (the same chains), from f32 and from
@@ -1205,7 +1247,7 @@ TEST_P(Gemm, TableDescribesItself) {
   EXPECT_GE(t.panel_cols, 8u);
   EXPECT_EQ(t.panel_cols % 8, 0u);
   EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.gemm_panel_scaled && t.split_bf16x3 && t.int4_rows_f32);
-  EXPECT_TRUE(t.pack_rows_f32 && t.pack_rows_bf16 && t.gemm_panel_packed);
+  EXPECT_TRUE(t.pack_rows_f32 && t.pack_rows_bf16 && t.gemm_panel_packed && t.pack_panel_f8_scaled);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Gemm, ::testing::ValuesIn(levels_of("gemm")), level_param_name);
