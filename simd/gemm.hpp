@@ -203,6 +203,10 @@ struct GemmKernels {
   // The first n int4 columns of b (k a multiple of 8) expanded to f32 rows for pack_panel_f32:
   // rows[j*ldr + p] = B[j][p] as Int4Columns defines it (the table value, exact in f32).
   void (*int4_rows_f32)(const Int4Columns& b, std::size_t n, std::size_t k, float* rows, std::size_t ldr);
+  // The panel of the first cols (<= panel_cols) int4 columns of b (k a multiple of 8), formed
+  // straight from the codes and tables: panel[p*panel_cols + j] = B[j][p], the values
+  // int4_rows_f32 gives, so pack_panel_f32 over those rows gives the same panel.
+  void (*pack_panel_int4)(const Int4Columns& b, std::size_t cols, std::size_t k, float* panel);
 
   // Tile GEMM, where the level has AMX tiles (zero and null elsewhere): bf16 activation rows
   // against weights packed once into the pair layout of the tile unit's B operand.

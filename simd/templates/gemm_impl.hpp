@@ -61,6 +61,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &pack_rows<std::uint16_t>,
                      &gemm_panel_packed,
                      &int4_rows_f32,
+                     &pack_panel_int4,
                      0,
                      0,
                      0,

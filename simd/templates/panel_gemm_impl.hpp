@@ -37,12 +37,14 @@ template <class T>
 struct PlainRows {
   const T* b;
   std::size_t ldb;
-  static constexpr std::size_t kLine = 64 / sizeof(T);  // elements per cache line
+  static constexpr std::size_t kLine = 64 / sizeof(T);  // k per cache line of a row
   float element(std::size_t j, std::size_t p) const {
     if constexpr (std::is_same_v<T, float>) return b[j * ldb + p];
     else return f32_of_bf16(b[j * ldb + p]);
   }
-  const void* address(std::size_t j, std::size_t p) const { return b + j * ldb + p; }
+  void prefetch(std::size_t cols, std::size_t p) const {
+    for (std::size_t j = 0; j < cols; ++j) __builtin_prefetch(b + j * ldb + p);
+  }
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   __m256 row8(std::size_t j, std::size_t p0) const {
     const T* p = b + j * ldb + p0;
@@ -69,7 +71,9 @@ struct Fp8ScaledRows {
   float element(std::size_t j, std::size_t p) const {
     return __builtin_bit_cast(float, kFp8Table.f32[b[j * ldb + p]]) * scales[p / block];
   }
-  const void* address(std::size_t j, std::size_t p) const { return b + j * ldb + p; }
+  void prefetch(std::size_t cols, std::size_t p) const {
+    for (std::size_t j = 0; j < cols; ++j) __builtin_prefetch(b + j * ldb + p);
+  }
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   // The via-f16 decode of simd/templates/fp8_decode_impl.hpp on eight codes: fields shifted into
   // f16's (value times 2^-8), the NaN codes patched to f16 NaN, widened exactly, times 2^8.
@@ -84,6 +88,42 @@ struct Fp8ScaledRows {
 #endif
   bool vector_ok() const { return block % 8 == 0; }
 };
+// GPTQ int4 columns (Int4Columns: column j's codes for k = 8r .. 8r + 7 in word r, code q in
+// bits 4q .. 4q + 3) as the values of their (column, group) tables: element p of column j is
+// tables[(j * groups + p / group_size) * 16 + code] (exact in f32). k is a multiple of 8.
+struct Int4TableRows {
+  Int4Columns b;
+  std::size_t groups;
+  static constexpr std::size_t kLine = 8;  // k per row of words (each row of words its own lines)
+  float element(std::size_t j, std::size_t p) const {
+    const std::uint32_t w = b.words[(p / 8) * b.ldw + j];
+    return b.tables[(j * groups + p / b.group_size) * 16 + ((w >> (4 * (p % 8))) & 0xFu)];
+  }
+  // A row of words (8 k of every column) is what a block of eight k reads.
+  void prefetch(std::size_t cols, std::size_t p) const {
+    const char* row = reinterpret_cast<const char*>(b.words + (p / 8) * b.ldw);
+    for (std::size_t off = 0; off < cols * sizeof(std::uint32_t); off += 64) __builtin_prefetch(row + off);
+  }
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
+  // One word: a variable shift and a mask put one code per lane, and the column's table looks
+  // them up (one two-source permute on AVX-512; two 8-entry permutes and a blend on bit 3 on AVX2).
+  __m256 row8(std::size_t j, std::size_t p0) const {
+    const float* t = b.tables + (j * groups + p0 / b.group_size) * 16;
+    const __m256i code = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(b.words[(p0 / 8) * b.ldw + j])),
+                          _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(0xF));
+#if defined(__AVX512VL__)
+    return _mm256_permutex2var_ps(_mm256_loadu_ps(t), code, _mm256_loadu_ps(t + 8));  // a 16-entry table
+#else
+    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), code);
+    const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), code);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(code, 28)));
+#endif
+  }
+#endif
+};
+
 template <class Src>
 bool vector_ok(const Src& src) {
   if constexpr (requires { src.vector_ok(); }) return src.vector_ok();
@@ -151,8 +191,7 @@ void pack_strip(const Src& src, std::size_t cols, std::size_t k, float* out) {
   constexpr std::size_t kLine = Src::kLine, kAhead = 4 * kLine;
   if (vector_ok(src))
     for (; p0 + 8 <= k; p0 += 8) {
-      if (p0 % kLine == 0 && p0 + kAhead < k)
-        for (std::size_t j = 0; j < cols; ++j) _mm_prefetch(static_cast<const char*>(src.address(j, p0 + kAhead)), _MM_HINT_T0);
+      if (p0 % kLine == 0 && p0 + kAhead < k) src.prefetch(cols, p0 + kAhead);
       std::size_t j0 = 0;
       for (; j0 + 8 <= W; j0 += 8) pack_block8<W>(src, j0, cols, p0, out);
       if constexpr (W % 4 == 0)
@@ -180,6 +219,10 @@ void pack_panel(const T* b, std::size_t ldb, std::size_t cols, std::size_t k, fl
 void pack_panel_f8_scaled(const std::uint8_t* b, std::size_t ldb, std::size_t cols, std::size_t k, const float* scales,
                           std::size_t block, float* panel) {
   pack_strip<kPanelCols>(Fp8ScaledRows{b, ldb, scales, block}, cols, k, panel);
+}
+
+void pack_panel_int4(const Int4Columns& b, std::size_t cols, std::size_t k, float* panel) {
+  pack_strip<kPanelCols>(Int4TableRows{b, (k + b.group_size - 1) / b.group_size}, cols, k, panel);
 }
 
 // m rows of A packed for gemm_panel_packed: groups of kPanelRows rows, group g at

@@ -460,15 +460,11 @@ bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const si
   return panel_gemm::use_for(T, kPanelMinRows[static_cast<int>(d.weight_format)]);
 }
 
-// GPTQ weight columns [c0, c0 + cols) (without g_idx) for k in [k0, k0 + kn) as f32 rows of kn
-// (rows[j * kn + k]), the values the reference multiplies, looked up in `tables` (gptq_tables of
-// the same columns and chunk).
-void gptq_chunk_f32(const Plan& p, std::size_t c0, std::size_t cols, std::size_t k0, std::size_t kn,
-                    const float* tables, float* rows) {
-  const FusedQkvPagedArgs& a = *p.a;
-  const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N, tables,
-                            static_cast<std::size_t>(p.d->group_size)};
-  p.g->int4_rows_f32(w, cols, kn, rows, kn);
+// GPTQ weight columns from c0 (without g_idx) for k from k0, their values looked up in `tables`
+// (gptq_tables of the same columns and chunk).
+simd::Int4Columns gptq_columns(const Plan& p, std::size_t c0, std::size_t k0, const float* tables) {
+  return simd::Int4Columns{static_cast<const std::uint32_t*>(p.a->qweight.data) + (k0 / 8) * p.N + c0, p.N, tables,
+                           static_cast<std::size_t>(p.d->group_size)};
 }
 
 // The weight panel of columns [c, c + cols) for k in [k0, k0 + kn): panel[k * panel_cols + j].
@@ -498,11 +494,9 @@ void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, 
         g.pack_panel_bf16(wq, kn, cols, kn, panel);
       } else {
         const std::size_t gs = static_cast<std::size_t>(p.d->group_size);
-        auto* rows = static_cast<float*>(thread_scratch(pc * kn * sizeof(float), 3));
         auto* tables = static_cast<float*>(thread_scratch(pc * (kn / gs) * 16 * sizeof(float), 4));
         gptq_tables(p, c, c + cols, k0, kn, tables);
-        gptq_chunk_f32(p, c, cols, k0, kn, tables, rows);
-        g.pack_panel_f32(rows, kn, cols, kn, panel);
+        g.pack_panel_int4(gptq_columns(p, c, k0, tables), cols, kn, panel);
       }
       return;
   }
@@ -680,7 +674,7 @@ void form_tiles(const Plan& p, std::size_t c, std::size_t cols, std::uint16_t* p
           auto* rows = static_cast<float*>(thread_scratch(cols * kn * sizeof(float), 3));
           auto* tables = static_cast<float*>(thread_scratch(cols * (kn / gs) * 16 * sizeof(float), 4));
           gptq_tables(p, c, c + cols, k0, kn, tables);
-          gptq_chunk_f32(p, c, cols, k0, kn, tables, rows);
+          g.int4_rows_f32(gptq_columns(p, c, k0, tables), cols, kn, rows, kn);
           g.round_bf16(rows, wq, cols * kn);
         }
         g.pack_tiles_bf16(wq, kn, cols, kn, packed + 16 * k0, ldp);

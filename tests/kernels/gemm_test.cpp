@@ -1190,7 +1190,8 @@ TEST_P(Gemm, PanelGemmRowsAndSplitsOfKGiveTheBitsOfOneCall) {
 
 // The panel's packers and the int4 expansion follow their definitions element by element: every
 // bf16 pattern kind (NaN, infinities, subnormals) widened exactly, the columns past `cols` zero;
-// int4 codes looked up in their column's and group's table for every group size.
+// int4 codes looked up in their column's and group's table for every group size, as rows and
+// straight into panels.
 TEST_P(Gemm, PanelPackersAndInt4RowsFollowTheirDefinitions) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   const simd::GemmKernels& g = table();
@@ -1234,6 +1235,19 @@ TEST_P(Gemm, PanelPackersAndInt4RowsFollowTheirDefinitions) {
           }
           ASSERT_EQ(rows[j * ldr + k], 7.0f) << "wrote past k";
         }
+        // The panel formed straight from the codes: the panels of those rows, bit for bit (NaN
+        // too), missing columns zero, nothing past the panel.
+        for (std::size_t c0 = 0; c0 < n; c0 += pc) {
+          const std::size_t w = std::min(pc, n - c0);
+          const simd::Int4Columns part{words.data() + c0, ldw, tables.data() + c0 * groups * 16, gs};
+          std::vector<float> direct(pc * k + 4, 7.0f), via_rows(pc * k, 7.0f);
+          g.pack_panel_int4(part, w, k, direct.data());
+          g.pack_panel_f32(rows.data() + c0 * ldr, ldr, w, k, via_rows.data());
+          for (std::size_t e = 0; e < pc * k; ++e)
+            ASSERT_EQ(bits_of(direct[e]), bits_of(via_rows[e]))
+                << "gs=" << gs << " n=" << n << " k=" << k << " panel at " << c0 << ", p " << e / pc << ", column " << e % pc;
+          for (std::size_t e = pc * k; e < direct.size(); ++e) ASSERT_EQ(direct[e], 7.0f) << "wrote past the panel";
+        }
       }
 }
 
@@ -1247,7 +1261,7 @@ TEST_P(Gemm, TableDescribesItself) {
   EXPECT_GE(t.panel_cols, 8u);
   EXPECT_EQ(t.panel_cols % 8, 0u);
   EXPECT_TRUE(t.pack_panel_f32 && t.pack_panel_bf16 && t.gemm_panel && t.gemm_panel_scaled && t.split_bf16x3 && t.int4_rows_f32);
-  EXPECT_TRUE(t.pack_rows_f32 && t.pack_rows_bf16 && t.gemm_panel_packed && t.pack_panel_f8_scaled);
+  EXPECT_TRUE(t.pack_rows_f32 && t.pack_rows_bf16 && t.gemm_panel_packed && t.pack_panel_f8_scaled && t.pack_panel_int4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Gemm, ::testing::ValuesIn(levels_of("gemm")), level_param_name);
