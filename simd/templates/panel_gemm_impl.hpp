@@ -31,6 +31,12 @@ constexpr std::size_t kPanelRows = 12;
 #endif
 constexpr std::size_t kPanelCols = 2 * kLanes;
 
+// Element p of rows [0, cols), ldb apart, asked for ahead of the packing.
+template <class T>
+void prefetch_rows(const T* b, std::size_t ldb, std::size_t cols, std::size_t p) {
+  for (std::size_t j = 0; j < cols; ++j) __builtin_prefetch(b + j * ldb + p);
+}
+
 // The rows a strip is packed from (panels of B from weight rows, groups of A from activation
 // rows): row j's element p widened to f32, eight of them at a time on the vector levels.
 template <class T>
@@ -42,9 +48,7 @@ struct PlainRows {
     if constexpr (std::is_same_v<T, float>) return b[j * ldb + p];
     else return f32_of_bf16(b[j * ldb + p]);
   }
-  void prefetch(std::size_t cols, std::size_t p) const {
-    for (std::size_t j = 0; j < cols; ++j) __builtin_prefetch(b + j * ldb + p);
-  }
+  void prefetch(std::size_t cols, std::size_t p) const { prefetch_rows(b, ldb, cols, p); }
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   __m256 row8(std::size_t j, std::size_t p0) const {
     const T* p = b + j * ldb + p0;
@@ -71,9 +75,7 @@ struct Fp8ScaledRows {
   float element(std::size_t j, std::size_t p) const {
     return __builtin_bit_cast(float, kFp8Table.f32[b[j * ldb + p]]) * scales[p / block];
   }
-  void prefetch(std::size_t cols, std::size_t p) const {
-    for (std::size_t j = 0; j < cols; ++j) __builtin_prefetch(b + j * ldb + p);
-  }
+  void prefetch(std::size_t cols, std::size_t p) const { prefetch_rows(b, ldb, cols, p); }
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   // The via-f16 decode of simd/templates/fp8_decode_impl.hpp on eight codes: fields shifted into
   // f16's (value times 2^-8), the NaN codes patched to f16 NaN, widened exactly, times 2^8.
