@@ -133,25 +133,31 @@ bool vector_ok(const Src& src) {
 }
 
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
+// Four rows of eight elements interleaved: u[q] holds the rows' element q in its low half and
+// element q + 4 in its high half.
+[[gnu::always_inline]] inline void interleave4(const __m256* r, __m256* u) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  u[0] = _mm256_shuffle_ps(t0, t2, 0x44);
+  u[1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+  u[2] = _mm256_shuffle_ps(t1, t3, 0x44);
+  u[3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+}
+
 // Lanes [j0, j0 + 8) of a strip W wide for p in [p0, p0 + 8): eight rows (missing ones zero)
 // transposed in registers, the lanes past W not stored. (Inlined by force: as a call, each block
 // paid a vzeroupper.)
 template <std::size_t W, class Src>
 [[gnu::always_inline]] inline void pack_block8(const Src& src, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
-  __m256 r[8];
+  __m256 r[8], u[8];
   for (std::size_t i = 0; i < 8; ++i) r[i] = j0 + i < cols ? src.row8(j0 + i, p0) : _mm256_setzero_ps();
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  const __m256 o[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
-                       _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
-                       _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
-                       _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+  interleave4(r, u);
+  interleave4(r + 4, u + 4);
+  __m256 o[8];
+  for (std::size_t q = 0; q < 4; ++q) {
+    o[q] = _mm256_permute2f128_ps(u[q], u[q + 4], 0x20);
+    o[q + 4] = _mm256_permute2f128_ps(u[q], u[q + 4], 0x31);
+  }
   if (j0 + 8 <= W) {
     for (std::size_t q = 0; q < 8; ++q) _mm256_storeu_ps(out + (p0 + q) * W + j0, o[q]);
   } else {
@@ -166,12 +172,9 @@ template <std::size_t W, class Src>
 // block's masked stores and zero rows took 14 % of a packed-rows chunk's time).
 template <std::size_t W, class Src>
 [[gnu::always_inline]] inline void pack_block4(const Src& src, std::size_t j0, std::size_t cols, std::size_t p0, float* out) {
-  __m256 r[4];
+  __m256 r[4], u[4];
   for (std::size_t i = 0; i < 4; ++i) r[i] = j0 + i < cols ? src.row8(j0 + i, p0) : _mm256_setzero_ps();
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE), _mm256_shuffle_ps(t1, t3, 0x44),
-                       _mm256_shuffle_ps(t1, t3, 0xEE)};  // p0 + q in the low half, p0 + q + 4 in the high
+  interleave4(r, u);
   for (std::size_t q = 0; q < 4; ++q) {
     _mm_storeu_ps(out + (p0 + q) * W + j0, _mm256_castps256_ps128(u[q]));
     _mm_storeu_ps(out + (p0 + q + 4) * W + j0, _mm256_extractf128_ps(u[q], 1));
