@@ -90,7 +90,7 @@ TimedCalls time_calls(benchmark::State& state, const goldens::OpDriver& driver, 
 // after its rows, the best of three against their mean) moved the ratio by as much.
 constexpr int kBarPairs = 5;
 struct BarRatios {
-  std::optional<double> library, onednn;  // bar seconds / operator seconds
+  std::optional<double> blas, onednn;  // bar seconds / operator seconds
 };
 
 double median(std::vector<double> v) {
@@ -114,7 +114,7 @@ BarRatios paired_bars(const goldens::OpDriver& driver, goldens::Bundle& bundle, 
     if (lib) lib_ratio.push_back((*lib)() / op);
     if (dn) dn_ratio.push_back((*dn)() / op);
   }
-  if (lib) r.library = median(lib_ratio);
+  if (lib) r.blas = median(lib_ratio);
   if (dn) r.onednn = median(dn_ratio);
   return r;
 }
@@ -194,7 +194,7 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   // pct_of_library: the same GEMMs through the BLAS library (bench/library_bar.hpp) against this
   // call, in time: above 100 the operator, with all it does besides, beats the library's GEMMs.
   // pct_of_onednn: the same against oneDNN's bf16 matmul (bench/onednn_bar.hpp), where built in.
-  if (bars.library) state.counters["pct_of_library"] = *bars.library * 100.0;
+  if (bars.blas) state.counters["pct_of_library"] = *bars.blas * 100.0;
   if (bars.onednn) state.counters["pct_of_onednn"] = *bars.onednn * 100.0;
 }
 

@@ -49,6 +49,7 @@ struct PlainRows {
     else return f32_of_bf16(b[j * ldb + p]);
   }
   void prefetch(std::size_t cols, std::size_t p) const { prefetch_rows(b, ldb, cols, p); }
+  bool vector_ok() const { return true; }
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   __m256 row8(std::size_t j, std::size_t p0) const {
     const T* p = b + j * ldb + p0;
@@ -106,6 +107,7 @@ struct Int4TableRows {
     const char* row = reinterpret_cast<const char*>(b.words + (p / 8) * b.ldw);
     for (std::size_t off = 0; off < cols * sizeof(std::uint32_t); off += 64) __builtin_prefetch(row + off);
   }
+  bool vector_ok() const { return true; }  // k is a multiple of 8 and group_size of 32
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   // One word: a variable shift and a mask put one code per lane, and the column's table looks
   // them up (one two-source permute on AVX-512; two 8-entry permutes and a blend on bit 3 on AVX2).
@@ -125,12 +127,6 @@ struct Int4TableRows {
   }
 #endif
 };
-
-template <class Src>
-bool vector_ok(const Src& src) {
-  if constexpr (requires { src.vector_ok(); }) return src.vector_ok();
-  else return true;
-}
 
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
 // Four rows of eight elements interleaved: u[q] holds the rows' element q in its low half and
@@ -194,7 +190,7 @@ void pack_strip(const Src& src, std::size_t cols, std::size_t k, float* out) {
   // at a time each: too many short streams for the hardware prefetcher, so the loads stalled (7 %
   // of a projection's time); each row's line kAhead lines on is asked for as a line begins.
   constexpr std::size_t kLine = Src::kLine, kAhead = 4 * kLine;
-  if (vector_ok(src))
+  if (src.vector_ok())
     for (; p0 + 8 <= k; p0 += 8) {
       if (p0 % kLine == 0 && p0 + kAhead < k) src.prefetch(cols, p0 + kAhead);
       std::size_t j0 = 0;
