@@ -55,6 +55,12 @@
 // or the other rows of the call: a decode row gets its prefill bits on it too. Within the same
 // bound as above.
 //
+// Packed weights (pack_weights). A caller's pack holds, over all N and K, what the tile route's
+// groups or the panel route's column tiles form in a call (the same code forms it): a call on the
+// route and level it was made for reads its strips or panels instead, with no packing and no
+// waiting between column tiles; the work tiles and their arithmetic are the ones above, so the
+// bits are those of the call without it. Every other call reads the weight tensors.
+//
 // The library GEMM. The BLAS library's sgemm (cpu/common/library_gemm.hpp), from one row with
 // MLAKIT_LIBRARY_GEMM=on, or from kLibraryMinRows with the panel GEMM off: the
 // activations are widened to f32 once per call, the weights in groups of kLibraryGroup columns
@@ -69,7 +75,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -114,6 +122,7 @@ struct Plan {
   bool f32;  // activations (and cache, output, dense weight) are f32
   std::size_t T, K, N;
   std::vector<std::int64_t> row_block, row_slot;  // cache block and page offset of each row
+  const mlakit::detail::FusedQkvPackedState* pack = nullptr;  // the caller's packed weights, for this call's route
 };
 
 // `len` sums of a row to their destination, rounded once to the dtype.
@@ -583,6 +592,15 @@ void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
 // row tiles are done (they were claimed earlier, so they are running). The panels and each tile's
 // arithmetic are the same whoever runs them, so the bits do not change.
 Status run_panels(const Plan& p) {
+  if (p.pack) {
+    const auto* base = static_cast<const float*>(p.pack->data.get());
+    const std::size_t stride = p.pack->stride, pc = p.g->panel_cols;
+    parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile,
+                          [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+                            run_panel_tile(p, r0, r1, c0, c1, base + (c0 / pc) * stride);
+                          });
+    return Status::success();
+  }
   const std::size_t group = panel_group_floats(p.T, p.K);
   if (group == 0) {
     parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile, [&](std::size_t r0, std::size_t r1, std::size_t c0,
@@ -710,6 +728,15 @@ void run_tiles_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c
 }
 
 Status run_tiles(const Plan& p) {
+  if (p.pack) {
+    const auto* base = static_cast<const std::uint16_t*>(p.pack->data.get());
+    const std::size_t ldp = p.pack->stride;
+    parallel_for_tiles_2d(p.T, kTilesRowTile, p.N, kTilesColTile,
+                          [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
+                            run_tiles_tile(p, r0, r1, c0, c1, base + (c0 / 16) * ldp, ldp);
+                          });
+    return Status::success();
+  }
   const std::size_t ldp = tile_strip_elems(p.K), group = tile_group_cols(p.T, p.N);
   if (group == 0) {
     parallel_for_tiles_2d(p.T, kTilesRowTile, p.N, kTilesColTile,
@@ -745,7 +772,93 @@ Route route_of(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const sim
   return library ? Route::library : Route::own;
 }
 
+// ---- packed weights ---------------------------------------------------------------------------------
+
+using PackKind = mlakit::detail::FusedQkvPackedState::Kind;
+
+// The layout a prefill of this CPU reads: the route a call of many rows takes.
+PackKind pack_kind(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
+  if (library_gemm::mode() == RouteMode::on) return PackKind::none;  // every call on the library's sgemm
+  FusedQkvPagedArgs prefill = a;
+  prefill.hidden_state.shape[0] = std::int64_t{1} << 30;
+  if (tiles_path(prefill, g)) return PackKind::tiles;
+  if (panel_path(d, prefill, g)) return PackKind::panels;
+  return PackKind::none;
+}
+
+// The caller's pack where this call's route reads it: made for these kernels and this route.
+const mlakit::detail::FusedQkvPackedState* pack_for(const FusedQkvPagedArgs& a, Route route, const simd::GemmKernels& g) {
+  const mlakit::detail::FusedQkvPackedState* s = a.packed_weights ? a.packed_weights->state() : nullptr;
+  if (s == nullptr || s->kernels != &g) return nullptr;
+  if ((route == Route::tiles && s->kind == PackKind::tiles) || (route == Route::panel && s->kind == PackKind::panels))
+    return s;
+  return nullptr;
+}
+
 }  // namespace
+
+Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, mlakit::detail::FusedQkvPackedState* out) {
+  Plan p;
+  p.d = &d;
+  p.a = &a;
+  p.g = &gemm_kernels();
+  p.f32 = a.hidden_state.dtype == DType::f32;
+  p.T = 0;
+  p.K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+  p.N = static_cast<std::size_t>(d.weight_format == WeightFormat::gptq ? a.qweight.shape[1] : a.weight.shape[0]);
+  const simd::GemmKernels& g = *p.g;
+  out->kernels = &g;
+  out->kind = pack_kind(d, a, g);
+  const std::size_t K = p.K, N = p.N;
+  std::size_t elems = 0, elem_bytes = 0;
+  if (out->kind == PackKind::tiles) {
+    out->stride = tile_strip_elems(K);
+    elems = num_tiles(N, 16) * out->stride;
+    elem_bytes = sizeof(std::uint16_t);
+  } else if (out->kind == PackKind::panels) {
+    out->stride = K * g.panel_cols;
+    elems = num_tiles(N, g.panel_cols) * out->stride;
+    elem_bytes = sizeof(float);
+  }
+  if (elems != 0) {
+    void* mem = ::operator new(elems * elem_bytes, std::align_val_t(64), std::nothrow);
+    if (mem == nullptr)
+      return Status::error(StatusCode::internal, "fused_qkv_paged", "packed_weights",
+                           "fused_qkv_paged: packed_weights: allocating " + std::to_string(elems * elem_bytes) +
+                               " bytes failed");
+    out->data = std::shared_ptr<void>(mem, [](void* m) { ::operator delete(m, std::align_val_t(64)); });
+    out->bytes = elems * elem_bytes;
+  }
+  const std::string level = g.level;
+  switch (out->kind) {
+    case PackKind::tiles: {
+      auto* base = static_cast<std::uint16_t*>(out->data.get());
+      const std::size_t ldp = out->stride;
+      constexpr std::size_t kPackCols = 32;  // columns per packing task: two strips
+      parallel_for_tiles(N, kPackCols, [&](std::size_t j0, std::size_t j1) {
+        form_tiles(p, j0, j1 - j0, base + (j0 / 16) * ldp, ldp);
+      });
+      out->layout = "tile GEMM pair strips (bf16, " + std::to_string(num_tiles(N, 16)) + " strips of 16 columns x " +
+                    std::to_string(simd::tile_pack_k(K)) + " k) for the " + level + " level";
+      break;
+    }
+    case PackKind::panels: {
+      auto* base = static_cast<float*>(out->data.get());
+      const std::size_t pc = g.panel_cols, chunk = std::min(kPanelChunk, K);
+      parallel_for_each(num_tiles(N, pc), [&](std::size_t q) {
+        for (std::size_t k0 = 0; k0 < K; k0 += chunk)
+          form_panel(p, q * pc, std::min(pc, N - q * pc), k0, std::min(chunk, K - k0), base + q * out->stride + k0 * pc);
+      });
+      out->layout = "panel GEMM panels (f32, " + std::to_string(num_tiles(N, pc)) + " panels of " + std::to_string(pc) +
+                    " columns x " + std::to_string(K) + " k) for the " + level + " level";
+      break;
+    }
+    case PackKind::none:
+      out->layout = "none: prefills at the " + level + " level read these weights in place";
+      break;
+  }
+  return Status::success();
+}
 
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;
@@ -794,7 +907,9 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
       p.row_slot[t] = pos % ps;
     }
 
-  switch (route_of(d, a, *p.g)) {
+  const Route route = route_of(d, a, *p.g);
+  p.pack = pack_for(a, route, *p.g);
+  switch (route) {
     case Route::library: return run_library(p);
     case Route::tiles: return run_tiles(p);
     case Route::panel: return run_panels(p);

@@ -1,8 +1,46 @@
 // cpu back-end of fused_qkv_paged.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
 #include "cpu/common/parallel.hpp"
+#include "mlakit/dtype.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
+
+namespace mlakit::simd {
+struct GemmKernels;
+}
+
+namespace mlakit::detail {
+
+// What pack_weights made: the weights it was made from (checked by every call that names it), the
+// kernels and route it serves, and the layout.
+struct FusedQkvPackedState {
+  enum class Kind { none, tiles, panels };
+  FusedQkvPagedDesc desc;
+  DType activations = DType::bf16;
+  std::int64_t N = 0, K = 0;
+  // The data pointers of weight, weight_scale, qweight, scales, qzeros, g_idx (null when absent).
+  const void* tensors[6] = {};
+  DType scales_dtype = DType::f16;  // GPTQ scales
+  Kind kind = Kind::none;
+  const simd::GemmKernels* kernels = nullptr;  // the table whose kernels laid it out and read it
+  // tiles: strip s of 16 columns at s * stride elements (bf16); panels: panel q of panel_cols
+  // columns at q * stride floats, chunk k0 at + k0 * panel_cols.
+  std::size_t stride = 0;
+  std::shared_ptr<void> data;
+  std::size_t bytes = 0;
+  std::string layout;
+};
+
+struct FusedQkvPackedAccess {
+  static void set(FusedQkvPackedWeights* w, std::shared_ptr<const FusedQkvPackedState> s) { w->state_ = std::move(s); }
+};
+
+}  // namespace mlakit::detail
 
 namespace mlakit::cpu {
 
@@ -10,5 +48,9 @@ namespace mlakit::cpu {
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
 // The call buffers it takes (the library GEMM's f32 operands; none on the own tiles).
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
+// Lays out validated weights (pack_weights) for the kernels in force; fills everything but the
+// tensors and desc fields, which the caller sets.
+Status pack_fused_qkv_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights,
+                              mlakit::detail::FusedQkvPackedState* out);
 
 }  // namespace mlakit::cpu

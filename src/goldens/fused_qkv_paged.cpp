@@ -1,4 +1,6 @@
 // Driver of fused_qkv_paged (docs/fused_qkv_paged.md): case generator, golden matrix, run, tolerance, comparison.
+#include "goldens/fused_qkv_paged.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -563,4 +565,8 @@ const FusedQkvPagedDriver kDriver;
 const bool kRegistered = register_driver(&kDriver);
 
 }  // namespace
+
+FusedQkvPagedDesc fused_qkv_paged_desc(const Bundle& b) { return params_of(b).desc; }
+FusedQkvPagedArgs fused_qkv_paged_args(const Bundle& b) { return FusedQkvPagedDriver::args_of(b, params_of(b)); }
+
 }  // namespace mlakit::goldens

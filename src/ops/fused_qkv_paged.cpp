@@ -2,6 +2,8 @@
 #include "mlakit/ops/fused_qkv_paged.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@ namespace core {
 namespace {
 
 constexpr const char* kOp = "fused_qkv_paged";
+constexpr const char* kPackOp = "fused_qkv_paged.pack_weights";
 
 const char* format_name(WeightFormat f) {
   switch (f) {
@@ -52,48 +55,11 @@ bool n_matches(Validator& v, const char* field, std::int64_t got, std::int64_t n
   return v.fail(field, eq(got) + " (expected N = " + how + " = " + str(n) + ")");
 }
 
-}  // namespace
-
-Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space,
-                                Checks checks) {
-  Validator v(kOp, checks);
+// The weight tensors of the desc's format (and the desc's GPTQ fields) for activations of dtype dt
+// and K input channels, N output columns (n_how says where N comes from).
+void validate_weights(Validator& v, const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, DType dt, std::int64_t K,
+                      std::int64_t N, const std::string& n_how) {
   const WeightFormat fmt = d.weight_format;
-  if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq) {
-    v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
-    return v.status();
-  }
-  v.positive("q_dim", d.q_dim);
-
-  // Activations and the ragged batch.
-  v.tensor("hidden_state", a.hidden_state, {DType::bf16, DType::f32}, {kAnyDim, kAnyDim});
-  if (!v.ok()) return v.status();
-  const DType dt = a.hidden_state.dtype;
-  const std::int64_t T = a.hidden_state.shape[0];
-  const std::int64_t K = a.hidden_state.shape[1];
-  if (K < 1) v.fail("hidden_state.shape[1]", eq(K) + " (K must be >= 1)");
-  v.row_offsets("input_row_offsets", a.input_row_offsets, T);
-  if (!v.ok()) return v.status();
-  const std::int64_t B = a.input_row_offsets.shape[0] - 1;
-
-  // The cache: same dtype as the activations, not quantized.
-  CacheExpect ce{{dt}};
-  ce.layer_idx = a.layer_idx;
-  ce.written = true;  // the new tokens' K and V rows
-  v.paged_cache("kv_cache", a.kv_cache, ce, B);
-  if (!v.ok()) return v.status();
-  const PagedKVCacheView& kc = a.kv_cache;
-  const bool mla = kc.kv_dim() == 1;
-  if (mla && kc.num_kv_heads() != 1)
-    v.fail("kv_cache.blocks.shape[4]", eq(kc.num_kv_heads()) +
-                                           " (an MLA cache, kv_dim=1, has exactly one latent head)");
-  if (!v.ok()) return v.status();
-  const std::int64_t kv_cols = kc.kv_dim() * kc.num_kv_heads() * kc.head_size();
-  const std::int64_t N = d.q_dim + kv_cols;
-  const std::string n_how =
-      mla ? "q_dim + head_size = " + str(d.q_dim) + " + " + str(kc.head_size())
-          : "q_dim + 2·num_kv_heads·head_size = " + str(d.q_dim) + " + 2·" + str(kc.num_kv_heads()) + "·" +
-                str(kc.head_size());
-
   if (fmt != WeightFormat::gptq && d.has_zp)
     v.fail("has_zp", std::string("=true (only the gptq weight format has zero points; format is ") +
                          format_name(fmt) + ")");
@@ -159,6 +125,102 @@ Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedA
       break;
     }
   }
+}
+
+// The weight tensors a call names, in the order a pack records them.
+struct WeightViews {
+  const char* names[6] = {"weight", "weight_scale", "qweight", "scales", "qzeros", "g_idx"};
+  const TensorView* views[6];
+  explicit WeightViews(const FusedQkvPagedArgs& a)
+      : views{&a.weight, &a.weight_scale, &a.qweight, &a.scales, &a.qzeros, &a.g_idx} {}
+};
+
+// A call's packed weights, when named: made by pack_weights from this call's weight tensors, for
+// its desc, activation dtype and shape.
+void validate_packed(Validator& v, const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, DType dt, std::int64_t K,
+                     std::int64_t N) {
+  if (!v.ok() || a.packed_weights == nullptr) return;
+  const detail::FusedQkvPackedState* s = a.packed_weights->state();
+  if (s == nullptr) {
+    v.fail("packed_weights", " is empty (expected a pack made by pack_weights, or none)");
+    return;
+  }
+  const auto differs = [&](const char* field, const std::string& packed, const std::string& call) {
+    v.fail(std::string("packed_weights.") + field,
+           "=" + packed + " (the pack was made for " + packed + "; this call has " + call + ")");
+  };
+  if (s->desc.weight_format != d.weight_format)
+    differs("weight_format", format_name(s->desc.weight_format), format_name(d.weight_format));
+  else if (d.weight_format == WeightFormat::gptq && s->desc.group_size != d.group_size)
+    differs("group_size", str(s->desc.group_size), str(d.group_size));
+  else if (d.weight_format == WeightFormat::gptq && s->desc.has_zp != d.has_zp)
+    differs("has_zp", s->desc.has_zp ? "true" : "false", d.has_zp ? "true" : "false");
+  else if (d.weight_format == WeightFormat::gptq && s->desc.zero_format != d.zero_format)
+    differs("zero_format", s->desc.zero_format == ZeroFormat::v1 ? "v1" : "v2", d.zero_format == ZeroFormat::v1 ? "v1" : "v2");
+  else if (s->activations != dt)
+    differs("activations", std::string(dtype_name(s->activations)),
+            std::string("hidden_state.dtype=").append(dtype_name(dt)));
+  else if (s->K != K)
+    differs("K", str(s->K), "K=" + str(K));
+  else if (s->N != N)
+    differs("N", str(s->N), "N=" + str(N));
+  else if (a.scales.data != nullptr && s->scales_dtype != a.scales.dtype)
+    differs("scales_dtype", std::string(dtype_name(s->scales_dtype)),
+            std::string("scales.dtype=").append(dtype_name(a.scales.dtype)));
+  if (!v.ok()) return;
+  const WeightViews w(a);
+  for (int i = 0; i < 6; ++i)
+    if (w.views[i]->data != s->tensors[i]) {
+      v.fail("packed_weights", std::string(" was made from other weights (") + w.names[i] +
+                                   ".data differs: a pack serves the very tensors it was made from)");
+      return;
+    }
+}
+
+}  // namespace
+
+Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space,
+                                Checks checks) {
+  Validator v(kOp, checks);
+  const WeightFormat fmt = d.weight_format;
+  if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq) {
+    v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
+    return v.status();
+  }
+  v.positive("q_dim", d.q_dim);
+
+  // Activations and the ragged batch.
+  v.tensor("hidden_state", a.hidden_state, {DType::bf16, DType::f32}, {kAnyDim, kAnyDim});
+  if (!v.ok()) return v.status();
+  const DType dt = a.hidden_state.dtype;
+  const std::int64_t T = a.hidden_state.shape[0];
+  const std::int64_t K = a.hidden_state.shape[1];
+  if (K < 1) v.fail("hidden_state.shape[1]", eq(K) + " (K must be >= 1)");
+  v.row_offsets("input_row_offsets", a.input_row_offsets, T);
+  if (!v.ok()) return v.status();
+  const std::int64_t B = a.input_row_offsets.shape[0] - 1;
+
+  // The cache: same dtype as the activations, not quantized.
+  CacheExpect ce{{dt}};
+  ce.layer_idx = a.layer_idx;
+  ce.written = true;  // the new tokens' K and V rows
+  v.paged_cache("kv_cache", a.kv_cache, ce, B);
+  if (!v.ok()) return v.status();
+  const PagedKVCacheView& kc = a.kv_cache;
+  const bool mla = kc.kv_dim() == 1;
+  if (mla && kc.num_kv_heads() != 1)
+    v.fail("kv_cache.blocks.shape[4]", eq(kc.num_kv_heads()) +
+                                           " (an MLA cache, kv_dim=1, has exactly one latent head)");
+  if (!v.ok()) return v.status();
+  const std::int64_t kv_cols = kc.kv_dim() * kc.num_kv_heads() * kc.head_size();
+  const std::int64_t N = d.q_dim + kv_cols;
+  const std::string n_how =
+      mla ? "q_dim + head_size = " + str(d.q_dim) + " + " + str(kc.head_size())
+          : "q_dim + 2·num_kv_heads·head_size = " + str(d.q_dim) + " + 2·" + str(kc.num_kv_heads()) + "·" +
+                str(kc.head_size());
+
+  validate_weights(v, d, a, dt, K, N, n_how);
+  validate_packed(v, d, a, dt, K, N);
   if (!v.ok()) return v.status();
 
   v.tensor("output", a.output, {dt}, {T, d.q_dim});
@@ -251,6 +313,69 @@ struct FusedTraits {
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const RunOptions& o) {
   return core::one_shot_call<core::FusedTraits>(d, a, o);
+}
+
+std::size_t FusedQkvPackedWeights::bytes() const { return state_ ? state_->bytes : 0; }
+
+const std::string& FusedQkvPackedWeights::layout() const {
+  static const std::string kNone;
+  return state_ ? state_->layout : kNone;
+}
+
+namespace core {
+namespace {
+
+// pack_weights' input: the desc's weight tensors in host memory, hidden_state's dtype and K.
+Status validate_pack_input(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, FusedQkvPackedWeights* out) {
+  Validator v(kPackOp, Checks{});
+  if (out == nullptr) return Status::error(StatusCode::invalid_argument, kPackOp, "out", std::string(kPackOp) + ": out is null");
+  const WeightFormat fmt = d.weight_format;
+  if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq)
+    v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
+  else if (a.hidden_state.dtype != DType::bf16 && a.hidden_state.dtype != DType::f32)
+    v.fail("hidden_state.dtype", std::string("=").append(dtype_name(a.hidden_state.dtype)) + " (expected bf16 or f32)");
+  else if (a.hidden_state.rank != 2)
+    v.fail("hidden_state.rank", eq(a.hidden_state.rank) + " (expected 2: [T, K]; only its dtype and K are read)");
+  else if (a.hidden_state.shape[1] < 1)
+    v.fail("hidden_state.shape[1]", eq(a.hidden_state.shape[1]) + " (K must be >= 1)");
+  if (!v.ok()) return v.status();
+  const std::int64_t K = a.hidden_state.shape[1];
+  const bool gptq = fmt == WeightFormat::gptq;
+  const TensorView& w = gptq ? a.qweight : a.weight;
+  const std::int64_t N = w.rank == 2 ? w.shape[gptq ? 1 : 0] : 0;
+  validate_weights(v, d, a, a.hidden_state.dtype, K, N, std::string(gptq ? "qweight.shape[1]" : "weight.shape[0]"));
+  if (v.ok() && N < 1) v.fail(gptq ? "qweight.shape[1]" : "weight.shape[0]", eq(N) + " (expected N >= 1)");
+  const WeightViews views(a);
+  const Validator::NamedView named[] = {{views.names[0], views.views[0]}, {views.names[1], views.views[1]},
+                                        {views.names[2], views.views[2]}, {views.names[3], views.views[3]},
+                                        {views.names[4], views.views[4]}, {views.names[5], views.views[5]}};
+  MemorySpace space = MemorySpace::host;
+  if (v.same_memory(named, {}, &space) && space != MemorySpace::host)
+    v.fail(gptq ? "qweight" : "weight", " is in device memory (packed weights are for the cpu back-end: host tensors)");
+  return v.status();
+}
+
+}  // namespace
+}  // namespace core
+
+Status pack_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, FusedQkvPackedWeights* out) {
+  if (Status s = core::validate_pack_input(d, a, out); !s.ok()) return s;
+  try {
+    auto state = std::make_shared<detail::FusedQkvPackedState>();
+    state->desc = d;
+    state->activations = a.hidden_state.dtype;
+    state->K = a.hidden_state.shape[1];
+    state->N = d.weight_format == WeightFormat::gptq ? a.qweight.shape[1] : a.weight.shape[0];
+    const core::WeightViews views(a);
+    for (int i = 0; i < 6; ++i) state->tensors[i] = views.views[i]->data;
+    state->scales_dtype = a.scales.dtype;
+    if (Status s = cpu::pack_fused_qkv_weights(d, a, state.get()); !s.ok()) return s;
+    detail::FusedQkvPackedAccess::set(out, std::move(state));
+  } catch (const std::bad_alloc&) {
+    return Status::error(StatusCode::internal, core::kPackOp, "packed_weights",
+                         std::string(core::kPackOp) + ": allocating the pack failed");
+  }
+  return Status::success();
 }
 
 Status plan(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& step, const PlanOptions& o, FusedQkvPagedPlan* out) {

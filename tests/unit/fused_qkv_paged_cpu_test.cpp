@@ -8,6 +8,7 @@
 // concurrent callers; through the panel GEMM a decode call also gives each row its prefill bits.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "support/amx_tile_subjects.hpp"
 #include "support/cpu_level_cases.hpp"
+#include "goldens/fused_qkv_paged.hpp"
 
 namespace mlakit::testing {
 namespace {
@@ -306,6 +308,132 @@ TEST_P(FusedQkvTileGemm, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
     const bool f32 = in.at("hidden_state").dtype() == DType::f32;
     return in.at("hidden_state").shape()[0] > 256 && !f32;
   });
+}
+
+// ---- packed weights ----------------------------------------------------------------------------------
+//
+// A call naming its layer's packed weights gets the bits of the call without them. Whether the call
+// read the pack shows when the weights change after packing (the pack is a copy): a call on the
+// pack's route still gets the old weights' bits, any other call the new ones'.
+
+// The main weight tensor of a bundle changed in place (every byte xor 0x11: other values, some fp8
+// codes NaN), so that its results differ.
+void change_weights(Bundle& b) {
+  Tensor& w = b.has("weight") ? b.at("weight") : b.at("qweight");
+  for (std::size_t i = 0; i < w.nbytes(); ++i) w.bytes()[i] ^= 0x11;
+}
+
+// `knobs` on the cpu back-end as configured now, with the pack of its weights made here; `reads`:
+// whether the call's route is expected to read the pack.
+using PackedCall = std::function<Status(const FusedQkvPagedDesc&, const FusedQkvPagedArgs&)>;
+Status one_shot(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) { return fused_qkv_paged(d, a, RunOptions{Backend::cpu}); }
+
+void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, const std::string& what,
+                             const PackedCall& call = one_shot) {
+  const Bundle in = driver().generate(knobs, seed);
+  const Bundle plain = run_cpu(in);
+  Bundle changed_in = in;
+  change_weights(changed_in);
+  const Bundle changed = run_cpu(changed_in);
+  ASSERT_FALSE(plain.at("out.output").same_bytes(changed.at("out.output"))) << what << ": the change shows";
+
+  Bundle b = in;
+  driver().prepare_outputs(b);
+  const FusedQkvPagedDesc d = goldens::fused_qkv_paged_desc(b);
+  FusedQkvPagedArgs a = goldens::fused_qkv_paged_args(b);
+  FusedQkvPackedWeights w;
+  const Status packed = pack_weights(d, a, &w);
+  ASSERT_TRUE(packed.ok()) << packed.message;
+  a.packed_weights = &w;
+  Status s = call(d, a);
+  ASSERT_TRUE(s.ok()) << s.message;
+  expect_same_outputs(plain, b, what + " (" + w.layout() + ")");
+
+  change_weights(b);
+  driver().prepare_outputs(b);
+  a = goldens::fused_qkv_paged_args(b);
+  a.packed_weights = &w;
+  s = call(d, a);
+  ASSERT_TRUE(s.ok()) << s.message;
+  expect_same_outputs(reads ? plain : changed, b, what + ", weights changed after packing (" + w.layout() + ")");
+}
+
+bool bf16_activations(const BigCase& c) { return !c.knobs.contains("dtype") || c.knobs.at("dtype") == "bf16"; }
+
+using FusedQkvPacked = CpuLevelTest;
+
+// On the panel GEMM (forced on from one row) the pack holds its panels, except where bf16
+// activations stay on the bf16 pair dot (no pack is laid out there).
+TEST_P(FusedQkvPacked, PanelRouteReadsThePackWithTheSameBits) {
+  IsaCap cap(GetParam().level);
+  RouteModes on(RouteMode::off, RouteMode::on);
+  const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
+  expect_packed_call_bits(GetParam().c.knobs, 21, !pair_dot, "panel route");
+}
+
+// The own tiles read the weights as stored: a pack named by their calls is checked, not read.
+TEST_P(FusedQkvPacked, OwnTilesLeaveThePackUnread) {
+  IsaCap cap(GetParam().level);
+  RouteModes off(RouteMode::off, RouteMode::off);
+  expect_packed_call_bits(GetParam().c.knobs, 22, false, "own tiles");
+}
+
+// A plan's runs (the plan made without the pack, as an engine plans a step once for all layers)
+// read a run's pack as the one-shot call does.
+TEST_P(FusedQkvPacked, PlannedRunsReadThePack) {
+  IsaCap cap(GetParam().level);
+  RouteModes on(RouteMode::off, RouteMode::on);
+  const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
+  expect_packed_call_bits(GetParam().c.knobs, 25, !pair_dot, "planned run",
+                          [](const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+                            FusedQkvPagedArgs step = a;
+                            step.packed_weights = nullptr;
+                            FusedQkvPagedPlan plan;
+                            PlanOptions po;
+                            po.backends = {Backend::cpu};
+                            const Status s = mlakit::plan(d, step, po, &plan);
+                            return s.ok() ? run(plan, a) : s;
+                          });
+}
+
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvPacked, ::testing::ValuesIn(at_every_level(big_cases())),
+                         level_case_name);
+
+// A pack laid out by one level's kernels is not read by another level's calls (its panels are
+// as wide as the packing level's vectors).
+TEST(FusedQkvPackedLevels, APackOfAnotherLevelIsNotRead) {
+  if (static_cast<int>(cpu_supported_isa()) < static_cast<int>(Isa::avx2)) GTEST_SKIP() << "one level only";
+  RouteModes on(RouteMode::off, RouteMode::on);
+  const json knobs = big_cases()[3].knobs;  // fp8_f32: on the panel GEMM at every level
+  const Bundle in = driver().generate(knobs, 23);
+  Bundle b = in;
+  driver().prepare_outputs(b);
+  const FusedQkvPagedDesc d = goldens::fused_qkv_paged_desc(b);
+  FusedQkvPagedArgs a = goldens::fused_qkv_paged_args(b);
+  FusedQkvPackedWeights w;
+  ASSERT_TRUE(pack_weights(d, a, &w).ok());  // at the CPU's own level
+  IsaCap cap(Isa::generic);
+  const Bundle plain = run_cpu(in);
+  change_weights(b);
+  Bundle changed_in = in;
+  change_weights(changed_in);
+  const Bundle changed = run_cpu(changed_in);
+  driver().prepare_outputs(b);
+  a = goldens::fused_qkv_paged_args(b);
+  a.packed_weights = &w;
+  const Status s = fused_qkv_paged(d, a, RunOptions{Backend::cpu});
+  ASSERT_TRUE(s.ok()) << s.message;
+  expect_same_outputs(changed, b, "generic level, pack of " + w.layout());
+  EXPECT_FALSE(changed.at("out.output").same_bytes(plain.at("out.output")));
+}
+
+// The tile GEMM (forced on) reads its pair strips from the pack for bf16 activations.
+TEST_P(FusedQkvTileGemm, TileRouteReadsThePackWithTheSameBits) {
+  TileScope scope(GetParam());
+  for (const BigCase& c : big_cases()) {
+    SCOPED_TRACE(c.name);
+    expect_packed_call_bits(c.knobs, 24, bf16_case(c), "tile route");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvTileGemm, ::testing::ValuesIn(tile_subjects()), tile_subject_name);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "goldens/common/driver.hpp"
+#include "goldens/fused_qkv_paged.hpp"
 #include "support/lone_buffer.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 
@@ -40,24 +41,10 @@ struct Call {
   explicit Call(const json& knobs) {
     const auto* drv = goldens::find_driver("fused_qkv_paged");
     b = drv->generate(knobs, 11);
-    d.q_dim = b.params["q_dim"].get<std::int64_t>();
-    const std::string f = b.params["weight_format"].get<std::string>();
-    d.weight_format = f == "dense" ? WeightFormat::dense : f == "fp8_block" ? WeightFormat::fp8_block : WeightFormat::gptq;
-    d.group_size = b.params["group_size"].get<std::int64_t>();
-    d.has_zp = b.params["has_zp"].get<bool>();
+    d = goldens::fused_qkv_paged_desc(b);
     b.add("out.output", b.at("hidden_state").dtype(), {b.at("hidden_state").shape()[0], d.q_dim}).poison();
     b.copy_to_output("kv_cache.blocks");
-    a.hidden_state = b.at("hidden_state").view();
-    a.input_row_offsets = b.at("input_row_offsets").view();
-    a.weight = goldens::optional_view(b, "weight");
-    a.weight_scale = goldens::optional_view(b, "weight_scale");
-    a.qweight = goldens::optional_view(b, "qweight");
-    a.scales = goldens::optional_view(b, "scales");
-    a.qzeros = goldens::optional_view(b, "qzeros");
-    a.g_idx = goldens::optional_view(b, "g_idx");
-    a.kv_cache = goldens::cache_view(b, "kv_cache", 0, "out.kv_cache.blocks");
-    a.layer_idx = b.params["layer_idx"].get<std::uint32_t>();
-    a.output = b.at("out.output").view();
+    a = goldens::fused_qkv_paged_args(b);
   }
 
   Tensor& add(DType dt, std::vector<std::int64_t> shape) {
@@ -620,6 +607,191 @@ TEST(FusedQkvPagedValidation, CacheMustNotOverlapInputs) {
     auto c = make();
     share_bytes_with_cache(*c, c->a.kv_cache.cache_lengths, 0);
     expect_rejected(*c, "kv_cache.blocks", "overlaps kv_cache.cache_lengths");
+  }
+}
+
+// ---- packed weights ----------------------------------------------------------------------------------
+
+FusedQkvPackedWeights packed(Call& c) {
+  FusedQkvPackedWeights w;
+  const Status s = pack_weights(c.d, c.a, &w);
+  EXPECT_TRUE(s.ok()) << s.message;
+  return w;
+}
+
+TEST(FusedQkvPagedValidation, PackedWeightsOfTheCallAreAccepted) {
+  for (const json& k : {json::object(), kFp8, kGptq, kGptqNoZp}) {
+    auto c = make(k);
+    const FusedQkvPackedWeights w = packed(*c);
+    EXPECT_TRUE(w.valid());
+    EXPECT_FALSE(w.layout().empty());
+    c->a.packed_weights = &w;
+    const Status s = fused_qkv_paged(c->d, c->a);
+    EXPECT_TRUE(s.ok()) << s.message;
+  }
+}
+
+TEST(FusedQkvPagedValidation, PackedWeightsMustBeMade) {
+  auto c = make();
+  const FusedQkvPackedWeights empty;
+  c->a.packed_weights = &empty;
+  expect_rejected(*c, "packed_weights", "is empty");
+}
+
+// A pack serves the tensors it was made from: another layer's weights of the same shape are refused.
+TEST(FusedQkvPagedValidation, PackedWeightsOfOtherTensorsAreRefused) {
+  for (const json& k : {json::object(), kFp8, kGptq}) {
+    auto c = make(k);
+    auto other = make(k);
+    const FusedQkvPackedWeights w = packed(*other);
+    c->a.packed_weights = &w;
+    const bool gptq = c->d.weight_format == WeightFormat::gptq;
+    expect_rejected(*c, "packed_weights", std::string(gptq ? "qweight" : "weight") + ".data differs");
+  }
+  {  // the same weight, a scale tensor of its own
+    auto c = make(kFp8);
+    const FusedQkvPackedWeights w = packed(*c);
+    Tensor& sc = c->add(DType::f32, c->b.at("weight_scale").shape());
+    c->a.weight_scale = sc.view();
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights", "weight_scale.data differs");
+  }
+}
+
+TEST(FusedQkvPagedValidation, PackedWeightsMustMatchTheDesc) {
+  {
+    auto c = make(kGptq);
+    auto g64 = make({{"weight_format", "gptq"}, {"has_zp", true}, {"g_idx", true}, {"group_size", 64}});
+    const FusedQkvPackedWeights w = packed(*g64);
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights.group_size", "=64 (the pack was made for 64; this call has 128)");
+  }
+  {
+    auto c = make(kGptq);
+    c->d.zero_format = ZeroFormat::v1;
+    const FusedQkvPackedWeights w = packed(*c);
+    c->a.packed_weights = &w;
+    c->d.zero_format = ZeroFormat::v2;
+    expect_rejected(*c, "packed_weights.zero_format", "=v1");
+  }
+  {
+    auto c = make(kGptqNoZp);
+    auto zp = make(kGptq);
+    const FusedQkvPackedWeights w = packed(*zp);
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights.has_zp", "=true");
+  }
+  {
+    auto c = make();
+    auto fp8 = make(kFp8);
+    const FusedQkvPackedWeights w = packed(*fp8);
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights.weight_format", "=fp8_block (the pack was made for fp8_block; this call has dense)");
+  }
+  {  // fp8 weights packed for f32 activations, called with bf16 ones
+    auto c = make(kFp8);
+    auto f32 = make({{"weight_format", "fp8_block"}, {"K", 200}, {"q_dim", 72}, {"dtype", "f32"}});
+    const FusedQkvPackedWeights w = packed(*f32);
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights.activations", "=f32");
+  }
+  {
+    auto c = make(kFp8);
+    auto wide = make({{"weight_format", "fp8_block"}, {"K", 320}, {"q_dim", 72}});
+    const FusedQkvPackedWeights w = packed(*wide);
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights.K", "=320");
+  }
+  {
+    auto c = make(kFp8);
+    auto tall = make({{"weight_format", "fp8_block"}, {"K", 200}, {"q_dim", 80}});
+    const FusedQkvPackedWeights w = packed(*tall);
+    c->a.packed_weights = &w;
+    expect_rejected(*c, "packed_weights.N", "=208");
+  }
+  {
+    auto c = make({{"weight_format", "gptq"}, {"scales_dtype", "bf16"}});
+    const FusedQkvPackedWeights w = packed(*c);
+    c->a.packed_weights = &w;
+    c->a.scales.dtype = DType::f16;
+    expect_rejected(*c, "packed_weights.scales_dtype", "=bf16");
+  }
+}
+
+// pack_weights validates what it reads, names its entry and leaves `out` as it was.
+void expect_pack_rejected(Call& c, const std::string& field, const std::string& value) {
+  FusedQkvPackedWeights w = packed(*make());
+  const std::string layout = w.layout();
+  const Status s = pack_weights(c.d, c.a, &w);
+  EXPECT_EQ(s.code, StatusCode::invalid_argument) << s.message;
+  EXPECT_EQ(s.op, "fused_qkv_paged.pack_weights");
+  EXPECT_EQ(s.field, field) << s.message;
+  EXPECT_EQ(s.message.rfind("fused_qkv_paged.pack_weights: " + field, 0), 0u) << s.message;
+  EXPECT_NE(s.message.find(value), std::string::npos) << "value '" << value << "' not in: " << s.message;
+  EXPECT_TRUE(w.valid());
+  EXPECT_EQ(w.layout(), layout);
+}
+
+TEST(FusedQkvPagedValidation, PackWeightsValidatesItsInput) {
+  {
+    auto c = make();
+    const Status s = pack_weights(c->d, c->a, nullptr);
+    EXPECT_EQ(s.code, StatusCode::invalid_argument);
+    EXPECT_EQ(s.field, "out");
+  }
+  {
+    auto c = make();
+    c->d.weight_format = static_cast<WeightFormat>(9);
+    expect_pack_rejected(*c, "weight_format", "=9");
+  }
+  {
+    auto c = make();
+    c->a.hidden_state.dtype = DType::f16;
+    expect_pack_rejected(*c, "hidden_state.dtype", "=f16");
+  }
+  {
+    auto c = make();
+    c->a.hidden_state.rank = 3;
+    expect_pack_rejected(*c, "hidden_state.rank", "=3");
+  }
+  {
+    auto c = make();
+    c->a.hidden_state.shape[1] = 0;
+    expect_pack_rejected(*c, "hidden_state.shape[1]", "=0 (K must be >= 1)");
+  }
+  {  // K from hidden_state: the weight's rows must have it
+    auto c = make();
+    c->a.hidden_state.shape[1] = 128;
+    expect_pack_rejected(*c, "weight.shape", "=[224, 256] (expected [*, 128])");
+  }
+  {
+    auto c = make(kFp8);
+    c->a.weight_scale = TensorView{};
+    expect_pack_rejected(*c, "weight_scale", "is missing");
+  }
+  {
+    auto c = make(kGptq);
+    c->a.g_idx.data = c->b.at("g_idx").data<std::int32_t>();
+    c->b.at("g_idx").data<std::int32_t>()[5] = 99;
+    expect_pack_rejected(*c, "g_idx[5]", "=99");
+  }
+  {
+    auto c = make();
+    c->a.weight.shape[0] = 0;
+    expect_pack_rejected(*c, "weight.shape[0]", "=0 (expected N >= 1)");
+  }
+  {
+    auto c = make();
+    c->a.weight.memory = MemorySpace::device;
+    expect_pack_rejected(*c, "weight", "device memory");
+  }
+  {  // rows are not read: an empty hidden_state with the call's K packs
+    auto c = make();
+    c->a.hidden_state = TensorView::contiguous(nullptr, DType::bf16, {0, 256});
+    FusedQkvPackedWeights w;
+    const Status s = pack_weights(c->d, c->a, &w);
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_TRUE(w.valid());
   }
 }
 

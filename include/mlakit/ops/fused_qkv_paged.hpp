@@ -39,7 +39,10 @@
 //   one memory space.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "mlakit/backend.hpp"
 #include "mlakit/paged_kv_cache.hpp"
@@ -65,6 +68,27 @@ struct FusedQkvPagedDesc {
 // What the stored zero nibble is short of the zero point: 1 for v1 checkpoints, 0 for v2.
 inline int zero_bias(const FusedQkvPagedDesc& d) { return d.zero_format == ZeroFormat::v1 ? 1 : 0; }
 
+namespace detail {
+struct FusedQkvPackedState;
+struct FusedQkvPackedAccess;
+}  // namespace detail
+
+// A layer's weights laid out once for this CPU's prefill GEMM (pack_weights), kept by the caller
+// beside the weights and named by every call of that layer (FusedQkvPagedArgs::packed_weights),
+// so that prefills stop laying out the weights in every call (docs/fused_qkv_paged.md §9 has what
+// it saves where). Copies share one immutable state: many threads may use one pack at once.
+class FusedQkvPackedWeights {
+ public:
+  bool valid() const { return state_ != nullptr; }
+  std::size_t bytes() const;          // memory held: 0 where the CPU's kernels read the weights in place
+  const std::string& layout() const;  // what it holds, for which kernels (empty when not valid)
+  const detail::FusedQkvPackedState* state() const { return state_.get(); }
+
+ private:
+  friend struct detail::FusedQkvPackedAccess;
+  std::shared_ptr<const detail::FusedQkvPackedState> state_;
+};
+
 struct FusedQkvPagedArgs {
   TensorView hidden_state;       // bf16 or f32 [T, K]
   TensorView input_row_offsets;  // u32 [B+1]
@@ -82,10 +106,27 @@ struct FusedQkvPagedArgs {
   PagedKVCacheView kv_cache;     // same dtype as hidden_state; kv_dim 2 (ordinary) or 1 (MLA); written
   std::uint32_t layer_idx = 0;
   TensorView output;             // dtype [T, q_dim] (written)
+  // Optional: this layer's weights packed by pack_weights (the weight tensors above stay required).
+  const FusedQkvPackedWeights* packed_weights = nullptr;
 };
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args,
                        const RunOptions& options = {});
+
+// Packs the weights of `weights` (the weight tensors of one layer as a call takes them, and
+// hidden_state for the activations' dtype and K: its rows are not read, T may be 0; host memory)
+// into the layout the prefill GEMM of this CPU and ISA level reads (the tile GEMM's bf16 pair strips
+// on the amx level with bf16 activations, about 2·N·K bytes; the panel GEMM's f32 panels elsewhere,
+// 4·N·K bytes, fp8 as code·scale and GPTQ as its bf16 values, both exact in f32), formed by the very
+// code that forms them in a call. Where this CPU's prefills read the weights in place (bf16
+// activations on the bf16 pair dot of AMD CPUs) the pack holds nothing. A call that names the pack
+// checks it against its own desc and weight tensors (the same tensors, by data pointer, shape and
+// dtype): a pack of other weights is an error. Prefills on the route the pack was made for read it
+// instead of laying out the weights; every other call (rows below the route's threshold, another
+// ISA level, the reference or cuda back-end) reads the weight tensors. Either way the results are
+// bit for bit those of the call without the pack. The weights must not change while a pack made
+// from them is used (the pack is a copy and cannot tell).
+Status pack_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights, FusedQkvPackedWeights* out);
 
 // Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
 // its metadata is checked once, here.
