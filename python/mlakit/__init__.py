@@ -16,8 +16,8 @@ operators as torch ops (torch.ops.mlakit.*).
 """
 from . import _core, _threads
 from ._errors import BackendUnavailable, InternalError, InvalidArgument, MlakitError, Unsupported
-from .ops import (PagedKVCache, fused_qkv_paged, lightning_indexer, mla_prefill_fp8, msa_block_indexer,
-                  remap_indices_to_rows, sparse_mla_prefill)
+from .ops import (PackedWeights, PagedKVCache, fused_qkv_paged, lightning_indexer, mla_prefill_fp8,
+                  msa_block_indexer, pack_weights, remap_indices_to_rows, sparse_mla_prefill)
 from .engine_layouts import flashmla_sparse_cache, indexer_cache
 from .plan import Plan, plan
 
@@ -56,6 +56,6 @@ def release_cpu_call_buffers():
 
 __all__ = ["PagedKVCache", "indexer_cache", "flashmla_sparse_cache", "Plan", "plan",
            "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
-           "sparse_mla_prefill", "fused_qkv_paged", "info", "backends", "set_max_isa", "set_num_threads",
-           "get_num_threads", "release_cpu_call_buffers", "MlakitError", "InvalidArgument", "Unsupported",
-           "BackendUnavailable", "InternalError"]
+           "sparse_mla_prefill", "fused_qkv_paged", "pack_weights", "PackedWeights", "info", "backends",
+           "set_max_isa", "set_num_threads", "get_num_threads", "release_cpu_call_buffers", "MlakitError",
+           "InvalidArgument", "Unsupported", "BackendUnavailable", "InternalError"]

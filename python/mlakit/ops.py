@@ -45,15 +45,17 @@ def _stream(x):
 
 
 class _Call:
-    """One operator call as the library takes it: golden-format params and named views."""
-    __slots__ = ("op", "params", "views", "backend", "like", "result")
+    """One operator call as the library takes it: golden-format params and named views (and op 5's
+    packed weights, when named)."""
+    __slots__ = ("op", "params", "views", "backend", "like", "result", "packed")
 
-    def __init__(self, op, params, views, backend, like, result):
+    def __init__(self, op, params, views, backend, like, result, packed=None):
         self.op, self.params, self.views, self.backend, self.like, self.result = op, params, views, backend, like, result
+        self.packed = packed
 
     def invoke(self):
         raise_refusal(_core.call(self.op, json.dumps(self.params), self.views, self.backend or "automatic",
-                                 _stream(self.like)))
+                                 _stream(self.like), self.packed))
         return self.result
 
 
@@ -260,22 +262,65 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
     return _Call("sparse_mla_prefill", params, views, backend, q, (out, *extra) if extra else out)
 
 
+def _weight_format(weight, weight_scale, qweight):
+    if qweight is not None:
+        return "gptq"
+    return "fp8_block" if weight is not None and weight_scale is not None else "dense"
+
+
+class PackedWeights:
+    """A layer's op 5 weights laid out once for this CPU's prefill GEMM (pack_weights): name it in
+    every fused_qkv_paged call of that layer (packed_weights=). It keeps the weight arrays it was
+    made from, which the calls still pass and which must not change while it is used.
+    nbytes: memory it holds (0 where this CPU's prefills read the weights in place); layout: what."""
+    __slots__ = ("_handle", "_weights", "nbytes", "layout")
+
+    def __init__(self, handle, weights):
+        self._handle, self._weights = handle, weights
+        self.nbytes, self.layout = handle.bytes(), handle.layout()
+
+    def __repr__(self):
+        return f"PackedWeights({self.layout}, {self.nbytes} bytes)"
+
+
+def pack_weights(*, weight=None, weight_scale=None, qweight=None, scales=None, qzeros=None, g_idx=None,
+                 group_size=128, zero_format="v2", activations="bf16"):
+    """Packs one layer's fused_qkv_paged weights (the same arguments as the call's) for activations
+    of dtype `activations` ("bf16" or "f32"): prefills that name the pack stop laying out the
+    weights in every call, with the same bits (docs/fused_qkv_paged.md, "Packed weights")."""
+    fmt = _weight_format(weight, weight_scale, qweight)
+    if fmt == "dense" and weight is None:
+        raise TypeError("pack_weights: give weight (dense or fp8 with weight_scale) or qweight (GPTQ)")
+    if activations not in ("bf16", "f32"):
+        raise ValueError(f"pack_weights: activations={activations!r} (expected 'bf16' or 'f32')")
+    K = int(qweight.shape[0]) * 8 if fmt == "gptq" else int(weight.shape[1])
+    params = {"weight_format": fmt, "group_size": int(group_size), "has_zp": qzeros is not None,
+              "zero_format": zero_format}
+    views = [("hidden_state", (0, activations, [0, K], [K, 1], False))]
+    weights = {"weight": weight, "weight_scale": weight_scale, "qweight": qweight, "scales": scales,
+               "qzeros": qzeros, "g_idx": g_idx}
+    want = {"weight": "f8e4m3" if fmt == "fp8_block" else activations, "weight_scale": "f32", "qweight": "i32",
+            "scales": None, "qzeros": "i32", "g_idx": "i32"}
+    views += [view(name, a, want[name]) for name, a in weights.items() if a is not None]
+    handle = _core.PackedWeightsHandle()
+    raise_refusal(handle.pack(json.dumps(params), views))
+    return PackedWeights(handle, weights)
+
+
 @_operator
 def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=None, weight_scale=None,
                     qweight=None, scales=None, qzeros=None, g_idx=None, group_size=128, zero_format="v2",
-                    layer_idx=0, out=None, backend=None):
+                    layer_idx=0, out=None, backend=None, packed_weights=None):
     """Op 5: Y = X·Wᵀ with Q columns returned and the K/V columns written INTO kv_cache (in place)
     at each token's position. The weight format follows the arguments: weight bf16/f32 [N, K]
     (dense), weight fp8 [N, K] with weight_scale f32 (128x128 block-scaled), or GPTQ int4
     (qweight, scales, optional qzeros and g_idx; zero_format "v1" for checkpoints that store each
-    zero point minus one, as AutoGPTQ's do). Returns out [T, q_dim] in hidden_state's dtype."""
+    zero point minus one, as AutoGPTQ's do). packed_weights: this layer's pack_weights(...) of the
+    same weights (optional; same bits). Returns out [T, q_dim] in hidden_state's dtype."""
     view = _VIEW.get()
-    if qweight is not None:
-        fmt = "gptq"
-    elif weight is not None and weight_scale is not None:
-        fmt = "fp8_block"
-    else:
-        fmt = "dense"
+    fmt = _weight_format(weight, weight_scale, qweight)
+    if packed_weights is not None and not isinstance(packed_weights, PackedWeights):
+        raise TypeError("fused_qkv_paged: packed_weights must come from mlakit.pack_weights")
     writable("kv_cache.blocks", kv_cache.blocks)
     x_dtype = dtype_of(hidden_state)
     x_dtype = {"u16": "bf16"}.get(x_dtype, x_dtype)
@@ -302,4 +347,5 @@ def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=
             views.append(view("qzeros", qzeros, "i32"))
         if g_idx is not None:
             views.append(view("g_idx", g_idx, "i32"))
-    return _Call("fused_qkv_paged", params, views, backend, hidden_state, out)
+    return _Call("fused_qkv_paged", params, views, backend, hidden_state, out,
+                 None if packed_weights is None else packed_weights._handle)

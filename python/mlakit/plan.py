@@ -38,6 +38,8 @@ class Plan:
         bound = inspect.signature(prepare).bind(*args, **kwargs)
         bound.apply_defaults()
         self._args = dict(bound.arguments)
+        if self._args.get("packed_weights") is not None:
+            raise TypeError(f"{self.op}: packed_weights are taken by one-shot calls; a plan's runs read the weights")
         self._allocate = {k for k in ("out", "lse", "max_logits") if k in self._args and self._args[k] is None}
         self._memo = {}
         call = self._prepared(self._args, record=True)

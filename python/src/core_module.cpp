@@ -25,6 +25,7 @@
 #include "goldens/common/golden_check.hpp"
 #include "goldens/common/input_error.hpp"
 #include "goldens/common/safetensors.hpp"
+#include "goldens/fused_qkv_paged.hpp"
 #include "mlakit/mlakit.hpp"
 
 namespace nb = nanobind;
@@ -120,18 +121,60 @@ std::optional<Refusal> unlocked_status(const std::string& op, Body&& body) {
   return from_status(s);
 }
 
-// Calls operator `op` once (plan and run in one).
+// A layer's op 5 weights packed once (pack_weights): made by pack(), named by calls.
+struct PackedWeightsHandle {
+  FusedQkvPackedWeights packed;
+
+  // `params`: weight_format, group_size, has_zp, zero_format (golden-format keys, JSON text);
+  // `views`: the weight tensors by their argument names and hidden_state (its dtype and K).
+  std::optional<Refusal> pack(const std::string& params, const std::vector<NamedView>& views) {
+    const std::string op = "fused_qkv_paged.pack_weights";
+    FusedQkvPagedDesc d;
+    try {
+      const goldens::json p = goldens::json::parse(params);
+      const std::string f = p.value("weight_format", "dense");
+      d.weight_format = f == "fp8_block" ? WeightFormat::fp8_block : f == "gptq" ? WeightFormat::gptq : WeightFormat::dense;
+      d.group_size = p.value("group_size", std::int64_t{128});
+      d.has_zp = p.value("has_zp", false);
+      d.zero_format = p.value("zero_format", std::string("v2")) == "v1" ? ZeroFormat::v1 : ZeroFormat::v2;
+    } catch (const std::exception& e) {
+      return refuse(op, "params", e.what());
+    }
+    FusedQkvPagedArgs a;
+    for (const auto& [name, spec] : views) {
+      TensorView* slot = name == "hidden_state"   ? &a.hidden_state
+                         : name == "weight"       ? &a.weight
+                         : name == "weight_scale" ? &a.weight_scale
+                         : name == "qweight"      ? &a.qweight
+                         : name == "scales"       ? &a.scales
+                         : name == "qzeros"       ? &a.qzeros
+                         : name == "g_idx"        ? &a.g_idx
+                                                  : nullptr;
+      if (slot == nullptr) return refuse(op, name, "not a weight of the operator");
+      if (auto r = to_view(op, name, spec, slot)) return r;
+    }
+    return unlocked_status(op, [&] { return pack_weights(d, a, &packed); });
+  }
+  std::size_t bytes() const { return packed.bytes(); }
+  std::string layout() const { return packed.layout(); }
+};
+
+// Calls operator `op` once (plan and run in one); op 5 with `packed` names its packed weights.
 std::optional<Refusal> call(const std::string& op, const std::string& params, const std::vector<NamedView>& views,
-                            const std::string& backend, std::uintptr_t cuda_stream) {
+                            const std::string& backend, std::uintptr_t cuda_stream, const PackedWeightsHandle* packed) {
   const goldens::OpDriver* driver = &driver_named(op);
   goldens::Bundle b;
   if (auto r = bundle_of(op, params, views, &b)) return r;
   RunOptions options;
   options.backend = backend_from(backend);
   options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
+  if (packed != nullptr && op != "fused_qkv_paged") return refuse(op, "packed_weights", "only fused_qkv_paged takes them");
   return unlocked_status(op, [&] {
     driver->check_inputs(b);
-    return driver->call(b, options);
+    if (packed == nullptr) return driver->call(b, options);
+    FusedQkvPagedArgs a = goldens::fused_qkv_paged_args(b);
+    a.packed_weights = &packed->packed;
+    return fused_qkv_paged(goldens::fused_qkv_paged_desc(b), a, options);
   });
 }
 
@@ -334,7 +377,13 @@ void set_isa(const std::string& name) {
 
 NB_MODULE(_core, m) {
   m.doc() = "mlakit's C++ library (use the mlakit package, not this module)";
-  m.def("call", &call, nb::arg("op"), nb::arg("params"), nb::arg("views"), nb::arg("backend"), nb::arg("cuda_stream"));
+  nb::class_<PackedWeightsHandle>(m, "PackedWeightsHandle")
+      .def(nb::init<>())
+      .def("pack", &PackedWeightsHandle::pack, nb::arg("params"), nb::arg("views"))
+      .def("bytes", &PackedWeightsHandle::bytes)
+      .def("layout", &PackedWeightsHandle::layout);
+  m.def("call", &call, nb::arg("op"), nb::arg("params"), nb::arg("views"), nb::arg("backend"), nb::arg("cuda_stream"),
+        nb::arg("packed").none() = nb::none());
   nb::class_<PlanHandle>(m, "PlanHandle")
       .def(nb::init<>())
       .def("plan", &PlanHandle::plan, nb::arg("op"), nb::arg("params"), nb::arg("views"), nb::arg("backend"),

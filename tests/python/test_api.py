@@ -343,3 +343,83 @@ def test_info_and_controls():
     with pytest.raises(ValueError):
         mlakit.set_max_isa("sse9")
     mlakit.release_cpu_call_buffers()
+
+
+def fused_files():
+    return [p for p in golden_files() if p.name.startswith("fused_qkv_paged.")]
+
+
+def weights_of(t):
+    return {k: t.get(k) for k in ("weight", "weight_scale", "qweight", "scales", "qzeros", "g_idx")}
+
+
+def pack_of(g):
+    t, p = g.inputs, g.params
+    x = t["hidden_state"]
+    return mlakit.pack_weights(**weights_of(t), group_size=p.get("group_size", 128),
+                               zero_format=p.get("zero_format", "v2"),
+                               activations="f32" if x.dtype == np.float32 else "bf16")
+
+
+def call_fused(g, packed=None, weights=None):
+    t, p = g.inputs, g.params
+    x, blocks = t["hidden_state"], t["kv_cache.blocks"].copy()
+    out = poisoned((x.shape[0], p["q_dim"]), x.dtype)
+    w = weights_of(t) if weights is None else weights
+    mlakit.fused_qkv_paged(x, t["input_row_offsets"], cache(t, "kv_cache", blocks), q_dim=p["q_dim"], **w,
+                           group_size=p.get("group_size", 128), zero_format=p.get("zero_format", "v2"),
+                           layer_idx=p["layer_idx"], out=out, backend="cpu", packed_weights=packed)
+    return out, blocks
+
+
+@pytest.mark.skipif("cpu" not in mlakit.backends(), reason="no cpu back-end")
+@pytest.mark.parametrize("path", fused_files(), ids=lambda p: p.name[: -len(".safetensors")])
+def test_packed_weights_give_the_same_bits(path):
+    g = golden.load(path)
+    pack = pack_of(g)
+    assert pack.layout and pack.nbytes >= 0
+    plain = call_fused(g)
+    packed = call_fused(g, pack)
+    for a, b in zip(plain, packed):
+        assert same_bits(a, b)
+
+
+@pytest.mark.skipif("cpu" not in mlakit.backends(), reason="no cpu back-end")
+def test_packed_weights_of_other_tensors_are_refused_and_nothing_is_written():
+    g = golden.load(next(p for p in fused_files() if ".dense" in p.name or "dense" in p.name))
+    pack = pack_of(g)
+    other = {k: (None if v is None else v.copy()) for k, v in weights_of(g.inputs).items()}
+    t, p = g.inputs, g.params
+    x, blocks = t["hidden_state"], t["kv_cache.blocks"].copy()
+    out = poisoned((x.shape[0], p["q_dim"]), x.dtype)
+    before_out, before_blocks = out.copy(), blocks.copy()
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        mlakit.fused_qkv_paged(x, t["input_row_offsets"], cache(t, "kv_cache", blocks), q_dim=p["q_dim"], **other,
+                               layer_idx=p["layer_idx"], out=out, backend="cpu", packed_weights=pack)
+    assert e.value.field == "packed_weights", str(e.value)
+    assert "weight.data differs" in str(e.value)
+    assert same_bits(out, before_out) and same_bits(blocks, before_blocks), "a refused call wrote"
+
+
+def test_pack_weights_checks_its_arguments():
+    g = golden.load(next(p for p in fused_files() if "fp8" in p.name))
+    w = weights_of(g.inputs)
+    with pytest.raises(ValueError, match="activations"):
+        mlakit.pack_weights(**w, activations="f16")
+    with pytest.raises(TypeError, match="weight"):
+        mlakit.pack_weights()
+    bad = dict(w, weight_scale=w["weight_scale"][:1])
+    with pytest.raises(mlakit.InvalidArgument) as e:
+        mlakit.pack_weights(**bad)
+    assert e.value.op == "fused_qkv_paged.pack_weights" and e.value.field == "weight_scale.shape", str(e.value)
+    with pytest.raises(TypeError, match="pack_weights"):
+        call_fused(g, packed="not a pack")
+
+
+def test_a_plan_refuses_packed_weights():
+    g = golden.load(next(p for p in fused_files() if "fp8" in p.name))
+    t, p = g.inputs, g.params
+    x = t["hidden_state"]
+    with pytest.raises(TypeError, match="packed_weights"):
+        mlakit.plan(mlakit.fused_qkv_paged, x, t["input_row_offsets"], cache(t, "kv_cache", t["kv_cache.blocks"].copy()),
+                    q_dim=p["q_dim"], **weights_of(t), layer_idx=p["layer_idx"], packed_weights=pack_of(g))
