@@ -74,7 +74,7 @@ void run_layout(benchmark::State& state, const LayoutCase& c, bool engine) {
   a.k_cache = cache;
   a.output_indices = out.view();
   const RunOptions options{Backend::cpu};
-  time_cpu_call(state, driver.work(b), [&] { return lightning_indexer(d, a, options); });
+  time_cpu_call(state, driver, driver.work(b), [&] { return lightning_indexer(d, a, options); });
 }
 
 }  // namespace

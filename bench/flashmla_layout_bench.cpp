@@ -107,7 +107,7 @@ void run_layout(benchmark::State& state, const LayoutCase& c, Layout layout, boo
   a.output = out.view();
   a.lse = lse.view();
   const RunOptions options{Backend::cpu};
-  time_cpu_call(state, driver.work(b), [&] { return sparse_mla_prefill(d, a, options); });
+  time_cpu_call(state, driver, driver.work(b), [&] { return sparse_mla_prefill(d, a, options); });
 }
 
 }  // namespace

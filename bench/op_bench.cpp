@@ -89,19 +89,18 @@ TimedCalls time_calls(benchmark::State& state, const goldens::OpDriver& driver, 
 // phases by more than the differences measured, and a bar timed apart from the operator (once
 // after its rows, the best of three against their mean) moved the ratio by as much.
 constexpr int kBarPairs = 5;
-struct BarRatios {
-  std::optional<double> blas, onednn;  // bar seconds / operator seconds
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-BarRatios paired_bars(const goldens::OpDriver& driver, goldens::Bundle& bundle, const RunOptions& options) {
+}  // namespace
+
+BarRatios paired_bars(const std::string& op, goldens::Bundle& bundle, const std::function<Status()>& call) {
   const int threads = cpu::num_threads();
-  std::optional<BarRound> lib = library_bar(driver.name(), bundle, threads);
-  std::optional<BarRound> dn = onednn_bar(driver.name(), bundle, threads);
+  std::optional<BarRound> lib = library_bar(op, bundle, threads);
+  std::optional<BarRound> dn = onednn_bar(op, bundle, threads);
   BarRatios r;
   if (!lib && !dn) return r;
   for (const std::optional<BarRound>* bar : {&lib, &dn})
@@ -109,7 +108,7 @@ BarRatios paired_bars(const goldens::OpDriver& driver, goldens::Bundle& bundle, 
   std::vector<double> lib_ratio, dn_ratio;
   for (int i = 0; i < kBarPairs; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (!driver.call(bundle, options).ok()) return BarRatios{};
+    if (!call().ok()) return BarRatios{};
     const double op = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (lib) lib_ratio.push_back((*lib)() / op);
     if (dn) dn_ratio.push_back((*dn)() / op);
@@ -118,6 +117,16 @@ BarRatios paired_bars(const goldens::OpDriver& driver, goldens::Bundle& bundle, 
   if (dn) r.onednn = median(dn_ratio);
   return r;
 }
+
+void set_bar_counters(benchmark::State& state, const BarRatios& bars) {
+  // pct_of_library: the same GEMMs through the BLAS library (bench/library_bar.hpp) against this
+  // call, in time: above 100 the operator, with all it does besides, beats the library's GEMMs.
+  // pct_of_onednn: the same against oneDNN's bf16 matmul (bench/onednn_bar.hpp), where built in.
+  if (bars.blas) state.counters["pct_of_library"] = *bars.blas * 100.0;
+  if (bars.onednn) state.counters["pct_of_onednn"] = *bars.onednn * 100.0;
+}
+
+namespace {
 
 // Google Benchmark calls a row's function more than once (a first run sizes the iteration count),
 // and a spec-size case takes seconds to generate: a row's inputs are made once and kept until the
@@ -168,7 +177,9 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   // benchmark's own rate counters would divide by the calling thread's CPU time).
   const TimedCalls t = time_calls(state, driver, bundle, options);
   const double peak_gflops = be.backend == Backend::cpu ? arithmetic_peak_gflops(driver, be.isa) : 0.0;
-  const BarRatios bars = t.status.ok() && be.backend == Backend::cpu ? paired_bars(driver, bundle, options) : BarRatios{};
+  const BarRatios bars = t.status.ok() && be.backend == Backend::cpu
+                             ? paired_bars(driver.name(), bundle, [&] { return driver.call(bundle, options); })
+                             : BarRatios{};
   set_max_isa(saved);
   if (!t.status.ok()) {
     state.SkipWithError((std::string(status_code_name(t.status.code)) + ": " + t.status.message).c_str());
@@ -191,14 +202,11 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   // many threads, no arithmetic: for a decode call, which reads each cache page once through its
   // lookup table, 100 is what memory allows.
   state.counters["pct_paged_read"] = w.bytes / t.seconds_per_call / (peak().paged_gbps_all * 1e9) * 100.0;
-  // pct_of_library: the same GEMMs through the BLAS library (bench/library_bar.hpp) against this
-  // call, in time: above 100 the operator, with all it does besides, beats the library's GEMMs.
-  // pct_of_onednn: the same against oneDNN's bf16 matmul (bench/onednn_bar.hpp), where built in.
-  if (bars.blas) state.counters["pct_of_library"] = *bars.blas * 100.0;
-  if (bars.onednn) state.counters["pct_of_onednn"] = *bars.onednn * 100.0;
+  set_bar_counters(state, bars);
 }
 
-void time_cpu_call(benchmark::State& state, const goldens::Work& w, const std::function<Status()>& call) {
+void time_cpu_call(benchmark::State& state, const goldens::OpDriver& driver, const goldens::Work& w,
+                   const std::function<Status()>& call) {
   Status s = call();  // warm-up
   double wall = 0;
   for (auto _ : state) {
@@ -213,7 +221,7 @@ void time_cpu_call(benchmark::State& state, const goldens::Work& w, const std::f
   const double seconds = wall / static_cast<double>(state.iterations() ? state.iterations() : 1);
   state.counters["gflops"] = w.flops * 1e-9 / seconds;
   state.counters["gbps"] = w.bytes * 1e-9 / seconds;
-  state.counters["pct_peak"] = w.flops / seconds / (relevant_gflops(peak(), active_isa(), true) * 1e9) * 100.0;
+  state.counters["pct_peak"] = w.flops / seconds / (arithmetic_peak_gflops(driver, active_isa()) * 1e9) * 100.0;
   state.counters["pct_f32_peak"] = w.flops / seconds / (peak().f32_gflops_all * 1e9) * 100.0;
   state.counters["pct_paged_read"] = w.bytes / seconds / (peak().paged_gbps_all * 1e9) * 100.0;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,16 +35,30 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
                  const BackendChoice& be);
 
 // Times `call` once per benchmark iteration after one warm-up call, then sets gflops, gbps,
-// pct_peak and pct_f32_peak from `w` (cpu, at the active level), or the call's error. For
+// pct_peak (against the peak of the arithmetic driver's operator runs on at the active level, as the
+// operator rows) and pct_f32_peak from `w`, or the call's error. For
 // benchmarks that run an operator on arguments of their own (the engine-layout ones).
-void time_cpu_call(benchmark::State& state, const goldens::Work& w, const std::function<Status()>& call);
+void time_cpu_call(benchmark::State& state, const goldens::OpDriver& driver, const goldens::Work& w,
+                   const std::function<Status()>& call);
 
+// The library bars (bench/library_bar.hpp, bench/onednn_bar.hpp) of op's GEMMs on bundle's shapes
+// against `call`, each the median of five pairs of (one call, one round of the bar) timed back to
+// back: bar seconds / call seconds.
+struct BarRatios {
+  std::optional<double> blas, onednn;
+};
+BarRatios paired_bars(const std::string& op, goldens::Bundle& bundle, const std::function<Status()>& call);
+// pct_of_library / pct_of_onednn from them.
+void set_bar_counters(benchmark::State& state, const BarRatios& bars);
 // Registers every bench case of every registered driver on every back-end.
 void register_op_benchmarks();
 // Registers the plan / run overhead benchmarks (plan_run_bench.cpp): plan_run/<op>/<case>/<way>.
 void register_plan_run_benchmarks();
 // Registers op 1 on the DeepGEMM indexer cache layout beside mlakit's (engine_layout_bench.cpp).
 void register_engine_layout_benchmarks();
+// Registers op 5's prefills with the weights packed once (packed_weights_bench.cpp) beside the
+// same calls without: packed_weights/fused_qkv_paged/<case>/<packed|unpacked>.
+void register_packed_weights_benchmarks();
 // Registers op 4 on FlashMLA's V32 and MODEL1 sparse caches beside mlakit's (flashmla_layout_bench.cpp).
 void register_flashmla_layout_benchmarks();
 

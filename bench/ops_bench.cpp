@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   bench::register_plan_run_benchmarks();
   bench::register_engine_layout_benchmarks();
   bench::register_flashmla_layout_benchmarks();
+  bench::register_packed_weights_benchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("cpu_model", core::cpu_info().model);

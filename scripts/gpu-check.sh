@@ -37,7 +37,8 @@
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
 #         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
 #                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
-#                    PyTorch's bf16 CPU formulations            -> OUT/amx_tests.log, OUT/amx_*.json,
+#                    op 5 with packed weights, PyTorch's bf16 CPU formulations
+#                                                               -> OUT/amx_tests.log, OUT/amx_*.json,
 #                                                                  OUT/amx_torch.txt
 #       (default: all of the first list, in that order; `first` is the short first call on a loaned
 #       GPU host: driver info gpu-tests sanitizers headline, about 4 minutes). OUT/summary.txt gets
@@ -490,6 +491,11 @@ phase_amx() {
     --benchmark_filter="${amx_ops_rows}amx\$" --benchmark_min_time=0.2 \
     --benchmark_format=json >"$out/amx_ops_all.json" 2>/dev/null || rc=$?
   note "amx ops, $(nproc) threads: exit $rc"
+  rc=0
+  MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=2 timeout 90 "$bin/mlakit_bench_ops" \
+    --benchmark_filter='^packed_weights/fused_qkv_paged/(llama3_8b_dense_t128|llama3_8b_dense_t512|llama3_8b_gptq_t512|deepseek_v3_mla_fp8_t512)$' \
+    --benchmark_min_time=0.2 --benchmark_format=json >"$out/amx_packed.json" 2>/dev/null || rc=$?
+  note "amx packed weights, 2 threads: exit $rc"
   [ "${MLAKIT_AMX_TORCH:-on}" != off ] || return 0
   rc=0
   PYTHONUNBUFFERED=1 timeout 90 python3 bench/torch_baseline.py --device cpu --op 5 --compute bf16 --threads 2 \
