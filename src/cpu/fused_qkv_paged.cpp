@@ -592,19 +592,13 @@ void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
 // row tiles are done (they were claimed earlier, so they are running). The panels and each tile's
 // arithmetic are the same whoever runs them, so the bits do not change.
 Status run_panels(const Plan& p) {
-  if (p.pack) {
-    const auto* base = static_cast<const float*>(p.pack->data.get());
-    const std::size_t stride = p.pack->stride, pc = p.g->panel_cols;
+  const std::size_t group = panel_group_floats(p.T, p.K);
+  if (group == 0 || p.pack) {  // panels formed in each tile, or the caller's
+    const auto* base = p.pack ? static_cast<const float*>(p.pack->data.get()) : nullptr;
     parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile,
                           [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-                            run_panel_tile(p, r0, r1, c0, c1, base + (c0 / pc) * stride);
+                            run_panel_tile(p, r0, r1, c0, c1, base ? base + (c0 / p.g->panel_cols) * p.pack->stride : nullptr);
                           });
-    return Status::success();
-  }
-  const std::size_t group = panel_group_floats(p.T, p.K);
-  if (group == 0) {
-    parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile, [&](std::size_t r0, std::size_t r1, std::size_t c0,
-                                                                       std::size_t c1) { run_panel_tile(p, r0, r1, c0, c1, nullptr); });
     return Status::success();
   }
   const std::size_t K = p.K, pc = p.g->panel_cols, chunk = std::min(kPanelChunk, K);
@@ -728,20 +722,12 @@ void run_tiles_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c
 }
 
 Status run_tiles(const Plan& p) {
-  if (p.pack) {
-    const auto* base = static_cast<const std::uint16_t*>(p.pack->data.get());
-    const std::size_t ldp = p.pack->stride;
-    parallel_for_tiles_2d(p.T, kTilesRowTile, p.N, kTilesColTile,
-                          [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-                            run_tiles_tile(p, r0, r1, c0, c1, base + (c0 / 16) * ldp, ldp);
-                          });
-    return Status::success();
-  }
   const std::size_t ldp = tile_strip_elems(p.K), group = tile_group_cols(p.T, p.N);
-  if (group == 0) {
+  if (group == 0 || p.pack) {  // strips formed in each tile, or the caller's (the same ldp)
+    const auto* base = p.pack ? static_cast<const std::uint16_t*>(p.pack->data.get()) : nullptr;
     parallel_for_tiles_2d(p.T, kTilesRowTile, p.N, kTilesColTile,
                           [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-                            run_tiles_tile(p, r0, r1, c0, c1, nullptr, ldp);
+                            run_tiles_tile(p, r0, r1, c0, c1, base ? base + (c0 / 16) * ldp : nullptr, ldp);
                           });
     return Status::success();
   }
@@ -823,9 +809,9 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   if (elems != 0) {
     void* mem = ::operator new(elems * elem_bytes, std::align_val_t(64), std::nothrow);
     if (mem == nullptr)
-      return Status::error(StatusCode::internal, "fused_qkv_paged", "packed_weights",
-                           "fused_qkv_paged: packed_weights: allocating " + std::to_string(elems * elem_bytes) +
-                               " bytes failed");
+      return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
+                           "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(elems * elem_bytes) +
+                               " bytes for the pack failed");
     out->data = std::shared_ptr<void>(mem, [](void* m) { ::operator delete(m, std::align_val_t(64)); });
     out->bytes = elems * elem_bytes;
   }
