@@ -19,8 +19,9 @@ from . import _core, ops
 from ._errors import raise_refusal
 from ._views import view
 
-# Keyword arguments a run may change without a new plan: the layer, and the outputs.
-_PER_RUN = {"layer_idx", "out", "lse", "max_logits"}
+# Keyword arguments a run may change without a new plan: the layer, the outputs, op 5's packed
+# weights (those of the layer's weights).
+_PER_RUN = {"layer_idx", "out", "lse", "max_logits", "packed_weights"}
 
 
 def _is_array(x):
@@ -38,8 +39,6 @@ class Plan:
         bound = inspect.signature(prepare).bind(*args, **kwargs)
         bound.apply_defaults()
         self._args = dict(bound.arguments)
-        if self._args.get("packed_weights") is not None:
-            raise TypeError(f"{self.op}: packed_weights are taken by one-shot calls; a plan's runs read the weights")
         self._allocate = {k for k in ("out", "lse", "max_logits") if k in self._args and self._args[k] is None}
         self._memo = {}
         call = self._prepared(self._args, record=True)
@@ -80,7 +79,7 @@ class Plan:
                 raise TypeError(f"{self.op}: {k} was planned as {old!r}; a different {k} needs a new plan")
             args[k] = v
         call = self._prepared(args)
-        raise_refusal(self._handle.run(json.dumps(call.params), call.views, ops._stream(call.like)))
+        raise_refusal(self._handle.run(json.dumps(call.params), call.views, ops._stream(call.like), call.packed))
         return call.result
 
     @property

@@ -178,12 +178,27 @@ std::optional<Refusal> call(const std::string& op, const std::string& params, co
   });
 }
 
+// Op 5's plan, held here rather than by its driver so that a run can name packed weights.
+struct FusedPlannedCall final : goldens::PlannedCall {
+  FusedQkvPagedPlan plan;
+  Status run(const goldens::Bundle& b, const RunContext& context) const override {
+    return run_packed(b, context, nullptr);
+  }
+  Status run_packed(const goldens::Bundle& b, const RunContext& context, const FusedQkvPackedWeights* packed) const {
+    FusedQkvPagedArgs a = goldens::fused_qkv_paged_args(b);
+    a.packed_weights = packed;
+    return mlakit::run(plan, a, context);
+  }
+  const PlanInfo& info() const override { return plan; }
+};
+
 // A plan of one operator for a step (mlakit/plan.hpp), run once per layer: plan() checks the
 // step's metadata and picks the back-end and kernels once; run() checks what a layer may change.
 struct PlanHandle {
   std::string op;
   const goldens::OpDriver* driver = nullptr;
   std::unique_ptr<goldens::PlannedCall> call;
+  const FusedPlannedCall* fused = nullptr;  // call, when it is op 5's
 
   const goldens::PlannedCall& planned() const {
     if (!call) throw nb::value_error("the plan was refused or never made");
@@ -193,6 +208,7 @@ struct PlanHandle {
   std::optional<Refusal> plan(const std::string& name, const std::string& params, const std::vector<NamedView>& views,
                               const std::string& backend, std::uintptr_t cuda_stream) {
     call.reset();
+    fused = nullptr;
     op = name;
     driver = &driver_named(name);
     goldens::Bundle b;
@@ -203,20 +219,29 @@ struct PlanHandle {
     options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
     return unlocked_status(op, [&] {
       driver->check_inputs(b);
-      return driver->plan(b, options, &call);
+      if (op != "fused_qkv_paged") return driver->plan(b, options, &call);
+      auto f = std::make_unique<FusedPlannedCall>();
+      const Status s = mlakit::plan(goldens::fused_qkv_paged_desc(b), goldens::fused_qkv_paged_args(b), options, &f->plan);
+      if (s.ok()) {
+        fused = f.get();
+        call = std::move(f);
+      }
+      return s;
     });
   }
 
-  std::optional<Refusal> run(const std::string& params, const std::vector<NamedView>& views,
-                             std::uintptr_t cuda_stream) const {
+  // `packed`: op 5's packed weights for this run (none for other operators).
+  std::optional<Refusal> run(const std::string& params, const std::vector<NamedView>& views, std::uintptr_t cuda_stream,
+                             const PackedWeightsHandle* packed) const {
     const goldens::PlannedCall& p = planned();
+    if (packed != nullptr && fused == nullptr) return refuse(op, "packed_weights", "only fused_qkv_paged takes them");
     goldens::Bundle b;
     if (auto r = bundle_of(op, params, views, &b)) return r;
     RunContext context;
     context.cuda_stream = reinterpret_cast<void*>(cuda_stream);
     return unlocked_status(op, [&] {
       driver->check_inputs(b);
-      return p.run(b, context);
+      return packed ? fused->run_packed(b, context, &packed->packed) : p.run(b, context);
     });
   }
 };
@@ -388,7 +413,8 @@ NB_MODULE(_core, m) {
       .def(nb::init<>())
       .def("plan", &PlanHandle::plan, nb::arg("op"), nb::arg("params"), nb::arg("views"), nb::arg("backend"),
            nb::arg("cuda_stream"))
-      .def("run", &PlanHandle::run, nb::arg("params"), nb::arg("views"), nb::arg("cuda_stream"))
+      .def("run", &PlanHandle::run, nb::arg("params"), nb::arg("views"), nb::arg("cuda_stream"),
+           nb::arg("packed").none() = nb::none())
       .def_prop_ro("backend", [](const PlanHandle& h) { return std::string(backend_name(h.planned().info().backend())); })
       .def_prop_ro("implementation", [](const PlanHandle& h) { return h.planned().info().implementation(); })
       .def_prop_ro("decisions", [](const PlanHandle& h) { return h.planned().info().decisions(); })

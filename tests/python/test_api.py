@@ -416,10 +416,28 @@ def test_pack_weights_checks_its_arguments():
         call_fused(g, packed="not a pack")
 
 
-def test_a_plan_refuses_packed_weights():
-    g = golden.load(next(p for p in fused_files() if "fp8" in p.name))
-    t, p = g.inputs, g.params
-    x = t["hidden_state"]
-    with pytest.raises(TypeError, match="packed_weights"):
-        mlakit.plan(mlakit.fused_qkv_paged, x, t["input_row_offsets"], cache(t, "kv_cache", t["kv_cache.blocks"].copy()),
-                    q_dim=p["q_dim"], **weights_of(t), layer_idx=p["layer_idx"], packed_weights=pack_of(g))
+@pytest.mark.skipif("cpu" not in mlakit.backends(), reason="no cpu back-end")
+def test_planned_runs_take_packed_weights():
+    """A plan made without a pack; runs naming the layer's pack give the unpacked bits; a run whose
+    weights are not the pack's is refused and writes nothing."""
+    for path in fused_files():
+        g = golden.load(path)
+        t, p = g.inputs, g.params
+        x = t["hidden_state"]
+        blocks = t["kv_cache.blocks"].copy()
+        step = mlakit.plan(mlakit.fused_qkv_paged, x, t["input_row_offsets"], cache(t, "kv_cache", blocks),
+                           q_dim=p["q_dim"], **weights_of(t), group_size=p.get("group_size", 128),
+                           zero_format=p.get("zero_format", "v2"), layer_idx=p["layer_idx"], backend="cpu")
+        pack = pack_of(g)
+        plain_out, plain_blocks = call_fused(g)
+        out = step.run(packed_weights=pack)
+        assert same_bits(out, plain_out) and same_bits(blocks, plain_blocks), path.name
+        w = weights_of(t)
+        name = "qweight" if w["qweight"] is not None else "weight"
+        if x.shape[0] == 0:
+            continue
+        before = blocks.copy()
+        with pytest.raises(mlakit.InvalidArgument) as e:
+            step.run(packed_weights=pack, **{name: w[name].copy()})
+        assert e.value.field == "packed_weights", str(e.value)
+        assert same_bits(blocks, before), "a refused run wrote the cache"
