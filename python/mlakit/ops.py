@@ -262,10 +262,32 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
     return _Call("sparse_mla_prefill", params, views, backend, q, (out, *extra) if extra else out)
 
 
-def _weight_format(weight, weight_scale, qweight):
+def _weights(op, view, x_dtype, weight, weight_scale, qweight, scales, qzeros, g_idx, group_size, zero_format):
+    """Op 5's weight format, its params (golden-format keys) and the views of its weight tensors,
+    for a call and for pack_weights alike."""
     if qweight is not None:
-        return "gptq"
-    return "fp8_block" if weight is not None and weight_scale is not None else "dense"
+        fmt = "gptq"
+    elif weight is not None and weight_scale is not None:
+        fmt = "fp8_block"
+    else:
+        fmt = "dense"
+    params = {"weight_format": fmt}
+    if fmt == "fp8_block":
+        views = [view("weight", weight, "f8e4m3"), view("weight_scale", weight_scale, "f32")]
+    elif fmt == "dense":
+        if weight is None:
+            raise TypeError(f"{op}: give weight (dense or fp8 with weight_scale) or qweight (GPTQ)")
+        views = [view("weight", weight, x_dtype)]
+    else:
+        params.update(group_size=int(group_size), has_zp=qzeros is not None)
+        if zero_format != "v2":
+            params["zero_format"] = zero_format
+        views = [view("qweight", qweight, "i32"), view("scales", scales)]
+        if qzeros is not None:
+            views.append(view("qzeros", qzeros, "i32"))
+        if g_idx is not None:
+            views.append(view("g_idx", g_idx, "i32"))
+    return fmt, params, views
 
 
 class PackedWeights:
@@ -288,20 +310,12 @@ def pack_weights(*, weight=None, weight_scale=None, qweight=None, scales=None, q
     """Packs one layer's fused_qkv_paged weights (the same arguments as the call's) for activations
     of dtype `activations` ("bf16" or "f32"): prefills that name the pack stop laying out the
     weights in every call, with the same bits (docs/fused_qkv_paged.md, "Packed weights")."""
-    fmt = _weight_format(weight, weight_scale, qweight)
-    if fmt == "dense" and weight is None:
-        raise TypeError("pack_weights: give weight (dense or fp8 with weight_scale) or qweight (GPTQ)")
     if activations not in ("bf16", "f32"):
         raise ValueError(f"pack_weights: activations={activations!r} (expected 'bf16' or 'f32')")
+    weights = (weight, weight_scale, qweight, scales, qzeros, g_idx)
+    fmt, params, views = _weights("pack_weights", view, activations, *weights, group_size, zero_format)
     K = int(qweight.shape[0]) * 8 if fmt == "gptq" else int(weight.shape[1])
-    params = {"weight_format": fmt, "group_size": int(group_size), "has_zp": qzeros is not None,
-              "zero_format": zero_format}
-    views = [("hidden_state", (0, activations, [0, K], [K, 1], False))]
-    weights = {"weight": weight, "weight_scale": weight_scale, "qweight": qweight, "scales": scales,
-               "qzeros": qzeros, "g_idx": g_idx}
-    want = {"weight": "f8e4m3" if fmt == "fp8_block" else activations, "weight_scale": "f32", "qweight": "i32",
-            "scales": None, "qzeros": "i32", "g_idx": "i32"}
-    views += [view(name, a, want[name]) for name, a in weights.items() if a is not None]
+    views.append(("hidden_state", (0, activations, [0, K], [K, 1], False)))
     handle = _core.PackedWeightsHandle()
     raise_refusal(handle.pack(json.dumps(params), views))
     return PackedWeights(handle, weights)
@@ -318,34 +332,18 @@ def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=
     zero point minus one, as AutoGPTQ's do). packed_weights: this layer's pack_weights(...) of the
     same weights (optional; same bits). Returns out [T, q_dim] in hidden_state's dtype."""
     view = _VIEW.get()
-    fmt = _weight_format(weight, weight_scale, qweight)
     if packed_weights is not None and not isinstance(packed_weights, PackedWeights):
         raise TypeError("fused_qkv_paged: packed_weights must come from mlakit.pack_weights")
     writable("kv_cache.blocks", kv_cache.blocks)
     x_dtype = dtype_of(hidden_state)
     x_dtype = {"u16": "bf16"}.get(x_dtype, x_dtype)
     out = _out("out", out, hidden_state, (hidden_state.shape[0], q_dim), x_dtype)
-    params = {"q_dim": int(q_dim), "weight_format": fmt, "layer_idx": int(layer_idx), "page_size": kv_cache.page_size,
-              "num_kv_heads": int(kv_cache.blocks.shape[4]), "head_dim": int(kv_cache.blocks.shape[5])}
-    if fmt == "gptq":
-        params["group_size"] = int(group_size)
-        params["has_zp"] = qzeros is not None
-        if zero_format != "v2":
-            params["zero_format"] = zero_format
+    _, params, weight_views = _weights("fused_qkv_paged", view, x_dtype, weight, weight_scale, qweight, scales, qzeros,
+                                       g_idx, group_size, zero_format)
+    params.update(q_dim=int(q_dim), layer_idx=int(layer_idx), page_size=kv_cache.page_size,
+                  num_kv_heads=int(kv_cache.blocks.shape[4]), head_dim=int(kv_cache.blocks.shape[5]))
     views = [view("hidden_state", hidden_state, x_dtype), view("input_row_offsets", input_row_offsets, "u32"),
              *kv_cache.views("kv_cache"), view("out.kv_cache.blocks", kv_cache.blocks, kv_cache._blocks_dtype()),
-             view("out.output", out, x_dtype)]
-    if fmt == "fp8_block":
-        views += [view("weight", weight, "f8e4m3"), view("weight_scale", weight_scale, "f32")]
-    elif fmt == "dense":
-        if weight is None:
-            raise TypeError("fused_qkv_paged: give weight (dense or fp8 with weight_scale) or qweight (GPTQ)")
-        views.append(view("weight", weight, x_dtype))
-    else:
-        views += [view("qweight", qweight, "i32"), view("scales", scales)]
-        if qzeros is not None:
-            views.append(view("qzeros", qzeros, "i32"))
-        if g_idx is not None:
-            views.append(view("g_idx", g_idx, "i32"))
+             view("out.output", out, x_dtype), *weight_views]
     return _Call("fused_qkv_paged", params, views, backend, hidden_state, out,
                  None if packed_weights is None else packed_weights._handle)

@@ -790,8 +790,8 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   p.g = &gemm_kernels();
   p.f32 = a.hidden_state.dtype == DType::f32;
   p.T = 0;
-  p.K = static_cast<std::size_t>(a.hidden_state.shape[1]);
-  p.N = static_cast<std::size_t>(d.weight_format == WeightFormat::gptq ? a.qweight.shape[1] : a.weight.shape[0]);
+  p.K = static_cast<std::size_t>(out->K);
+  p.N = static_cast<std::size_t>(out->N);
   const simd::GemmKernels& g = *p.g;
   out->kernels = &g;
   out->kind = pack_kind(d, a, g);

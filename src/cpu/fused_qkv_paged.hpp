@@ -48,8 +48,8 @@ namespace mlakit::cpu {
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
 // The call buffers it takes (the library GEMM's f32 operands; none on the own tiles).
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
-// Lays out validated weights (pack_weights) for the kernels in force; fills everything but the
-// tensors and desc fields, which the caller sets.
+// Lays out validated weights (pack_weights) for the kernels in force, with out's K and N (set by
+// the caller, as its desc, activations and tensors); fills the rest.
 Status pack_fused_qkv_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights,
                               mlakit::detail::FusedQkvPackedState* out);
 

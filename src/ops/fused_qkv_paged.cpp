@@ -129,11 +129,24 @@ void validate_weights(Validator& v, const FusedQkvPagedDesc& d, const FusedQkvPa
 
 // The weight tensors a call names, in the order a pack records them.
 struct WeightViews {
-  const char* names[6] = {"weight", "weight_scale", "qweight", "scales", "qzeros", "g_idx"};
-  const TensorView* views[6];
+  Validator::NamedView views[6];
   explicit WeightViews(const FusedQkvPagedArgs& a)
-      : views{&a.weight, &a.weight_scale, &a.qweight, &a.scales, &a.qzeros, &a.g_idx} {}
+      : views{{"weight", &a.weight}, {"weight_scale", &a.weight_scale}, {"qweight", &a.qweight},
+              {"scales", &a.scales}, {"qzeros", &a.qzeros}, {"g_idx", &a.g_idx}} {}
 };
+
+// A weight_format the library has.
+bool known_format(Validator& v, WeightFormat f) {
+  if (f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::gptq) return true;
+  return v.fail("weight_format", eq(static_cast<std::int64_t>(f)) + " (expected dense, fp8_block or gptq)");
+}
+
+// N of weights as stored (0 where the tensor is not a matrix): weight's rows, or qweight's columns.
+std::int64_t stored_columns(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+  const bool gptq = d.weight_format == WeightFormat::gptq;
+  const TensorView& w = gptq ? a.qweight : a.weight;
+  return w.rank == 2 ? w.shape[gptq ? 1 : 0] : 0;
+}
 
 // A call's packed weights, when named: made by pack_weights from this call's weight tensors, for
 // its desc, activation dtype and shape.
@@ -170,8 +183,8 @@ void validate_packed(Validator& v, const FusedQkvPagedDesc& d, const FusedQkvPag
   if (!v.ok()) return;
   const WeightViews w(a);
   for (int i = 0; i < 6; ++i)
-    if (w.views[i]->data != s->tensors[i]) {
-      v.fail("packed_weights", std::string(" was made from other weights (") + w.names[i] +
+    if (w.views[i].second->data != s->tensors[i]) {
+      v.fail("packed_weights", std::string(" was made from other weights (") + w.views[i].first +
                                    ".data differs: a pack serves the very tensors it was made from)");
       return;
     }
@@ -182,11 +195,7 @@ void validate_packed(Validator& v, const FusedQkvPagedDesc& d, const FusedQkvPag
 Status validate_fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, MemorySpace* space,
                                 Checks checks) {
   Validator v(kOp, checks);
-  const WeightFormat fmt = d.weight_format;
-  if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq) {
-    v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
-    return v.status();
-  }
+  if (!known_format(v, d.weight_format)) return v.status();
   v.positive("q_dim", d.q_dim);
 
   // Activations and the ragged batch.
@@ -329,10 +338,8 @@ namespace {
 Status validate_pack_input(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, FusedQkvPackedWeights* out) {
   Validator v(kPackOp, Checks{});
   if (out == nullptr) return Status::error(StatusCode::invalid_argument, kPackOp, "out", std::string(kPackOp) + ": out is null");
-  const WeightFormat fmt = d.weight_format;
-  if (fmt != WeightFormat::dense && fmt != WeightFormat::fp8_block && fmt != WeightFormat::gptq)
-    v.fail("weight_format", eq(static_cast<std::int64_t>(fmt)) + " (expected dense, fp8_block or gptq)");
-  else if (a.hidden_state.dtype != DType::bf16 && a.hidden_state.dtype != DType::f32)
+  if (!known_format(v, d.weight_format)) return v.status();
+  if (a.hidden_state.dtype != DType::bf16 && a.hidden_state.dtype != DType::f32)
     v.fail("hidden_state.dtype", std::string("=").append(dtype_name(a.hidden_state.dtype)) + " (expected bf16 or f32)");
   else if (a.hidden_state.rank != 2)
     v.fail("hidden_state.rank", eq(a.hidden_state.rank) + " (expected 2: [T, K]; only its dtype and K are read)");
@@ -340,17 +347,13 @@ Status validate_pack_input(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& 
     v.fail("hidden_state.shape[1]", eq(a.hidden_state.shape[1]) + " (K must be >= 1)");
   if (!v.ok()) return v.status();
   const std::int64_t K = a.hidden_state.shape[1];
-  const bool gptq = fmt == WeightFormat::gptq;
-  const TensorView& w = gptq ? a.qweight : a.weight;
-  const std::int64_t N = w.rank == 2 ? w.shape[gptq ? 1 : 0] : 0;
+  const bool gptq = d.weight_format == WeightFormat::gptq;
+  const std::int64_t N = stored_columns(d, a);
   validate_weights(v, d, a, a.hidden_state.dtype, K, N, std::string(gptq ? "qweight.shape[1]" : "weight.shape[0]"));
   if (v.ok() && N < 1) v.fail(gptq ? "qweight.shape[1]" : "weight.shape[0]", eq(N) + " (expected N >= 1)");
-  const WeightViews views(a);
-  const Validator::NamedView named[] = {{views.names[0], views.views[0]}, {views.names[1], views.views[1]},
-                                        {views.names[2], views.views[2]}, {views.names[3], views.views[3]},
-                                        {views.names[4], views.views[4]}, {views.names[5], views.views[5]}};
+  const WeightViews w(a);
   MemorySpace space = MemorySpace::host;
-  if (v.same_memory(named, {}, &space) && space != MemorySpace::host)
+  if (v.same_memory(w.views, {}, &space) && space != MemorySpace::host)
     v.fail(gptq ? "qweight" : "weight", " is in device memory (packed weights are for the cpu back-end: host tensors)");
   return v.status();
 }
@@ -365,15 +368,15 @@ Status pack_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, Fuse
     state->desc = d;
     state->activations = a.hidden_state.dtype;
     state->K = a.hidden_state.shape[1];
-    state->N = d.weight_format == WeightFormat::gptq ? a.qweight.shape[1] : a.weight.shape[0];
-    const core::WeightViews views(a);
-    for (int i = 0; i < 6; ++i) state->tensors[i] = views.views[i]->data;
+    state->N = core::stored_columns(d, a);
+    const core::WeightViews w(a);
+    for (int i = 0; i < 6; ++i) state->tensors[i] = w.views[i].second->data;
     state->scales_dtype = a.scales.dtype;
     if (Status s = cpu::pack_fused_qkv_weights(d, a, state.get()); !s.ok()) return s;
     detail::FusedQkvPackedAccess::set(out, std::move(state));
   } catch (const std::bad_alloc&) {
-    return Status::error(StatusCode::internal, core::kPackOp, "packed_weights",
-                         std::string(core::kPackOp) + ": allocating the pack failed");
+    return Status::error(StatusCode::internal, core::kPackOp, "out",
+                         std::string(core::kPackOp) + ": out: allocating the pack failed");
   }
   return Status::success();
 }
