@@ -158,6 +158,38 @@ inline void zero_c_tiles(Tiles& tiles) {
   unroll<kATiles * kBTiles>([&](auto t) { tiles.template zero<static_cast<int>(t)>(); });
 }
 
+// The lines of the B tiles (and of the C block) that the kernel loads next, asked into L1 while the
+// tiles work. Tile loads do not set off the hardware prefetchers (bench/HISTORY.md, op 2 on amx: a
+// sweep without software prefetch took 1.5x the time), so a B tile nobody asked for waits on L2 at
+// every step, and a C block loaded in place waits on it at every block. The B tiles of a row block
+// are one sequence, column block by column block, each block's steps in order; the next row block
+// reads the same sequence again, so the look-ahead runs on into its start.
+struct Lookahead {
+  static constexpr std::size_t kSteps = 2;  // B tiles asked for this many steps ahead
+  const std::uint16_t* b;  // the strips (strip s at b + s * ldp)
+  std::size_t ldp, ldq, n, s0, pass_steps;
+  // Step t of the sequence: its first strip's B tile, null past the sequence.
+  const std::uint16_t* tile_at(std::size_t t, const std::uint16_t** second) const {
+    const std::size_t blocks = (n + kBlockCols - 1) / kBlockCols;
+    t %= blocks * pass_steps;
+    const std::size_t jb = t / pass_steps;
+    const std::uint16_t* b0 = b + jb * kBTiles * ldp + (s0 + t % pass_steps) * (kStepK / 2) * ldq;
+    *second = n - jb * kBlockCols > kStripCols ? b0 + ldp : nullptr;
+    return b0;
+  }
+  // Rows [r0, r0 + 8) of a B tile (a pair row every ldq elements, 64 bytes each).
+  void half_tile(const std::uint16_t* tile, std::size_t r0) const {
+    if (tile == nullptr) return;
+    for (std::size_t r = r0; r < r0 + kTileRows / 2; ++r) __builtin_prefetch(tile + r * ldq, 0, 3);
+  }
+};
+
+// Lines [first, first + count) of a C block's 2 lines a row (rows rows, ldc apart).
+inline void prefetch_c_lines(const float* cb, std::size_t ldc, std::size_t rows, std::size_t first, std::size_t count) {
+  for (std::size_t l = first; l < first + count && l < 2 * rows; ++l)
+    __builtin_prefetch(cb + (l / 2) * ldc + (l % 2) * kStripCols, 0, 3);
+}
+
 // k per pass over the blocks of C: the A block of a pass (32 rows x 512 bf16, 32 KiB) is copied
 // once into the tile layout and stays in L1 while every column block reads it; the C tiles go back
 // to C between passes (which the unit's accumulator flush makes exact).
@@ -197,8 +229,17 @@ void gemm_tiles(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t
       for (std::size_t s = s0; s < s1; ++s)
         copy_a_block(a + i0 * lda + s * kStepK, lda, rows, std::min(kStepK, k - s * kStepK),
                      ablock + (s - s0) * kStepWords);
+      const std::size_t ps = s1 - s0;
+      const Lookahead ahead{packed, ldp, ldq, n, s0, ps};
       for (std::size_t j0 = 0; j0 < n; j0 += kBlockCols) {
         const std::size_t cols = std::min(kBlockCols, n - j0);
+        // The block after this one (the next row block's first, at the end of a row), whose C the
+        // look-ahead asks for when it will load it: a few lines a step.
+        const bool last_col = j0 + kBlockCols >= n;
+        const std::size_t ni0 = last_col ? i0 + kBlockRows : i0, nj0 = last_col ? 0 : j0 + kBlockCols;
+        const float* next_c = c_in && ni0 < m ? c + ni0 * ldc + nj0 : nullptr;
+        const std::size_t next_rows = next_c ? std::min(kBlockRows, m - ni0) : 0;
+        const std::size_t c_lines_step = (2 * next_rows + ps - 1) / ps;
         const std::uint16_t* b0 = packed + (j0 / kStripCols) * ldp;
         // A block of at most 16 columns has one strip: its second B tile repeats the first, and
         // the C tiles it feeds are never stored.
@@ -219,6 +260,10 @@ void gemm_tiles(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t
         }
         for (std::size_t s = s0; s < s1; ++s) {
           const std::uint16_t* as = ablock + (s - s0) * kStepWords;
+          // The B tiles kSteps ahead, half a tile after each product; the next block's C lines.
+          const std::uint16_t* pf1;
+          const std::uint16_t* pf0 = ahead.tile_at((j0 / kBlockCols) * ps + (s - s0) + Lookahead::kSteps, &pf1);
+          if (next_c) prefetch_c_lines(next_c, ldc, next_rows, (s - s0) * c_lines_step, c_lines_step);
           // Each load just before the first product that needs it, so that an operand is fetched
           // while the product before it runs (the order of Intel's AMX guidance; with all four
           // loads first the kernel measured 25-27 % of the tile peak, this order is not measured
@@ -226,11 +271,15 @@ void gemm_tiles(std::size_t m, std::size_t n, std::size_t k, const std::uint16_t
           tiles.template load<a_tile(0)>(as, kRowBytes);
           tiles.template load<b_tile(0)>(b0 + s * step_elems, ldq * 2);
           tiles.template dp_bf16<c_tile(0, 0), a_tile(0), b_tile(0)>();
+          ahead.half_tile(pf0, 0);
           tiles.template load<b_tile(1)>(b1 + s * step_elems, ldq * 2);
           tiles.template dp_bf16<c_tile(0, 1), a_tile(0), b_tile(1)>();
+          ahead.half_tile(pf0, kTileRows / 2);
           tiles.template load<a_tile(1)>(as + kTileRows * kStepK, kRowBytes);
           tiles.template dp_bf16<c_tile(1, 0), a_tile(1), b_tile(0)>();
+          ahead.half_tile(pf1, 0);
           tiles.template dp_bf16<c_tile(1, 1), a_tile(1), b_tile(1)>();
+          ahead.half_tile(pf1, kTileRows / 2);
           const std::size_t k0 = s * kStepK;
           if (scales && ((k0 + kStepK) % scales->block == 0 || s + 1 == steps)) {
             // One block of k done: its sums times the block's scale into the running sums.
