@@ -12,7 +12,10 @@
 // synchronizations and copies are counted for the tests).
 // mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
 // with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
-// tensor cores' rounding. ldmatrix .x4 (.trans) is a warp collective that reads the rows the lanes
+// tensor cores' rounding. wgmma.mma_async m64n128k16 (src/cuda/wgmma.cuh) likewise, per thread
+// from its operands in shared memory, and asynchronous as cp.async below: its accumulators read
+// NaN until the wait for its group, and an operand changed before that wait is reported.
+// The emulated device is an sm_90 GPU (compute capability 9.x). ldmatrix .x4 (.trans) is a warp collective that reads the rows the lanes
 // name (each 16 bytes, 16-byte aligned, not in device memory, and not past the end of the block's
 // dynamic shared memory: static __shared__ arrays are plain statics here).
 // cp.async copies (src/cuda/async_copy.cuh) land late on purpose: the destination reads as 0xFF
@@ -70,6 +73,13 @@ void ldmatrix_x4(std::uint32_t r[4], const void* row, bool trans);
 void cp_async_16(void* dst, const void* src, bool fill);
 void cp_async_commit();
 void cp_async_wait(int pending_groups);
+// wgmma.mma_async m64n128k16 (src/cuda/wgmma.cuh): the issuing thread's 64 accumulators read NaN
+// from the issue until a wait completes its group; the operands (shared memory, read through the
+// layout's lbo and sbo) must be unchanged at that wait.
+void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo,
+                      std::uint32_t sbo, bool accumulate);
+void wgmma_commit();
+void wgmma_wait(int pending_groups);
 unsigned char* dynamic_shared();
 void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::function<void()>& thread_body);
 
@@ -146,7 +156,7 @@ inline T max(T a, T b) {
 // ---- runtime API -----------------------------------------------------------------------------
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorNoDevice = 100 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;

@@ -1,7 +1,8 @@
 // The cuda back-end's shared device code on the CPU emulation: the tensor-core fragment loaders
 // against a plain matrix product, ldmatrix against the element loaders, cp.async's groups, the
-// block-wide top-k against a sort with the spec's order, and the emulator's own rules (a barrier
-// in divergent code, a copy never waited for, ldmatrix on global memory are reported).
+// warpgroup products' descriptor and layouts, the block-wide top-k against a sort with the spec's
+// order, and the emulator's own rules (a barrier in divergent code, a copy or a product never
+// waited for, ldmatrix on global memory, an operand overwritten under a product are reported).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/topk.cuh"
+#include "cuda/wgmma.cuh"
 #include "cuda_runtime.h"
 
 namespace mlakit::cuda {
@@ -156,6 +158,76 @@ TEST(DeviceCode, CpAsyncCopiesLandWhenTheirGroupIsWaitedFor) {
   ASSERT_EQ(cudaFree(src), cudaSuccess);
 }
 
+// ---- wgmma ----------------------------------------------------------------------------------------
+TEST(DeviceCode, WgmmaDescriptorHoldsAddressAndOffsetsInTheirFields) {
+  constexpr std::uint64_t d = wgmma_desc(0x12340u, 128, 256);
+  EXPECT_EQ(d & 0x3FFFu, 0x1234u) << "start address >> 4, bits 0-13";
+  EXPECT_EQ((d >> 16) & 0x3FFFu, 8u) << "lbo >> 4, bits 16-29";
+  EXPECT_EQ((d >> 32) & 0x3FFFu, 16u) << "sbo >> 4, bits 32-45";
+  EXPECT_EQ(d & ~((0x3FFFull) | (0x3FFFull << 16) | (0x3FFFull << 32)), 0u) << "base offset 0, no swizzle";
+  EXPECT_EQ(wgmma_desc(0x40010u, 0, 0), 1u) << "the shared window's 18 address bits";
+}
+
+// Byte offset of element (r, k) (k < 16) of an operand in wgmma.cuh's layout.
+int wg_byte(int r, int k, int lbo, int sbo) { return (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2; }
+
+// D[64 x 128] = A[64 x 32]·B[128 x 32]ᵀ in two products of 16 k, the operands laid out with the
+// given lbo and sbo (one stage per 16 k); d starts as garbage (the first product does not
+// accumulate). seen_in_flight: whether thread 0's accumulators read NaN between issue and wait.
+__global__ void wgmma_kernel(const std::uint16_t* a, const std::uint16_t* b, int lbo, int sbo, float* out,
+                             int* seen_in_flight) {
+  __shared__ __align__(128) std::uint16_t As[2][4096], Bs[2][8192];
+  for (int e = threadIdx.x; e < 64 * 32; e += 128) {
+    const int r = e / 32, k = e % 32;
+    As[k / 16][wg_byte(r, k % 16, lbo, sbo) / 2] = a[e];
+  }
+  for (int e = threadIdx.x; e < 128 * 32; e += 128) {
+    const int r = e / 32, k = e % 32;
+    Bs[k / 16][wg_byte(r, k % 16, lbo, sbo) / 2] = b[e];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  float d[64];
+  for (int i = 0; i < 64; ++i) d[i] = 1e30f;
+  wgmma_fence();
+  wgmma_m64n128k16(d, As[0], Bs[0], static_cast<std::uint32_t>(lbo), static_cast<std::uint32_t>(sbo), false);
+  wgmma_m64n128k16(d, As[1], Bs[1], static_cast<std::uint32_t>(lbo), static_cast<std::uint32_t>(sbo), true);
+  wgmma_commit();
+  if (threadIdx.x == 0) *seen_in_flight = std::isnan(d[0]) && std::isnan(d[63]);
+  wgmma_wait<0>(d);
+  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, c = t % 4;
+  for (int i = 0; i < 16; ++i)
+    for (int e = 0; e < 4; ++e) out[(16 * w + g + (e >= 2 ? 8 : 0)) * 128 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+}
+
+TEST(DeviceCode, WgmmaComputesTheProductInTheDocumentedLayouts) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-8, 8);
+  std::vector<int> A(64 * 32), B(128 * 32);
+  for (int& v : A) v = small(rng);
+  for (int& v : B) v = small(rng);
+  std::vector<std::uint16_t> a(A.size()), b(B.size());
+  for (std::size_t i = 0; i < A.size(); ++i) a[i] = f32_to_bf16(static_cast<float>(A[i]));
+  for (std::size_t i = 0; i < B.size(); ++i) b[i] = f32_to_bf16(static_cast<float>(B[i]));
+  // The kernels' layout (row groups 256 bytes apart, k halves 128), and the k halves apart with
+  // the row groups packed (sbo 128, lbo past every row group of the operand: 2048 for B, which A
+  // shares, its own rows then leaving a gap).
+  for (const auto& [lbo, sbo] : {std::pair{128, 256}, std::pair{2048, 128}}) {
+    SCOPED_TRACE("lbo " + std::to_string(lbo) + ", sbo " + std::to_string(sbo));
+    std::vector<float> out(64 * 128, -1.0f);
+    int in_flight = 0;
+    mlakit_cuda_emu::launch(wgmma_kernel, dim3(1), dim3(128), 0, nullptr, static_cast<const std::uint16_t*>(a.data()),
+                            static_cast<const std::uint16_t*>(b.data()), lbo, sbo, out.data(), &in_flight);
+    EXPECT_EQ(in_flight, 1) << "the accumulators read NaN until the wait";
+    for (int r = 0; r < 64; ++r)
+      for (int n = 0; n < 128; ++n) {
+        int want = 0;
+        for (int k = 0; k < 32; ++k) want += A[static_cast<std::size_t>(r * 32 + k)] * B[static_cast<std::size_t>(n * 32 + k)];
+        ASSERT_EQ(out[static_cast<std::size_t>(r * 128 + n)], static_cast<float>(want)) << r << "," << n;
+      }
+  }
+}
+
 // ---- top-k -------------------------------------------------------------------------------------
 constexpr int kThreads = 512;
 
@@ -249,6 +321,20 @@ __global__ void ldmatrix_global_kernel(const std::uint16_t* rows) {
   ldmatrix_x4(r, rows + 8 * (threadIdx.x % 8));
 }
 
+// A product whose operand a thread overwrites before the wait; a product never waited for.
+__global__ void wgmma_hazard_kernel(bool overwrite, bool wait) {
+  __shared__ __align__(128) std::uint16_t As[1024], Bs[2048];
+  for (int e = threadIdx.x; e < 1024; e += 128) As[e] = 0;
+  for (int e = threadIdx.x; e < 2048; e += 128) Bs[e] = 0;
+  __syncthreads();
+  float d[64] = {};
+  wgmma_fence();
+  wgmma_m64n128k16(d, As, Bs, 128, 256, false);
+  wgmma_commit();
+  if (overwrite && threadIdx.x == 5) Bs[7] = 0x3F80;
+  if (wait) wgmma_wait<0>(d);
+}
+
 // ---- temporaries ---------------------------------------------------------------------------------
 TEST(DeviceCode, TemporariesAlignRegionsAndRefuseOverflow) {
   alignas(256) static unsigned char workspace[4096];
@@ -294,6 +380,18 @@ TEST(CudaEmulationDeathTest, CopyNeverWaitedForIsReported) {
                                        static_cast<const std::uint32_t*>(src)),
                "never waited");
   ASSERT_EQ(cudaFree(src), cudaSuccess);
+}
+
+TEST(CudaEmulationDeathTest, WgmmaOperandOverwrittenBeforeTheWaitIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(mlakit_cuda_emu::launch(wgmma_hazard_kernel, dim3(1), dim3(128), 0, nullptr, true, true),
+               "changed before the wait");
+}
+
+TEST(CudaEmulationDeathTest, WgmmaNeverWaitedForIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(mlakit_cuda_emu::launch(wgmma_hazard_kernel, dim3(1), dim3(128), 0, nullptr, false, false),
+               "never waited");
 }
 
 TEST(CudaEmulationDeathTest, LdmatrixOnGlobalMemoryIsReported) {

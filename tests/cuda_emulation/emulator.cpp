@@ -30,6 +30,15 @@ struct AsyncCopy {
   long group;
 };
 
+// A wgmma product in flight: the issuing thread's accumulators, the values they receive at the
+// wait for its group, and the bytes of the core matrices it read (checked unchanged then).
+struct AsyncProduct {
+  float* d;
+  std::vector<float> result;
+  std::vector<std::pair<const unsigned char*, std::vector<unsigned char>>> operands;
+  long group;
+};
+
 struct Fiber {
   ucontext_t ctx;
   uint3 idx;
@@ -50,6 +59,9 @@ struct Fiber {
   // cp.async: copies not yet completed, and the commits so far
   std::vector<AsyncCopy> copies;
   long commits = 0;
+  // wgmma: products not yet completed, and the commits so far
+  std::vector<AsyncProduct> products;
+  long product_commits = 0;
 };
 
 struct Block {
@@ -98,6 +110,7 @@ void fiber_entry() {
   (*g_block->body)();
   Fiber& f = g_block->fibers[static_cast<std::size_t>(g_block->current)];
   if (!f.copies.empty()) fail("a thread exited with cp.async copies it never waited for");
+  if (!f.products.empty()) fail("a thread exited with wgmma products it never waited for");
   f.wait = Wait::done;
   // returning resumes uc_link (the scheduler)
 }
@@ -393,6 +406,75 @@ void cp_async_wait(int pending_groups) {
   f.copies.swap(left);
 }
 
+void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo,
+                      std::uint32_t sbo, bool accumulate) {
+  Fiber& f = self();
+  const std::size_t threads = static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z;
+  if (threads % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
+  const auto* pa = reinterpret_cast<const unsigned char*>(a);
+  const auto* pb = reinterpret_cast<const unsigned char*>(b);
+  if (!aligned16(pa) || !aligned16(pb) || lbo % 16 != 0 || sbo % 16 != 0)
+    fail("wgmma: an operand start, lbo or sbo not a multiple of 16 bytes");
+  AsyncProduct p{d, std::vector<float>(64), {}, f.product_commits};
+  // Core matrix (row group q, k group h) of an operand: 128 bytes, in shared memory.
+  auto core = [&](const unsigned char* base, int q, int h) {
+    const unsigned char* at = base + static_cast<std::size_t>(q) * sbo + static_cast<std::size_t>(h) * lbo;
+    if (in_device_memory(at, 128)) fail("wgmma: an operand in device memory, not shared memory");
+    return at;
+  };
+  for (int q = 0; q < 8; ++q)
+    for (int h = 0; h < 2; ++h) {
+      const unsigned char* at = core(pa, q, h);
+      p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
+    }
+  for (int q = 0; q < 16; ++q)
+    for (int h = 0; h < 2; ++h) {
+      const unsigned char* at = core(pb, q, h);
+      p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
+    }
+  auto element = [&](const unsigned char* base, int r, int k) {
+    std::uint16_t v;
+    std::memcpy(&v, core(base, r / 8, k / 8) + (r % 8) * 16 + (k % 8) * 2, 2);
+    return static_cast<double>(__uint_as_float(static_cast<std::uint32_t>(v) << 16));
+  };
+  // The accumulators' values at the issue: those of this thread's last product on d still in
+  // flight, else the registers.
+  const float* in = d;
+  for (const AsyncProduct& q : f.products)
+    if (q.d == d) in = q.result.data();
+  const unsigned t = static_cast<unsigned>(
+      (threadIdx.x + blockDim.x * (threadIdx.y + static_cast<std::size_t>(blockDim.y) * threadIdx.z)) % 128);
+  const int w = static_cast<int>(t / 32), g = static_cast<int>(t % 32 / 4), c = static_cast<int>(t % 4);
+  for (int i = 0; i < 16; ++i)
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * i + 2 * c + (e & 1);
+      double s = accumulate ? in[4 * i + e] : 0.0;
+      for (int k = 0; k < 16; ++k) s += element(pa, row, k) * element(pb, col, k);
+      p.result[static_cast<std::size_t>(4 * i + e)] = static_cast<float>(s);
+    }
+  for (int i = 0; i < 64; ++i) d[i] = __uint_as_float(0x7fc00000u);  // in flight
+  f.products.push_back(std::move(p));
+}
+
+void wgmma_commit() { ++self().product_commits; }
+
+void wgmma_wait(int pending_groups) {
+  Fiber& f = self();
+  const long done_below = f.product_commits - pending_groups;
+  std::vector<AsyncProduct> left;
+  for (AsyncProduct& p : f.products) {
+    if (p.group >= done_below) {
+      left.push_back(std::move(p));
+      continue;
+    }
+    for (const auto& [at, bytes] : p.operands)
+      if (std::memcmp(at, bytes.data(), bytes.size()) != 0)
+        fail("wgmma: an operand in shared memory changed before the wait for its product");
+    std::memcpy(p.d, p.result.data(), 64 * sizeof(float));
+  }
+  f.products.swap(left);
+}
+
 unsigned char* dynamic_shared() {
   if (g_block == nullptr) fail("dynamic shared memory outside a kernel");
   return g_block->smem.data();
@@ -454,9 +536,11 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-  *value = static_cast<int>(mlakit_cuda_emu::kMaxDynamicShared);
-  return cudaSuccess;
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(mlakit_cuda_emu::kMaxDynamicShared); return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
 }
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);

@@ -1,0 +1,116 @@
+// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16 with bf16 operands read from
+// shared memory through matrix descriptors and f32 accumulators in registers, asynchronous to the
+// issuing threads.
+//
+// Operand layout in shared memory (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory
+// Layout", no swizzle, K-major): core matrices of 8 rows x 8 bf16 (16 bytes a row, 128 contiguous
+// bytes). Element (r, k) of an operand of R rows x 16 k lies at byte
+//   (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2
+// from its start: lbo (the descriptor's leading dimension byte offset) steps to the next core
+// matrix along k, sbo (stride dimension byte offset) to the next eight rows. A is 64 rows (M) x 16,
+// B 128 rows (N, one per output column) x 16.
+//
+// Accumulator fragment (PTX ISA, wgmma .m64nNk16 D): thread t of the warpgroup, w = t / 32,
+// g = (t % 32) / 4, c = t % 4, holds for i < 16
+//   d[4i], d[4i + 1] = D[16w + g][8i + 2c, + 1]     d[4i + 2], d[4i + 3] = D[16w + g + 8][8i + 2c, + 1]
+// (the mma.sync m16n8 layout, one per 8 columns, each warp a band of 16 rows).
+//
+// Sequence per batch of products: the operands written to shared memory, fence_proxy_async() (the
+// products read shared memory through the async proxy), a barrier, wgmma_fence() (orders earlier
+// writes of the accumulator registers before the products), the products, wgmma_commit(), and
+// wgmma_wait<N>() before the registers are read or the operands overwritten (the emulation also
+// asks for a barrier between the wait and any thread overwriting them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mlakit::cuda {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MLAKIT_CUDA_WGMMA_ASM 1
+#endif
+
+// The 64-bit matrix descriptor: start address, lbo and sbo in 16-byte units (bits 0-13, 16-29,
+// 32-45), base offset 0 (bits 49-51), no swizzle (bits 62-63 = 0).
+__host__ __device__ constexpr std::uint64_t wgmma_desc(std::uint32_t smem_addr, std::uint32_t lbo, std::uint32_t sbo) {
+  return static_cast<std::uint64_t>((smem_addr & 0x3FFFFu) >> 4) |
+         (static_cast<std::uint64_t>((lbo & 0x3FFFFu) >> 4) << 16) |
+         (static_cast<std::uint64_t>((sbo & 0x3FFFFu) >> 4) << 32);
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::wgmma_commit();
+#endif
+}
+
+// Returns once all but the newest N committed groups of this thread's products are complete; d:
+// the registers they write (tied to the wait so that no read of them moves above it).
+template <int N>
+__device__ __forceinline__ void wgmma_wait(float (&d)[64]) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#elif defined(MLAKIT_CUDA_EMULATION)
+  (void)d;
+  ::mlakit_cuda_emu::wgmma_wait(N);
+#else
+  (void)d;
+#endif
+}
+
+// d (+)= A·Bᵀ over 16 k: A 64 x 16 at `a`, B 128 x 16 at `b` (shared memory, 16-byte aligned, the
+// layout above with the given lbo and sbo); accumulate == false starts from 0.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_t* b,
+                                                 std::uint32_t lbo, std::uint32_t sbo, bool accumulate) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  const std::uint64_t da = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(a)), lbo, sbo);
+  const std::uint64_t db = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(b)), lbo, sbo);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::wgmma_m64n128k16(d, a, b, lbo, sbo, accumulate);
+#else
+  // Not reached: the host takes the wgmma route only in builds for sm_90a on an sm_90 device.
+  (void)a;
+  (void)b;
+  (void)lbo;
+  (void)sbo;
+  (void)accumulate;
+  for (int i = 0; i < 64; ++i) d[i] = __int_as_float(0x7fc00000);
+#endif
+}
+
+}  // namespace mlakit::cuda
