@@ -23,6 +23,10 @@ if(MLAKIT_ENABLE_CUDA)
       target_compile_options(mlakit_cuda PRIVATE
         $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wextra,-Werror --Werror=all-warnings -Xptxas=-warn-lmem-usage,-warn-spills>)
     endif()
+    # The warpgroup (wgmma) kernels exist only in sm_90a code: the host may take them only then.
+    if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+      target_compile_definitions(mlakit_cuda PRIVATE MLAKIT_CUDA_SM90A=1)
+    endif()
     target_link_libraries(mlakit_cuda PRIVATE CUDA::cudart_static)
     set(MLAKIT_HAVE_CUDA ON)
   endif()

@@ -23,14 +23,16 @@
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
 #                    through the decode-once route, op 4's cases again through the ring kernel,
+#                    op 5's cases again through the wgmma kernel (GPTQ decoded once),
 #                    test_gpu's graph capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a
 #                    fault names its kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
 #         sanitizers compute-sanitizer memcheck, racecheck and synccheck on golden files
 #                    of every operator                                             -> OUT/sanitizers.log
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
-#                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul, and
-#                    op 4's T=4096 row again through the ring kernel (named .../cuda.ring)
+#                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul,
+#                    op 4's T=4096 row again through the ring kernel (named .../cuda.ring) and
+#                    op 5's rows again through the wgmma kernel (.../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
@@ -165,18 +167,24 @@ phase_gpu_tests() {
       --gtest_filter="$filter" --gtest_brief=1 >"$logs/$name.log" 2>&1 &
     pids+=($!)
   done
-  # A program's cases once more with a route switch forced on: NAME SWITCH PROGRAM FILTER.
+  # A program's cases once more with route switches forced on: NAME "SWITCH..." PROGRAM FILTER.
   route_pass() {
     [ -x "$bin/$3" ] || return 0
+    local switches=() v
+    for v in $2; do switches+=("$v=on"); done
     names+=("$1")
-    env "$2=on" CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" "$bin/$3" \
+    env "${switches[@]}" CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" "$bin/$3" \
       --gtest_filter="$4" --gtest_brief=1 >"$logs/$1.log" 2>&1 &
     pids+=($!)
   }
   # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
   # forced); op 4's cases, its graph capture and device flag through the ring kernel (off in the
-  # automatic mode until measured here).
+  # automatic mode until measured here); op 5's cases through the wgmma kernel (off in the automatic
+  # mode until validated here), its GPTQ cases decoded once so that they reach it.
   route_pass test_fused_qkv_paged.gptq_decode_once MLAKIT_CUDA_GPTQ_DECODE_ONCE test_fused_qkv_paged '*gptq*cuda*'
+  route_pass test_fused_qkv_paged.wgmma "MLAKIT_CUDA_WGMMA MLAKIT_CUDA_GPTQ_DECODE_ONCE" test_fused_qkv_paged \
+    '*cuda*:*Cuda*'
+  route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*'
   route_pass test_sparse_mla_prefill.ring MLAKIT_CUDA_SPARSE_MLA_RING test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.ring MLAKIT_CUDA_SPARSE_MLA_RING test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   for i in "${!pids[@]}"; do
@@ -202,15 +210,15 @@ phase_sanitizers() {
   [ -n "$sanitizer" ] || { fail "sanitizers: compute-sanitizer not found"; return; }
   local per_op=(lightning_indexer.default msa_block_indexer.prefill_ragged_random mla_prefill_fp8.deepseek_dims
                 sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
-                fused_qkv_paged.fp8_bf16_partial_blocks)
+                fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma)
   run_tool() {
     local tool=$1 failed=0
     shift
     for entry in "$@"; do
-      local rc=0 name=${entry%@*} once ring
+      local rc=0 name=${entry%@*} once ring wgmma
       route_env "$entry"
       echo "== $tool $entry" >>"$out/sanitizer.$tool.log"
-      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring timeout 40 "$sanitizer" --tool "$tool" \
+      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_WGMMA=$wgmma timeout 40 "$sanitizer" --tool "$tool" \
         --error-exitcode 99 "$bin/mlakit" check \
         "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
       echo "exit $rc" >>"$out/sanitizer.$tool.log"
@@ -233,12 +241,14 @@ phase_sanitizers() {
 }
 
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
-# the ring kernel. Sets `once` and `ring` (the two route switches' values) for the entry.
+# the ring kernel; NAME@wgmma: op 5's file through the wgmma kernel. Sets `once`, `ring` and
+# `wgmma` (the route switches' values) for the entry.
 route_env() {
-  once=auto ring=auto
+  once=auto ring=auto wgmma=auto
   case $1 in
     *@decode_once) once=on ;;
     *@ring) ring=on ;;
+    *@wgmma) wgmma=on ;;
   esac
 }
 
@@ -246,14 +256,15 @@ headline_bench='^(lightning_indexer/prefill_b1_s4096_c8192_h64|msa_block_indexer
 headline_torch=(--case prefill_b1_s4096_c8192_h64 --case prefill_s4096_c28672_h8 --case h128_b1_s4096_c0
                 --case dsv32_t4096 --case deepseek_v3_mla_fp8_t2048)
 
-# Op 4's cuda rows matching FILTER through the ring kernel, appended to OUT/bench_ops.json as
-# .../cuda.ring rows (a second process: the route switch is read once per process).
-ring_rows() {
-  local filter=$1 seconds=$2 rc=0
-  MLAKIT_CUDA_SPARSE_MLA_RING=on MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout "$seconds" \
+# The cuda rows matching FILTER through a route forced on, appended to OUT/bench_ops.json as
+# .../cuda.SUFFIX rows (a second process: a route switch is read once per process):
+# route_rows SWITCH SUFFIX FILTER SECONDS.
+route_rows() {
+  local switch=$1 suffix=$2 filter=$3 seconds=$4 rc=0
+  env "$switch=on" MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout "$seconds" \
     "$bin/mlakit_bench_ops" --benchmark_filter="$filter" --benchmark_min_time=0.1 --benchmark_format=json \
-    --benchmark_out="$out/bench_ring.json" --benchmark_out_format=json >>"$out/bench_ops.txt" 2>&1 || rc=$?
-  python3 - "$out/bench_ops.json" "$out/bench_ring.json" <<'PY'
+    --benchmark_out="$out/bench_route.json" --benchmark_out_format=json >>"$out/bench_ops.txt" 2>&1 || rc=$?
+  python3 - "$out/bench_ops.json" "$out/bench_route.json" "$suffix" <<'PY'
 import json, sys
 try:
     with open(sys.argv[1]) as f:
@@ -262,18 +273,18 @@ except (OSError, ValueError):
     merged = {"benchmarks": []}
 try:
     with open(sys.argv[2]) as f:
-        ring = json.load(f).get("benchmarks", [])
+        routed = json.load(f).get("benchmarks", [])
 except (OSError, ValueError):
-    ring = []
-for b in ring:
-    if b["name"].startswith("sparse_mla_prefill/") and b["name"].endswith("/cuda"):
-        b["name"] += ".ring"
+    routed = []
+for b in routed:
+    if b["name"].endswith("/cuda"):
+        b["name"] += "." + sys.argv[3]
         merged["benchmarks"].append(b)
 with open(sys.argv[1], "w") as f:
     json.dump(merged, f, indent=1)
 PY
-  rm -f "$out/bench_ring.json"
-  note "ring rows: exit $rc, $(grep -c 'cuda.ring' "$out/bench_ops.json" 2>/dev/null) rows"
+  rm -f "$out/bench_route.json"
+  note "$suffix rows: exit $rc, $(grep -c "cuda\.$suffix" "$out/bench_ops.json" 2>/dev/null) rows"
 }
 
 phase_headline() {
@@ -283,7 +294,8 @@ phase_headline() {
     --benchmark_out_format=json >"$out/bench_ops.txt" 2>&1 || rc=$?
   note "headline bench: exit $rc, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   [ $rc -eq 0 ] || fail "headline bench"
-  ring_rows '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_SPARSE_MLA_RING ring '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_WGMMA wgmma '^fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)/cuda$' 45
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
     --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -335,7 +347,8 @@ PY
   cat "${files[@]}" >>"$out/table_rows.txt"
   rm -f "$out"/bench.*.json
   note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
-  ring_rows '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_SPARSE_MLA_RING ring '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_WGMMA wgmma '^fused_qkv_paged/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
     --op all --quick --reps 5 --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -353,7 +366,8 @@ sanitizer_files=(
   mla_prefill_fp8.deepseek_dims mla_prefill_fp8.chunked
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
-  fused_qkv_paged.gptq_bf16_g32_gidx@decode_once sparse_mla_prefill.general_bf16@ring
+  fused_qkv_paged.gptq_bf16_g32_gidx@decode_once fused_qkv_paged.dense_bf16_prefill@wgmma
+  sparse_mla_prefill.general_bf16@ring
   sparse_mla_prefill.flashmla_v32@ring
 )
 
@@ -367,11 +381,11 @@ phase_sanitizer() {
   fi
   : >"$out/sanitizer.log"
   for entry in "${sanitizer_files[@]}"; do
-    local name=${entry%@*} once ring rc=0
+    local name=${entry%@*} once ring wgmma rc=0
     route_env "$entry"
     local f="$root/data/golden/$name.s1.safetensors"
     echo "== $entry" >>"$out/sanitizer.log"
-    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring "$sanitizer" --tool memcheck --error-exitcode 99 \
+    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_WGMMA=$wgmma "$sanitizer" --tool memcheck --error-exitcode 99 \
       "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?
     [ $rc -eq 0 ] || failed=$((failed + 1))

@@ -15,15 +15,21 @@
 // kDecodeBudgetBytes), then the dense kernel with 16-byte loads runs on it. Decoding inside the
 // GEMM repeats the work for every row tile (8 times at T = 512) in the k loop's critical path; the
 // values, the tiles and the products are the same, so are the bits.
+// On sm_90a builds running on an sm_90 GPU (MLAKIT_CUDA_WGMMA; "auto" keeps it off until a GPU run
+// has validated it): the dense and fp8 bf16 GEMMs (the decode-once route's second kernel too) on
+// warpgroup products instead, block tile 64 rows x 128 columns, one warpgroup, k tiles of 32 in
+// two shared stages, the next tile's loads in flight while the products of this one run.
 // TODO(perf): decode (T <= 32) reads the weight with ceil(N/64) blocks only; a deterministic split-K
 // (fixed-order reduction of partial tiles) would spread the weight stream over every SM.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/common.cuh"
 #include "cuda/fused_qkv_paged.hpp"
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace mlakit::cuda {
 namespace {
@@ -101,7 +107,7 @@ __device__ void row_bases(const Params& p, std::int64_t m0, std::int64_t* base) 
 template <bool kF32>
 __device__ __forceinline__ void store(const Params& p, const std::int64_t* base, int r, std::int64_t t, std::int64_t n,
                                       float v) {
-  if (t >= p.T || n >= p.N) return;
+  if (t >= p.T || n >= p.n_end) return;  // n_end: N, or the end of a decoded group
   std::int64_t at;
   void* dst;
   if (n < p.q_dim) {
@@ -224,6 +230,127 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
     }
 }
 
+// ---- bf16 activations on sm_90a: warpgroup products -------------------------------------------
+constexpr int kWgBN = 128, kWgThreads = 128;
+constexpr int kWgStepA = kBM * 16, kWgStepB = kWgBN * 16;  // elements of one 16-k step of a stage
+constexpr std::uint32_t kWgLbo = 128, kWgSbo = 256;        // bytes: wgmma.cuh's layout, below
+
+// Element (r, k) (k < kBK) of a stage of `rows` rows: 16-k step k / 16 (rows x 16 elements), in it
+// row group r / 8 (two core matrices, sbo = 256 bytes apart), k half (k % 16) / 8 (lbo = 128
+// bytes), then row r % 8 of the core matrix (16 bytes) and k % 8.
+__device__ __forceinline__ int wg_offset(int rows, int r, int k) {
+  return (k / 16) * rows * 16 + (r / 8) * 128 + ((k % 16) / 8) * 64 + (r % 8) * 8 + k % 8;
+}
+
+// VectorTile's 16-byte loads of rows [r0, r0 + kRows) x k [k0, k0 + kBK), committed to a stage in
+// the layout above (fp8 codes decoded to bf16 through the table).
+template <int kRows, int kElemBytes>
+struct WgTile {
+  static constexpr int kPerVec = 16 / kElemBytes;
+  static constexpr int kVecsPerRow = kBK / kPerVec;
+  static constexpr int kCount = kRows * kVecsPerRow / kWgThreads;
+  static_assert(kCount >= 1 && (kRows * kVecsPerRow) % kWgThreads == 0, "threads must split the tile evenly");
+  uint4 v[kCount];
+
+  __device__ __forceinline__ void fetch(const void* base, std::int64_t ld, std::int64_t r0, std::int64_t rows,
+                                        std::int64_t k0, std::int64_t k_end) {
+    const auto* b = static_cast<const std::uint8_t*>(base);
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kWgThreads, r = e / kVecsPerRow, col = (e % kVecsPerRow) * kPerVec;
+      const std::int64_t row = r0 + r, k = k0 + col;
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (row < rows && k < k_end) v[i] = *reinterpret_cast<const uint4*>(b + (row * ld + k) * kElemBytes);
+    }
+  }
+
+  __device__ __forceinline__ void commit(std::uint16_t* stage, const std::uint16_t* table) const {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kWgThreads, r = e / kVecsPerRow, col = (e % kVecsPerRow) * kPerVec;
+      if constexpr (kElemBytes == 2) {
+        (void)table;
+        *reinterpret_cast<uint4*>(stage + wg_offset(kRows, r, col)) = v[i];
+      } else {
+        *reinterpret_cast<uint4*>(stage + wg_offset(kRows, r, col)) = decode_fp8x8(v[i].x, v[i].y, table);
+        *reinterpret_cast<uint4*>(stage + wg_offset(kRows, r, col + 8)) = decode_fp8x8(v[i].z, v[i].w, table);
+      }
+    }
+  }
+};
+
+// kWVec: 1 = fp8 weight codes, 2 = bf16 weight (16-byte loads; K a multiple of 16, aligned bases).
+// The products and the fp8 block scales as gemm_bf16_kernel's (one scale per 128-wide k block, the
+// 128-column tile inside one scale row), so the results differ from it only by the tensor cores'
+// order of summation.
+template <int kWVec>
+__global__ void __launch_bounds__(kWgThreads) gemm_bf16_wgmma_kernel(Params p) {
+  __shared__ __align__(128) std::uint16_t xs[2][kBM * kBK];
+  __shared__ __align__(128) std::uint16_t ws[2][kWgBN * kBK];
+  __shared__ std::uint16_t table[256];
+  __shared__ std::int64_t base[kBM];
+  constexpr bool kF8 = kWVec == 1;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  const std::int64_t n0 = p.n_begin + static_cast<std::int64_t>(blockIdx.x) * kWgBN;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  if (kF8) build_fp8_table(table);
+  row_bases(p, m0, base);
+
+  float acc[64], total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = total[i] = 0.0f;
+
+  const auto* x = static_cast<const std::uint16_t*>(p.x);
+  const std::int64_t kblocks = (p.K + 127) / 128;
+  WgTile<kBM, 2> xt;
+  WgTile<kWgBN, kF8 ? 1 : 2> wt;
+  xt.fetch(x, p.K, m0, p.T, 0, p.K);
+  wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, 0, p.K);
+  __syncthreads();  // the table is built
+  xt.commit(xs[0], table);
+  wt.commit(ws[0], table);
+  int stage = 0;
+  for (std::int64_t k0 = 0; k0 < p.K; k0 += kBK, stage ^= 1) {
+    fence_proxy_async();  // this stage's stores, before the products read it
+    __syncthreads();      // written by every thread; the other stage's products complete everywhere
+    const bool more = k0 + kBK < p.K;
+    if (more) {  // in flight while this tile is multiplied
+      xt.fetch(x, p.K, m0, p.T, k0 + kBK, p.K);
+      wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, k0 + kBK, p.K);
+    }
+    wgmma_fence();
+    wgmma_m64n128k16(acc, xs[stage], ws[stage], kWgLbo, kWgSbo, true);
+    wgmma_m64n128k16(acc, xs[stage] + kWgStepA, ws[stage] + kWgStepB, kWgLbo, kWgSbo, true);
+    wgmma_commit();
+    if (more) {
+      xt.commit(xs[stage ^ 1], table);
+      wt.commit(ws[stage ^ 1], table);
+    }
+    wgmma_wait<0>(acc);
+    if (kF8 && ((k0 + kBK) % 128 == 0 || !more)) {
+      // End of a 128-wide k block: its scale (one per 128-column tile) on its sums, then from 0.
+      const float s = p.wscale[(n0 / 128) * kblocks + k0 / 128];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        total[i] = fmaf(s, acc[i], total[i]);
+        acc[i] = 0.0f;
+      }
+    }
+  }
+  if (kF8) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = total[i];
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int r = 16 * warp + g, col = 8 * i + 2 * c;
+    store<false>(p, base, r, m0 + r, n0 + col, acc[4 * i]);
+    store<false>(p, base, r, m0 + r, n0 + col + 1, acc[4 * i + 1]);
+    store<false>(p, base, r + 8, m0 + r + 8, n0 + col, acc[4 * i + 2]);
+    store<false>(p, base, r + 8, m0 + r + 8, n0 + col + 1, acc[4 * i + 3]);
+  }
+}
+
 // GPTQ weight columns [n_begin, n_end) decoded to bf16 rows of K: dst[(n - n_begin) * K + k] =
 // gptq_weight(n, k), as the GEMM's own decode forms them. One thread per (packed row of 8 k,
 // column): a column's neighbours read neighbouring words; each writes its 8 values as 16 bytes.
@@ -317,12 +444,36 @@ core::RouteSwitch& decode_once_route() {
   return r;
 }
 
+core::RouteSwitch& wgmma_route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_WGMMA");
+  return r;
+}
+std::atomic<long> g_wgmma_runs{0};
+
+// Whether the warpgroup kernel can run here: built for sm_90a (the instructions exist only there)
+// and the current device is an sm_90 GPU.
+bool wgmma_device() {
+#if defined(MLAKIT_CUDA_SM90A)
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 namespace gptq_decode_once {
 core::RouteMode mode() { return decode_once_route().mode(); }
 void set_mode(core::RouteMode m) { decode_once_route().set_mode(m); }
 }  // namespace gptq_decode_once
+
+namespace fused_wgmma {
+core::RouteMode mode() { return wgmma_route().mode(); }
+void set_mode(core::RouteMode m) { wgmma_route().set_mode(m); }
+long runs() { return g_wgmma_runs.load(); }
+}  // namespace fused_wgmma
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const FusedQkvPagedArgs& host,
                        const core::DeviceLaunch& launch) {
@@ -363,6 +514,26 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
   const cudaStream_t stream = as_stream(launch.stream);
   const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
   const bool bf16 = a.hidden_state.dtype == DType::bf16;
+  // The warpgroup kernel ("auto": not yet, until a GPU run has validated it), for the calls the
+  // 16-byte-load kernels take.
+  const bool wgmma = bf16 && p.K % 16 == 0 && aligned(p.x) &&
+                     wgmma_route().use_for(true, static_cast<std::size_t>(T), SIZE_MAX) && wgmma_device();
+  // The dense or fp8 GEMM over columns [n_begin, n_end) of p on the 16-byte-load kernels.
+  bool counted = false;  // runs() counts calls, not launches (one per decoded column group)
+  const auto vector_gemm = [&](const Params& q, bool fp8) -> Status {
+    if (wgmma) {
+      if (!counted) ++g_wgmma_runs;
+      counted = true;
+      const dim3 wg_grid(static_cast<unsigned>(ceil_div(q.n_end - q.n_begin, kWgBN)), static_cast<unsigned>(row_tiles));
+      return fp8 ? launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<1>, wg_grid, kWgThreads, 0,
+                                 stream, q)
+                 : launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<2>, wg_grid, kWgThreads, 0,
+                                 stream, q);
+    }
+    const dim3 mma_grid(static_cast<unsigned>(ceil_div(q.n_end - q.n_begin, kBN)), static_cast<unsigned>(row_tiles));
+    return fp8 ? launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<1>, mma_grid, kMmaThreads, 0, stream, q)
+               : launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<2>, mma_grid, kMmaThreads, 0, stream, q);
+  };
   // The decode-once route: the decoded rows are 16-byte aligned (K a multiple of 8), the dense
   // kernel's 16-byte loads need K a multiple of 16 and aligned activations.
   const bool decode_once = bf16 && p.format == kGptq && p.K % 16 == 0 && aligned(p.x) &&
@@ -387,19 +558,14 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
       const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(words, kDecodeThreads), 65535));
       MLAKIT_STATUS_TRY(launch_kernel(kOp, "decode_gptq_kernel", decode_gptq_kernel, dim3(blocks), kDecodeThreads, 0,
                                       stream, p, tmp.at<std::uint16_t>(decoded)));
-      const dim3 group_grid(static_cast<unsigned>(ceil_div(dp.n_end - dp.n_begin, kBN)), static_cast<unsigned>(row_tiles));
-      MLAKIT_STATUS_TRY(
-          launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<2>, group_grid, kMmaThreads, 0, stream, dp));
+      MLAKIT_STATUS_TRY(vector_gemm(dp, false));
     }
     return Status::success();
   }
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
   if (bf16) {
     const bool vector = p.format != kGptq && p.K % 16 == 0 && aligned(p.x) && aligned(p.w);
-    if (vector && p.format == kFp8)
-      return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<1>, grid, kMmaThreads, 0, stream, p);
-    if (vector)
-      return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<2>, grid, kMmaThreads, 0, stream, p);
+    if (vector) return vector_gemm(p, p.format == kFp8);
     return launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<0>, grid, kMmaThreads, 0, stream, p);
   }
   return launch_kernel(kOp, "gemm_f32_kernel", gemm_f32_kernel, grid, kFmaThreads, 0, stream, p);

@@ -185,6 +185,63 @@ TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
   }
 }
 
+// ---- op 5's warpgroup (wgmma) kernel ------------------------------------------------------------
+struct WgmmaMode {
+  explicit WgmmaMode(core::RouteMode m) : saved(cuda::fused_wgmma::mode()) { cuda::fused_wgmma::set_mode(m); }
+  ~WgmmaMode() { cuda::fused_wgmma::set_mode(saved); }
+  core::RouteMode saved;
+};
+
+// Every op 5 case, and shapes the matrix lacks (two row tiles, a partial 128-column tile, fp8
+// scales over several 128-column rows and k blocks), with the wgmma kernel forced on and GPTQ
+// decoded once: it takes every call with bf16 activations and K a multiple of 16 (GPTQ through the
+// decoded weight) and passes the golden comparison. The emulation sums each 16-k product as it
+// sums mma.sync's, so its outputs are the bits of the mma.sync kernel: a check of every index of
+// the layout, the fragments and the stages. Its accumulators read NaN until the wait and an
+// operand overwritten before it is reported, so a stage reused too early fails. In the automatic
+// mode it is not taken yet.
+TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
+  const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
+  ASSERT_NE(driver, nullptr);
+  std::vector<std::pair<std::string, json>> cases;
+  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  cases.emplace_back("dense_two_row_tiles", json{{"K", 128}, {"q_dim", 136}, {"seq_lens", {70, 9}}, {"cache_lens", {3, 20}}});
+  cases.emplace_back("fp8_scale_rows", json{{"weight_format", "fp8_block"}, {"K", 400}, {"q_dim", 300},
+                                            {"seq_lens", {65}}, {"cache_lens", {2}}});
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      const Tensor& x = inputs.at("hidden_state");
+      const bool takes = x.shape()[0] > 0 && x.dtype() == DType::bf16 && x.shape()[1] % 16 == 0;
+      DecodeOnceMode once(core::RouteMode::on);
+      Bundle actual = inputs, mma = inputs;
+      {
+        WgmmaMode m(core::RouteMode::on);
+        const long before = cuda::fused_wgmma::runs();
+        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+        ASSERT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::fused_wgmma::runs() - before, takes ? 1 : 0) << "the wgmma kernel's route";
+        taken_cases += takes && seed == 1;
+      }
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      {
+        WgmmaMode m(core::RouteMode::automatic);
+        const long before = cuda::fused_wgmma::runs();
+        ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::fused_wgmma::runs(), before) << "taken in the automatic mode";
+      }
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernel's";
+    }
+  }
+  EXPECT_GE(taken_cases, 14) << "the bf16 cases of the matrix with K a multiple of 16, and the two above";
+}
+
 // ---- op 4's ring kernel --------------------------------------------------------------------------
 struct RingMode {
   explicit RingMode(core::RouteMode m) : saved(cuda::sparse_mla_ring::mode()) { cuda::sparse_mla_ring::set_mode(m); }
