@@ -23,7 +23,7 @@
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
 #                    through the decode-once route, op 4's cases again through the ring kernel,
-#                    op 5's cases again through the wgmma kernel (GPTQ decoded once),
+#                    ops 3 and 5's cases again through the wgmma kernels (op 5's GPTQ decoded once),
 #                    test_gpu's graph capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a
 #                    fault names its kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
@@ -32,7 +32,7 @@
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul,
 #                    op 4's T=4096 row again through the ring kernel (named .../cuda.ring) and
-#                    op 5's rows again through the wgmma kernel (.../cuda.wgmma)
+#                    ops 3 and 5's rows again through the wgmma kernels (.../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
@@ -179,12 +179,13 @@ phase_gpu_tests() {
   }
   # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
   # forced); op 4's cases, its graph capture and device flag through the ring kernel (off in the
-  # automatic mode until measured here); op 5's cases through the wgmma kernel (off in the automatic
-  # mode until validated here), its GPTQ cases decoded once so that they reach it.
+  # automatic mode until measured here); ops 3 and 5's cases through the wgmma kernels (off in the
+  # automatic mode until validated here), op 5's GPTQ cases decoded once so that they reach one.
   route_pass test_fused_qkv_paged.gptq_decode_once MLAKIT_CUDA_GPTQ_DECODE_ONCE test_fused_qkv_paged '*gptq*cuda*'
   route_pass test_fused_qkv_paged.wgmma "MLAKIT_CUDA_WGMMA MLAKIT_CUDA_GPTQ_DECODE_ONCE" test_fused_qkv_paged \
     '*cuda*:*Cuda*'
-  route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*'
+  route_pass test_mla_prefill_fp8.wgmma MLAKIT_CUDA_WGMMA test_mla_prefill_fp8 '*cuda*:*Cuda*'
+  route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*:*mla_prefill_fp8*'
   route_pass test_sparse_mla_prefill.ring MLAKIT_CUDA_SPARSE_MLA_RING test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.ring MLAKIT_CUDA_SPARSE_MLA_RING test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   for i in "${!pids[@]}"; do
@@ -210,7 +211,8 @@ phase_sanitizers() {
   [ -n "$sanitizer" ] || { fail "sanitizers: compute-sanitizer not found"; return; }
   local per_op=(lightning_indexer.default msa_block_indexer.prefill_ragged_random mla_prefill_fp8.deepseek_dims
                 sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
-                fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma)
+                fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma
+                mla_prefill_fp8.deepseek_dims@wgmma)
   run_tool() {
     local tool=$1 failed=0
     shift
@@ -241,7 +243,7 @@ phase_sanitizers() {
 }
 
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
-# the ring kernel; NAME@wgmma: op 5's file through the wgmma kernel. Sets `once`, `ring` and
+# the ring kernel; NAME@wgmma: an op 3 or 5 file through the wgmma kernels. Sets `once`, `ring` and
 # `wgmma` (the route switches' values) for the entry.
 route_env() {
   once=auto ring=auto wgmma=auto
@@ -295,7 +297,8 @@ phase_headline() {
   note "headline bench: exit $rc, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   [ $rc -eq 0 ] || fail "headline bench"
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING ring '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
-  route_rows MLAKIT_CUDA_WGMMA wgmma '^fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)/cuda$' 45
+  route_rows MLAKIT_CUDA_WGMMA wgmma \
+    '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0)/cuda$' 60
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
     --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -348,7 +351,7 @@ PY
   rm -f "$out"/bench.*.json
   note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING ring '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
-  route_rows MLAKIT_CUDA_WGMMA wgmma '^fused_qkv_paged/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_WGMMA wgmma '^(fused_qkv_paged|mla_prefill_fp8)/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
     --op all --quick --reps 5 --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -367,6 +370,7 @@ sanitizer_files=(
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
   fused_qkv_paged.gptq_bf16_g32_gidx@decode_once fused_qkv_paged.dense_bf16_prefill@wgmma
+  mla_prefill_fp8.deepseek_dims@wgmma
   sparse_mla_prefill.general_bf16@ring
   sparse_mla_prefill.flashmla_v32@ring
 )

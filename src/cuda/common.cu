@@ -1,5 +1,9 @@
+#include <atomic>
+#include <cstdint>
+
 #include "cuda/common.cuh"
 #include "cuda/common.hpp"
+#include "cuda/wgmma_route.hpp"
 
 namespace mlakit::cuda {
 
@@ -81,5 +85,33 @@ Status synchronize(void* stream) {
   MLAKIT_CUDA_TRY("cuda", "cudaStreamSynchronize", cudaStreamSynchronize(as_stream(stream)));
   return Status::success();
 }
+
+namespace wgmma_route {
+namespace {
+core::RouteSwitch& route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_WGMMA");
+  return r;
+}
+std::atomic<long> g_runs{0};
+}  // namespace
+
+core::RouteMode mode() { return route().mode(); }
+void set_mode(core::RouteMode m) { route().set_mode(m); }
+
+bool takes() {
+  // "auto" never, until a GPU run has validated the kernels: use_for's threshold is out of reach.
+  if (!route().use_for(true, 1, SIZE_MAX)) return false;
+#if defined(MLAKIT_CUDA_SM90A)
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
+#else
+  return false;
+#endif
+}
+
+void count() { ++g_runs; }
+long runs() { return g_runs.load(); }
+}  // namespace wgmma_route
 
 }  // namespace mlakit::cuda

@@ -22,7 +22,6 @@
 // TODO(perf): decode (T <= 32) reads the weight with ceil(N/64) blocks only; a deterministic split-K
 // (fixed-order reduction of partial tiles) would spread the weight stream over every SM.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "cuda/common.cuh"
@@ -30,6 +29,7 @@
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/wgmma.cuh"
+#include "cuda/wgmma_route.hpp"
 
 namespace mlakit::cuda {
 namespace {
@@ -231,53 +231,7 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
 }
 
 // ---- bf16 activations on sm_90a: warpgroup products -------------------------------------------
-constexpr int kWgBN = 128, kWgThreads = 128;
-constexpr int kWgStepA = kBM * 16, kWgStepB = kWgBN * 16;  // elements of one 16-k step of a stage
-constexpr std::uint32_t kWgLbo = 128, kWgSbo = 256;        // bytes: wgmma.cuh's layout, below
-
-// Element (r, k) (k < kBK) of a stage of `rows` rows: 16-k step k / 16 (rows x 16 elements), in it
-// row group r / 8 (two core matrices, sbo = 256 bytes apart), k half (k % 16) / 8 (lbo = 128
-// bytes), then row r % 8 of the core matrix (16 bytes) and k % 8.
-__device__ __forceinline__ int wg_offset(int rows, int r, int k) {
-  return (k / 16) * rows * 16 + (r / 8) * 128 + ((k % 16) / 8) * 64 + (r % 8) * 8 + k % 8;
-}
-
-// VectorTile's 16-byte loads of rows [r0, r0 + kRows) x k [k0, k0 + kBK), committed to a stage in
-// the layout above (fp8 codes decoded to bf16 through the table).
-template <int kRows, int kElemBytes>
-struct WgTile {
-  static constexpr int kPerVec = 16 / kElemBytes;
-  static constexpr int kVecsPerRow = kBK / kPerVec;
-  static constexpr int kCount = kRows * kVecsPerRow / kWgThreads;
-  static_assert(kCount >= 1 && (kRows * kVecsPerRow) % kWgThreads == 0, "threads must split the tile evenly");
-  uint4 v[kCount];
-
-  __device__ __forceinline__ void fetch(const void* base, std::int64_t ld, std::int64_t r0, std::int64_t rows,
-                                        std::int64_t k0, std::int64_t k_end) {
-    const auto* b = static_cast<const std::uint8_t*>(base);
-#pragma unroll
-    for (int i = 0; i < kCount; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kWgThreads, r = e / kVecsPerRow, col = (e % kVecsPerRow) * kPerVec;
-      const std::int64_t row = r0 + r, k = k0 + col;
-      v[i] = make_uint4(0, 0, 0, 0);
-      if (row < rows && k < k_end) v[i] = *reinterpret_cast<const uint4*>(b + (row * ld + k) * kElemBytes);
-    }
-  }
-
-  __device__ __forceinline__ void commit(std::uint16_t* stage, const std::uint16_t* table) const {
-#pragma unroll
-    for (int i = 0; i < kCount; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kWgThreads, r = e / kVecsPerRow, col = (e % kVecsPerRow) * kPerVec;
-      if constexpr (kElemBytes == 2) {
-        (void)table;
-        *reinterpret_cast<uint4*>(stage + wg_offset(kRows, r, col)) = v[i];
-      } else {
-        *reinterpret_cast<uint4*>(stage + wg_offset(kRows, r, col)) = decode_fp8x8(v[i].x, v[i].y, table);
-        *reinterpret_cast<uint4*>(stage + wg_offset(kRows, r, col + 8)) = decode_fp8x8(v[i].z, v[i].w, table);
-      }
-    }
-  }
-};
+constexpr int kWgBN = kCoreTileCols, kWgThreads = kCoreTileThreads;
 
 // kWVec: 1 = fp8 weight codes, 2 = bf16 weight (16-byte loads; K a multiple of 16, aligned bases).
 // The products and the fp8 block scales as gemm_bf16_kernel's (one scale per 128-wide k block, the
@@ -290,7 +244,6 @@ __global__ void __launch_bounds__(kWgThreads) gemm_bf16_wgmma_kernel(Params p) {
   __shared__ std::uint16_t table[256];
   __shared__ std::int64_t base[kBM];
   constexpr bool kF8 = kWVec == 1;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const std::int64_t n0 = p.n_begin + static_cast<std::int64_t>(blockIdx.x) * kWgBN;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
   if (kF8) build_fp8_table(table);
@@ -302,8 +255,8 @@ __global__ void __launch_bounds__(kWgThreads) gemm_bf16_wgmma_kernel(Params p) {
 
   const auto* x = static_cast<const std::uint16_t*>(p.x);
   const std::int64_t kblocks = (p.K + 127) / 128;
-  WgTile<kBM, 2> xt;
-  WgTile<kWgBN, kF8 ? 1 : 2> wt;
+  CoreTile<kBM, 2> xt;
+  CoreTile<kWgBN, kF8 ? 1 : 2> wt;
   xt.fetch(x, p.K, m0, p.T, 0, p.K);
   wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, 0, p.K);
   __syncthreads();  // the table is built
@@ -319,8 +272,7 @@ __global__ void __launch_bounds__(kWgThreads) gemm_bf16_wgmma_kernel(Params p) {
       wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, k0 + kBK, p.K);
     }
     wgmma_fence();
-    wgmma_m64n128k16(acc, xs[stage], ws[stage], kWgLbo, kWgSbo, true);
-    wgmma_m64n128k16(acc, xs[stage] + kWgStepA, ws[stage] + kWgStepB, kWgLbo, kWgSbo, true);
+    core_tile_products(acc, xs[stage], ws[stage]);
     wgmma_commit();
     if (more) {
       xt.commit(xs[stage ^ 1], table);
@@ -342,12 +294,9 @@ __global__ void __launch_bounds__(kWgThreads) gemm_bf16_wgmma_kernel(Params p) {
     for (int i = 0; i < 64; ++i) acc[i] = total[i];
   }
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int r = 16 * warp + g, col = 8 * i + 2 * c;
-    store<false>(p, base, r, m0 + r, n0 + col, acc[4 * i]);
-    store<false>(p, base, r, m0 + r, n0 + col + 1, acc[4 * i + 1]);
-    store<false>(p, base, r + 8, m0 + r + 8, n0 + col, acc[4 * i + 2]);
-    store<false>(p, base, r + 8, m0 + r + 8, n0 + col + 1, acc[4 * i + 3]);
+  for (int e = 0; e < 64; ++e) {
+    const int r = core_acc_row(e);
+    store<false>(p, base, r, m0 + r, n0 + core_acc_col(e), acc[e]);
   }
 }
 
@@ -444,36 +393,12 @@ core::RouteSwitch& decode_once_route() {
   return r;
 }
 
-core::RouteSwitch& wgmma_route() {
-  static core::RouteSwitch r("MLAKIT_CUDA_WGMMA");
-  return r;
-}
-std::atomic<long> g_wgmma_runs{0};
-
-// Whether the warpgroup kernel can run here: built for sm_90a (the instructions exist only there)
-// and the current device is an sm_90 GPU.
-bool wgmma_device() {
-#if defined(MLAKIT_CUDA_SM90A)
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 namespace gptq_decode_once {
 core::RouteMode mode() { return decode_once_route().mode(); }
 void set_mode(core::RouteMode m) { decode_once_route().set_mode(m); }
 }  // namespace gptq_decode_once
-
-namespace fused_wgmma {
-core::RouteMode mode() { return wgmma_route().mode(); }
-void set_mode(core::RouteMode m) { wgmma_route().set_mode(m); }
-long runs() { return g_wgmma_runs.load(); }
-}  // namespace fused_wgmma
 
 Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const FusedQkvPagedArgs& host,
                        const core::DeviceLaunch& launch) {
@@ -516,13 +441,12 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
   const bool bf16 = a.hidden_state.dtype == DType::bf16;
   // The warpgroup kernel ("auto": not yet, until a GPU run has validated it), for the calls the
   // 16-byte-load kernels take.
-  const bool wgmma = bf16 && p.K % 16 == 0 && aligned(p.x) &&
-                     wgmma_route().use_for(true, static_cast<std::size_t>(T), SIZE_MAX) && wgmma_device();
+  const bool wgmma = bf16 && p.K % 16 == 0 && aligned(p.x) && wgmma_route::takes();
   // The dense or fp8 GEMM over columns [n_begin, n_end) of p on the 16-byte-load kernels.
   bool counted = false;  // runs() counts calls, not launches (one per decoded column group)
   const auto vector_gemm = [&](const Params& q, bool fp8) -> Status {
     if (wgmma) {
-      if (!counted) ++g_wgmma_runs;
+      if (!counted) wgmma_route::count();
       counted = true;
       const dim3 wg_grid(static_cast<unsigned>(ceil_div(q.n_end - q.n_begin, kWgBN)), static_cast<unsigned>(row_tiles));
       return fp8 ? launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<1>, wg_grid, kWgThreads, 0,

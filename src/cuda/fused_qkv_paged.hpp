@@ -22,14 +22,4 @@ core::RouteMode mode();
 void set_mode(core::RouteMode m);
 }  // namespace gptq_decode_once
 
-// The warpgroup (wgmma) kernel for the dense and fp8 GEMMs with bf16 activations, in builds for
-// sm_90a on an sm_90 GPU: MLAKIT_CUDA_WGMMA ("auto": not yet, the mma.sync kernel stays the
-// default until a GPU run has validated this one; "on": every call it can take; "off"), set in
-// process by tests and benchmarks. runs(): calls that took it since the process started.
-namespace fused_wgmma {
-core::RouteMode mode();
-void set_mode(core::RouteMode m);
-long runs();
-}  // namespace fused_wgmma
-
 }  // namespace mlakit::cuda

@@ -1,13 +1,16 @@
 // Operand tiles of the tensor-core GEMMs (op 3's KV projection, op 5's fused QKV): a 64 x 32 tile of
 // a row-major matrix (rows along M or N, columns along k) read with 16-byte loads into registers
 // (fetch) and written to shared memory as bf16 (commit). A kernel fetches tile i+1 right after
-// committing tile i, so that its global loads are in flight while tile i is multiplied.
+// committing tile i, so that its global loads are in flight while tile i is multiplied. The
+// mma.sync kernels keep a tile as padded rows (VectorTile, mma_tile_64x64); the wgmma kernels as
+// core matrices (CoreTile, core_tile_products), 64 rows of A and 128 of B a block.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace mlakit::cuda {
 
@@ -79,6 +82,72 @@ __device__ __forceinline__ void mma_tile_64x64(float (&acc)[2][4][4], const std:
         mma_bf16_16816(acc[i][j], af[i], bf);
       }
   }
+}
+
+// ---- the wgmma kernels' tiles ---------------------------------------------------------------------
+constexpr int kCoreTileCols = 128, kCoreTileThreads = 128;  // B rows (output columns) a block; one warpgroup
+constexpr std::uint32_t kCoreLbo = 128, kCoreSbo = 256;      // bytes: wgmma.cuh's layout, below
+
+// Element (r, k) (k < kTileK) of a tile of `rows` rows: 16-k step k / 16 (rows x 16 elements), in
+// it row group r / 8 (two core matrices, kCoreSbo apart), k half (k % 16) / 8 (kCoreLbo apart),
+// then row r % 8 of the core matrix (16 bytes) and k % 8.
+__device__ __forceinline__ int core_offset(int rows, int r, int k) {
+  return (k / 16) * rows * 16 + (r / 8) * 128 + ((k % 16) / 8) * 64 + (r % 8) * 8 + k % 8;
+}
+
+// VectorTile's loads of rows [r0, r0 + kRows) x k [k0, k0 + kTileK), committed in the layout above
+// (fp8 codes decoded to bf16 through the table), by the kCoreTileThreads threads of a block.
+template <int kRows, int kElemBytes>
+struct CoreTile {
+  static constexpr int kPerVec = 16 / kElemBytes;
+  static constexpr int kVecsPerRow = kTileK / kPerVec;
+  static constexpr int kCount = kRows * kVecsPerRow / kCoreTileThreads;
+  static_assert(kCount >= 1 && (kRows * kVecsPerRow) % kCoreTileThreads == 0, "threads must split the tile evenly");
+  uint4 v[kCount];
+
+  __device__ __forceinline__ void fetch(const void* base, std::int64_t ld, std::int64_t r0, std::int64_t rows,
+                                        std::int64_t k0, std::int64_t k_end) {
+    const auto* b = static_cast<const std::uint8_t*>(base);
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kCoreTileThreads, r = e / kVecsPerRow;
+      const int col = (e % kVecsPerRow) * kPerVec;
+      const std::int64_t row = r0 + r, k = k0 + col;
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (row < rows && k < k_end) v[i] = *reinterpret_cast<const uint4*>(b + (row * ld + k) * kElemBytes);
+    }
+  }
+
+  __device__ __forceinline__ void commit(std::uint16_t* tile, const std::uint16_t* table) const {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kCoreTileThreads, r = e / kVecsPerRow;
+      const int col = (e % kVecsPerRow) * kPerVec;
+      if constexpr (kElemBytes == 2) {
+        (void)table;
+        *reinterpret_cast<uint4*>(tile + core_offset(kRows, r, col)) = v[i];
+      } else {
+        *reinterpret_cast<uint4*>(tile + core_offset(kRows, r, col)) = decode_fp8x8(v[i].x, v[i].y, table);
+        *reinterpret_cast<uint4*>(tile + core_offset(kRows, r, col + 8)) = decode_fp8x8(v[i].z, v[i].w, table);
+      }
+    }
+  }
+};
+
+// acc (64 rows x 128 columns, wgmma.cuh's fragment) += the tiles' product over their 32 k: two
+// m64n128k16 products (the caller fences, commits and waits).
+__device__ __forceinline__ void core_tile_products(float (&acc)[64], const std::uint16_t* xs, const std::uint16_t* ws) {
+  wgmma_m64n128k16(acc, xs, ws, kCoreLbo, kCoreSbo, true);
+  wgmma_m64n128k16(acc, xs + kTileRows * 16, ws + kCoreTileCols * 16, kCoreLbo, kCoreSbo, true);
+}
+
+// Row and column (within the block tile) of accumulator e of wgmma.cuh's fragment.
+__device__ __forceinline__ int core_acc_row(int e) {
+  const int t = static_cast<int>(threadIdx.x) % kCoreTileThreads;
+  return 16 * (t / 32) + (t % 32) / 4 + ((e % 4) >= 2 ? 8 : 0);
+}
+__device__ __forceinline__ int core_acc_col(int e) {
+  return 8 * (e / 4) + 2 * (static_cast<int>(threadIdx.x) % 4) + (e & 1);
 }
 
 }  // namespace mlakit::cuda

@@ -11,7 +11,9 @@
 //    as the reference never computes them.
 // 3. kv_gemm_kernel: KV = block-scaled xq·Wᵀ on BF16 tensor cores (fp8 codes are exact in bf16),
 //    64x64 tiles, one bk group at a time: the group's partial sums are scaled by sa·w_s and added in
-//    f32, then rounded to bf16. Heads are processed in chunks that bound the KV buffer.
+//    f32, then rounded to bf16. Heads are processed in chunks that bound the KV buffer. On sm_90a
+//    builds on an sm_90 GPU, MLAKIT_CUDA_WGMMA=on runs it on warpgroup products instead
+//    (kv_gemm_wgmma_kernel; off in "auto" until a GPU run has validated it).
 // 4. attention_kernel (one block per 64 query rows, head and 128 columns of v): S = Q·Kᵀ on BF16
 //    tensor cores (K = [K_nope ; rope part], both bf16), online softmax in f32 registers per query
 //    row over its visible keys only, O += P·V on BF16 tensor cores with P split into three bf16
@@ -28,6 +30,7 @@
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mla_prefill_fp8.hpp"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma_route.hpp"
 #include "core/shared/mla_prefill_fp8_quant.hpp"
 
 namespace mlakit::cuda {
@@ -295,6 +298,72 @@ __global__ void __launch_bounds__(kGemmThreads) kv_gemm_kernel(GemmParams p) {
         const std::int64_t n = n0 + wn + 8 * j + 2 * c + (e & 1);
         if (m < p.BL && n < p.Nc) p.kv[m * p.Nc + n] = p.needed[m] ? f32_to_bf16(total[i][j][e]) : std::uint16_t{0};
       }
+}
+
+// The same product on warpgroup products (wgmma_route, sm_90a on an sm_90 GPU; the vector kernel's
+// conditions): block tile 64 rows x 128 columns, one warpgroup, k tiles of 32 in two shared stages
+// (the next tile, of this group or the next, loaded while this one is multiplied), each group's sums
+// scaled and added as above.
+__global__ void __launch_bounds__(kCoreTileThreads) kv_gemm_wgmma_kernel(GemmParams p) {
+  __shared__ __align__(128) std::uint16_t xs[2][kBM * kBK];
+  __shared__ __align__(128) std::uint16_t ws[2][kCoreTileCols * kBK];
+  __shared__ std::uint16_t table[256];
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kCoreTileCols;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kBM;
+  build_fp8_table(table);
+  float acc[64], total[64];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) total[e] = 0.0f;
+
+  const std::uint8_t* w = p.w + p.n_first * p.latent;  // this head chunk's rows
+  CoreTile<kBM, 1> xt;
+  CoreTile<kCoreTileCols, 1> wt;
+  const auto fetch = [&](std::int64_t k0, std::int64_t end) {
+    xt.fetch(p.xq, p.latent, m0, p.BL, k0, end);
+    wt.fetch(w, p.latent, n0, p.Nc, k0, end);
+  };
+  fetch(0, min(p.bk, p.latent));
+  __syncthreads();  // the table is built
+  xt.commit(xs[0], table);
+  wt.commit(ws[0], table);
+  int stage = 0;
+  for (std::int64_t grp = 0; grp < p.groups; ++grp) {
+    const std::int64_t gk0 = grp * p.bk, gk1 = min(gk0 + p.bk, p.latent);
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
+    for (std::int64_t k0 = gk0; k0 < gk1; k0 += kBK, stage ^= 1) {
+      fence_proxy_async();  // this stage's stores, before the products read it
+      __syncthreads();      // written by every thread; the other stage's products complete everywhere
+      // The next tile: the rest of this group, else the next group's first (k tiles never span two
+      // groups: their sums are scaled per group).
+      const bool same = k0 + kBK < gk1;
+      const std::int64_t nk = same ? k0 + kBK : gk1, nend = same ? gk1 : min(gk1 + p.bk, p.latent);
+      const bool more = nk < nend;
+      if (more) fetch(nk, nend);
+      wgmma_fence();
+      core_tile_products(acc, xs[stage], ws[stage]);
+      wgmma_commit();
+      if (more) {
+        xt.commit(xs[stage ^ 1], table);
+        wt.commit(ws[stage ^ 1], table);
+      }
+      wgmma_wait<0>(acc);
+    }
+    // total += sa[m, g]·w_s[n / bn, g] · (this group's sum).
+#pragma unroll
+    for (int e = 0; e < 64; ++e) {
+      const std::int64_t m = m0 + core_acc_row(e), n = n0 + core_acc_col(e);
+      if (m < p.BL && n < p.Nc) {
+        const float s = p.sa[m * p.groups + grp] * p.wscale[((p.n_first + n) / p.bn) * p.groups + grp];
+        total[e] = fmaf(s, acc[e], total[e]);
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 64; ++e) {
+    const std::int64_t m = m0 + core_acc_row(e), n = n0 + core_acc_col(e);
+    if (m < p.BL && n < p.Nc) p.kv[m * p.Nc + n] = p.needed[m] ? f32_to_bf16(total[e]) : std::uint16_t{0};
+  }
 }
 
 // ---- 4. causal attention ------------------------------------------------------------------------
@@ -737,7 +806,8 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "mask_kernel", mask_kernel, static_cast<unsigned>(T), kQuantThreads, 0, stream, mp));
   }
 
-  // 3 + 4 per chunk of heads.
+  // 3 + 4 per chunk of heads; the KV projection on the wgmma kernel where the route takes it.
+  const bool wgmma = wgmma_route::takes();
   for (std::int64_t h0 = 0; h0 < H; h0 += heads_per_chunk) {
     const std::int64_t hc = std::min<std::int64_t>(heads_per_chunk, H - h0);
     const std::int64_t Nc = hc * cols_per_head;
@@ -763,8 +833,15 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
                                       " per launch)");
       const dim3 grid(static_cast<unsigned>(ceil_div(Nc, kBN)), static_cast<unsigned>(row_tiles));
       const bool vector = latent % 16 == 0 && d.bk % 16 == 0 && reinterpret_cast<std::uintptr_t>(gm.w) % 16 == 0;
-      MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", vector ? kv_gemm_kernel<true> : kv_gemm_kernel<false>,
-                                      grid, kGemmThreads, 0, stream, gm));
+      if (vector && wgmma) {
+        if (h0 == 0) wgmma_route::count();
+        const dim3 wg_grid(static_cast<unsigned>(ceil_div(Nc, kCoreTileCols)), static_cast<unsigned>(row_tiles));
+        MLAKIT_STATUS_TRY(
+            launch_kernel(kOp, "kv_gemm_wgmma_kernel", kv_gemm_wgmma_kernel, wg_grid, kCoreTileThreads, 0, stream, gm));
+      } else {
+        MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", vector ? kv_gemm_kernel<true> : kv_gemm_kernel<false>,
+                                        grid, kGemmThreads, 0, stream, gm));
+      }
     }
     AttnParams ap;
     ap.q = static_cast<const std::uint16_t*>(a.q.data);

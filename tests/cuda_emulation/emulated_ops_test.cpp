@@ -14,6 +14,7 @@
 #include "core/common/route_switch.hpp"
 #include "cuda/fused_qkv_paged.hpp"
 #include "cuda/sparse_mla_ring.hpp"
+#include "cuda/wgmma_route.hpp"
 #include "cuda_runtime.h"
 #include "goldens/common/device_staging.hpp"
 #include "goldens/common/driver.hpp"
@@ -187,8 +188,8 @@ TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
 
 // ---- op 5's warpgroup (wgmma) kernel ------------------------------------------------------------
 struct WgmmaMode {
-  explicit WgmmaMode(core::RouteMode m) : saved(cuda::fused_wgmma::mode()) { cuda::fused_wgmma::set_mode(m); }
-  ~WgmmaMode() { cuda::fused_wgmma::set_mode(saved); }
+  explicit WgmmaMode(core::RouteMode m) : saved(cuda::wgmma_route::mode()) { cuda::wgmma_route::set_mode(m); }
+  ~WgmmaMode() { cuda::wgmma_route::set_mode(saved); }
   core::RouteMode saved;
 };
 
@@ -221,25 +222,70 @@ TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
       Bundle actual = inputs, mma = inputs;
       {
         WgmmaMode m(core::RouteMode::on);
-        const long before = cuda::fused_wgmma::runs();
+        const long before = cuda::wgmma_route::runs();
         const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
         ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::fused_wgmma::runs() - before, takes ? 1 : 0) << "the wgmma kernel's route";
+        EXPECT_EQ(cuda::wgmma_route::runs() - before, takes ? 1 : 0) << "the wgmma kernel's route";
         taken_cases += takes && seed == 1;
       }
       for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
       for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
       {
         WgmmaMode m(core::RouteMode::automatic);
-        const long before = cuda::fused_wgmma::runs();
+        const long before = cuda::wgmma_route::runs();
         ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::fused_wgmma::runs(), before) << "taken in the automatic mode";
+        EXPECT_EQ(cuda::wgmma_route::runs(), before) << "taken in the automatic mode";
       }
       for (const auto& out : actual.output_names())
         EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernel's";
     }
   }
   EXPECT_GE(taken_cases, 14) << "the bf16 cases of the matrix with K a multiple of 16, and the two above";
+}
+
+// Every op 3 case, and one whose KV projection spans two row tiles, a partial 128-column tile and
+// several bk groups, with the wgmma kernels forced on: the KV projection takes the wgmma kernel
+// where latent and bk are multiples of 16 and the call has new tokens and window rows, passes the golden comparison
+// and gives the bits of the mma.sync kernel (as above).
+TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
+  const goldens::OpDriver* driver = goldens::find_driver("mla_prefill_fp8");
+  ASSERT_NE(driver, nullptr);
+  std::vector<std::pair<std::string, json>> cases;
+  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  cases.emplace_back("two_row_tiles_groups", json{{"seq_lens", {70}}, {"cache_lens", {20}}, {"num_heads", 5},
+                                                  {"latent", 256}, {"bk", 64}, {"bn", 32}});
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      const Tensor& bro = inputs.at("buffer_row_offsets");
+      const std::uint32_t rows = bro.data<std::uint32_t>()[bro.numel() - 1];
+      const std::int64_t latent = inputs.params.at("latent").get<std::int64_t>();
+      const std::int64_t bk = inputs.params.at("bk").get<std::int64_t>();
+      const bool takes = inputs.at("q").shape()[0] > 0 && rows > 0 && latent % 16 == 0 && bk % 16 == 0;
+      Bundle actual = inputs, mma = inputs;
+      {
+        WgmmaMode m(core::RouteMode::on);
+        const long before = cuda::wgmma_route::runs();
+        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+        ASSERT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::wgmma_route::runs() - before, takes ? 1 : 0) << "the wgmma kernel's route";
+        taken_cases += takes && seed == 1;
+      }
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      {
+        WgmmaMode m(core::RouteMode::automatic);
+        ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
+      }
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernel's";
+    }
+  }
+  EXPECT_GE(taken_cases, 10) << "the cases with latent and bk multiples of 16, and the one above";
 }
 
 // ---- op 4's ring kernel --------------------------------------------------------------------------
