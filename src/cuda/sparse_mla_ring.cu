@@ -27,6 +27,7 @@
 // P = bf16(exp(s - m)·that group's scale) built from the f32 weights kept in shared memory.
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
+// With wgmma_route (bf16 rows, sm_90a on an sm_90 GPU) S runs on warpgroup products (kWg below).
 #include "cuda/sparse_mla_ring.hpp"
 
 #include <atomic>
@@ -36,6 +37,8 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/sparse_mla_call.cuh"
+#include "cuda/wgmma.cuh"
+#include "cuda/wgmma_route.hpp"
 
 namespace mlakit::cuda::sparse_mla_ring {
 namespace {
@@ -85,9 +88,15 @@ struct Layout {
 };
 
 // The row format is a template argument, not a branch on p (the paths' registers stay apart).
-template <int R>
+// kWg (bf16 rows, wgmma_route): S on warpgroup products, each half's warpgroup (warps 4·half ..
+// + 3, heads 16·(warp % 4), as above) one m64n16k16 product per 16 columns, with Q and the
+// stages' rows as core matrices (wgmma.cuh's layout: eight rows of an 8-column chunk in 128
+// contiguous bytes, sbo = 16·Dp bytes between groups of eight rows) instead of padded rows; V's
+// fragments come by ldmatrix from the same layout.
+template <int R, bool kWg>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   constexpr bool Fp8 = R != kBf16, Grouped = R == kFp8Grouped;
+  static_assert(!kWg || R == kBf16, "the wgmma products take bf16 rows");
   MLAKIT_DYNAMIC_SHARED(smem);
   const Layout L(p.Dp, R, p.wq, p.wt, p.groups);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
@@ -109,18 +118,29 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   const int h0 = static_cast<int>(static_cast<std::int64_t>(blockIdx.x) % p.head_groups) * kHeads;
   const int ld = p.Dp + 8, vecs = p.qk / 8;
   if constexpr (Fp8) build_fp8_table(table);  // read after the first step's barrier
+  // Row r's 8-column chunk v of Q or of a stage (a stage: kSlots·ld elements apart either way).
+  const auto at = [&](auto* base, int r, int v) {
+    return kWg ? base + (r / 8) * 8 * p.Dp + 64 * v + (r % 8) * 8 : base + r * ld + 8 * v;
+  };
+  // ldmatrix_b_kmajor_row's row address for this lane, in either layout.
+  const auto v_row = [&](const std::uint16_t* stage, int k0, int n0) -> const std::uint16_t* {
+    if constexpr (!kWg) return ldmatrix_b_kmajor_row(stage, ld, k0, n0);
+    const int row = k0 + (lane & 7) + (((lane >> 3) & 1) << 3), col = n0 + ((lane >> 4) << 3);
+    return at(stage, row, col / 8);
+  };
 
   // Q (heads past Hq zero-filled), in the first copy group with step 0's rows; the columns
   // [qk, Dp) of Q and of every stage are zero once for all (no copy writes them).
   for (int e = tid; e < kHeads * vecs; e += kThreads) {
     const int r = e / vecs, v = e % vecs;
     const bool ok = h0 + r < p.Hq;
-    cp_async_16(qs + r * ld + 8 * v, ok ? p.q + ((t * p.Hq + h0 + r) * p.qk + 8 * v) : p.q, ok);
+    cp_async_16(at(qs, r, v), ok ? p.q + ((t * p.Hq + h0 + r) * p.qk + 8 * v) : p.q, ok);
   }
   if (p.Dp != p.qk)  // 8 columns: one 16-byte store a row
     for (int r = tid; r < kHeads + (Fp8 ? 1 : kStages) * kSlots; r += kThreads) {
-      std::uint16_t* row = r < kHeads ? qs + r * ld : ks + (r - kHeads) * ld;
-      *reinterpret_cast<uint4*>(row + p.qk) = make_uint4(0, 0, 0, 0);
+      const int k = r - kHeads;
+      std::uint16_t* chunk = r < kHeads ? at(qs, r, p.qk / 8) : at(ks + (k / kSlots) * kSlots * ld, k % kSlots, p.qk / 8);
+      *reinterpret_cast<uint4*>(chunk) = make_uint4(0, 0, 0, 0);
     }
 
   const std::int64_t len = p.slots_of_row(t);
@@ -137,9 +157,13 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     const std::int64_t blk = idx / page, off = idx % page;
     constexpr int kElem = Fp8 ? 1 : 2;  // bytes per element of a cache row
     const unsigned char* src = ok ? p.blocks + p.cache.row_offset(blk, 0, p.layer, off, 0) * kElem : p.blocks;
-    unsigned char* dst = Fp8 ? codes + (st * kSlots + slot) * p.wq : reinterpret_cast<unsigned char*>(ks + (st * kSlots + slot) * ld);
     const int chunks = (Fp8 ? p.wq : p.qk * 2) / 16, tail_chunks = Grouped ? p.wt * 2 / 16 : 0;
-    for (int v = part; v < chunks; v += 8) cp_async_16(dst + 16 * v, ok ? src + 16 * v : p.blocks, ok);
+    if constexpr (Fp8) {
+      unsigned char* dst = codes + (st * kSlots + slot) * p.wq;
+      for (int v = part; v < chunks; v += 8) cp_async_16(dst + 16 * v, ok ? src + 16 * v : p.blocks, ok);
+    } else {
+      for (int v = part; v < chunks; v += 8) cp_async_16(at(ks + st * kSlots * ld, slot, v), ok ? src + 16 * v : p.blocks, ok);
+    }
     if constexpr (Grouped) {
       if (tail_chunks > 0) {
         const unsigned char* tsrc = ok ? p.tail + p.cache.tail_offset(blk, 0, p.layer, off, 0) * 2 : p.blocks;
@@ -171,6 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     if (i + 1 < steps) ok_next = gather(i + 1, (i + 1) % kStages);
     cp_async_commit();  // possibly empty: the wait below then leaves no copy of step i behind
     cp_async_wait<1>();
+    if constexpr (kWg) fence_proxy_async();  // this thread's rows, before the products read them
     const bool any = __syncthreads_or(ok_now) != 0;
     ok_now = ok_next;
     if (!any) continue;  // no valid slot in this step (block-uniform)
@@ -214,7 +239,22 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
           part[j][e] = part[j][2 + e] = 0.0f;
         }
     };
-    for (int k0 = 0; k0 < p.Dp; k0 += 16) {
+    if constexpr (kWg) {
+      // heads x slots [16·half, +16) over every 16 columns (the stage fenced for the async proxy
+      // before the barrier above).
+      float d[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) d[e] = 0.0f;
+      wgmma_fence();
+      const std::uint16_t* kb = at(kst, 16 * half, 0);
+      for (int k0 = 0; k0 < p.Dp; k0 += 16)
+        wgmma_m64n16k16(d, at(qs, 0, k0 / 8), kb + 8 * k0, 128, 16 * static_cast<std::uint32_t>(p.Dp), true);
+      wgmma_commit();
+      wgmma_wait<0>(d);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s[e / 4][e % 4] = d[e];
+    }
+    for (int k0 = 0; k0 < (kWg ? 0 : p.Dp); k0 += 16) {
       if constexpr (Grouped) {
         const int grp = k0 < p.wq ? k0 / p.gran : p.groups;
         if (grp != cur) {
@@ -324,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
           std::uint32_t b[4];
-          ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(kst, ld, 16 * kk, n0));
+          ldmatrix_x4_trans(b, v_row(kst, 16 * kk, n0));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
           mma_bf16_16816(acc[2 * n], a[kk], b0);
           mma_bf16_16816(acc[2 * n + 1], a[kk], b1);
@@ -340,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
           const int n0 = 256 * half + 16 * n;
           if (n0 >= p.vd) break;  // columns past v_depth are not needed (the pair's second may be: unused)
           std::uint32_t b[4];
-          ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(kst, ld, 16 * kk, n0));
+          ldmatrix_x4_trans(b, v_row(kst, 16 * kk, n0));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
           mma_bf16_16816(acc[2 * n], a, b0);
           mma_bf16_16816(acc[2 * n + 1], a, b1);
@@ -435,7 +475,12 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   const int rows = format_of(f);
   const Layout layout(p.Dp, rows, f.wq, f.wt, f.groups);
   g_runs.fetch_add(1);
-  const auto kernel = rows == kBf16 ? ring_kernel<kBf16> : rows == kFp8Row ? ring_kernel<kFp8Row> : ring_kernel<kFp8Grouped>;
+  const bool wgmma = rows == kBf16 && wgmma_route::takes();
+  if (wgmma) wgmma_route::count();
+  const auto kernel = wgmma ? ring_kernel<kBf16, true>
+                      : rows == kBf16 ? ring_kernel<kBf16, false>
+                      : rows == kFp8Row ? ring_kernel<kFp8Row, false>
+                                        : ring_kernel<kFp8Grouped, false>;
   return launch_kernel(kOp, "ring_kernel", kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
                        layout.bytes, as_stream(launch.stream), p);
 }

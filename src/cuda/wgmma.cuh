@@ -1,6 +1,6 @@
-// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16 with bf16 operands read from
-// shared memory through matrix descriptors and f32 accumulators in registers, asynchronous to the
-// issuing threads.
+// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16 and m64n16k16 with bf16
+// operands read from shared memory through matrix descriptors and f32 accumulators in registers,
+// asynchronous to the issuing threads.
 //
 // Operand layout in shared memory (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory
 // Layout", no swizzle, K-major): core matrices of 8 rows x 8 bf16 (16 bytes a row, 128 contiguous
@@ -8,10 +8,10 @@
 //   (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2
 // from its start: lbo (the descriptor's leading dimension byte offset) steps to the next core
 // matrix along k, sbo (stride dimension byte offset) to the next eight rows. A is 64 rows (M) x 16,
-// B 128 rows (N, one per output column) x 16.
+// B N rows (one per output column) x 16.
 //
 // Accumulator fragment (PTX ISA, wgmma .m64nNk16 D): thread t of the warpgroup, w = t / 32,
-// g = (t % 32) / 4, c = t % 4, holds for i < 16
+// g = (t % 32) / 4, c = t % 4, holds for i < N / 8
 //   d[4i], d[4i + 1] = D[16w + g][8i + 2c, + 1]     d[4i + 2], d[4i + 3] = D[16w + g + 8][8i + 2c, + 1]
 // (the mma.sync m16n8 layout, one per 8 columns, each warp a band of 16 rows).
 //
@@ -62,12 +62,12 @@ __device__ __forceinline__ void wgmma_commit() {
 
 // Returns once all but the newest N committed groups of this thread's products are complete; d:
 // the registers they write (tied to the wait so that no read of them moves above it).
-template <int N>
-__device__ __forceinline__ void wgmma_wait(float (&d)[64]) {
+template <int N, int R>
+__device__ __forceinline__ void wgmma_wait(float (&d)[R]) {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 #elif defined(MLAKIT_CUDA_EMULATION)
   (void)d;
   ::mlakit_cuda_emu::wgmma_wait(N);
@@ -101,7 +101,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const std::uint
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
 #elif defined(MLAKIT_CUDA_EMULATION)
-  ::mlakit_cuda_emu::wgmma_m64n128k16(d, a, b, lbo, sbo, accumulate);
+  ::mlakit_cuda_emu::wgmma_bf16(d, 128, a, b, lbo, sbo, accumulate);
 #else
   // Not reached: the host takes the wgmma route only in builds for sm_90a on an sm_90 device.
   (void)a;
@@ -110,6 +110,33 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const std::uint
   (void)sbo;
   (void)accumulate;
   for (int i = 0; i < 64; ++i) d[i] = __int_as_float(0x7fc00000);
+#endif
+}
+
+// The same with B 16 rows x 16 (d: 8 accumulators).
+__device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], const std::uint16_t* a, const std::uint16_t* b,
+                                                std::uint32_t lbo, std::uint32_t sbo, bool accumulate) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  const std::uint64_t da = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(a)), lbo, sbo);
+  const std::uint64_t db = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(b)), lbo, sbo);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::wgmma_bf16(d, 16, a, b, lbo, sbo, accumulate);
+#else
+  (void)a;
+  (void)b;
+  (void)lbo;
+  (void)sbo;
+  (void)accumulate;
+  for (int i = 0; i < 8; ++i) d[i] = __int_as_float(0x7fc00000);
 #endif
 }
 

@@ -12,7 +12,7 @@
 // synchronizations and copies are counted for the tests).
 // mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
 // with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
-// tensor cores' rounding. wgmma.mma_async m64n128k16 (src/cuda/wgmma.cuh) likewise, per thread
+// tensor cores' rounding. wgmma.mma_async m64nNk16 (src/cuda/wgmma.cuh) likewise, per thread
 // from its operands in shared memory, and asynchronous as cp.async below: its accumulators read
 // NaN until the wait for its group, and an operand changed before that wait is reported.
 // The emulated device is an sm_90 GPU (compute capability 9.x). ldmatrix .x4 (.trans) is a warp collective that reads the rows the lanes
@@ -73,11 +73,11 @@ void ldmatrix_x4(std::uint32_t r[4], const void* row, bool trans);
 void cp_async_16(void* dst, const void* src, bool fill);
 void cp_async_commit();
 void cp_async_wait(int pending_groups);
-// wgmma.mma_async m64n128k16 (src/cuda/wgmma.cuh): the issuing thread's 64 accumulators read NaN
-// from the issue until a wait completes its group; the operands (shared memory, read through the
-// layout's lbo and sbo) must be unchanged at that wait.
-void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo,
-                      std::uint32_t sbo, bool accumulate);
+// wgmma.mma_async m64nNk16 (src/cuda/wgmma.cuh), N = n: the issuing thread's n / 2 accumulators
+// read NaN from the issue until a wait completes its group; the operands (shared memory, read
+// through the layout's lbo and sbo) must be unchanged at that wait.
+void wgmma_bf16(float* d, int n, const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo, std::uint32_t sbo,
+                bool accumulate);
 void wgmma_commit();
 void wgmma_wait(int pending_groups);
 unsigned char* dynamic_shared();

@@ -316,11 +316,9 @@ bool ring_takes(const json& knobs, const Bundle& b) {
 // golden comparison. The
 // emulator lands each cp.async copy only at its wait (reads before read NaN), so a stage read too
 // early fails. In the automatic mode it is not taken yet.
-TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
-  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
-  ASSERT_NE(driver, nullptr);
+std::vector<std::pair<std::string, json>> ring_cases(const goldens::OpDriver& driver) {
   std::vector<std::pair<std::string, json>> cases;
-  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  for (const auto& spec : driver.cases()) cases.emplace_back(spec.name, spec.knobs);
   cases.emplace_back("two_head_groups", json{{"num_q_heads", 70}, {"T", 2}, {"indices_stride", 96}, {"sink", true},
                                              {"max_logits", true}});
   cases.emplace_back("five_steps", json{{"T", 5}, {"num_q_heads", 3}, {"qk_depth", 40}, {"v_depth", 24},
@@ -340,8 +338,14 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
                                             {"indices_stride", 160}, {"page_size", 5}, {"seq_lens", {300, 200}},
                                             {"cache_dtype", "f8e4m3"}, {"nan_row", true}, {"sink", true},
                                             {"invalid_fraction", 0.3}, {"spare_blocks", 8}});
+  return cases;
+}
+
+TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
+  ASSERT_NE(driver, nullptr);
   int taken_cases = 0;
-  for (const auto& [name, knobs] : cases) {
+  for (const auto& [name, knobs] : ring_cases(*driver)) {
     SCOPED_TRACE(name);
     for (std::uint64_t seed : {1, 2}) {
       const Bundle inputs = driver->generate(knobs, seed);
@@ -369,6 +373,44 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
     }
   }
   EXPECT_GE(taken_cases, 28) << "the bf16, single-scale fp8 and FlashMLA cases of the matrix";
+}
+
+// The ring kernel's cases with the wgmma kernels on as well: on bf16 caches its scores run on
+// warpgroup products over Q and the stages laid out as core matrices (V's fragments read from
+// them too); the golden comparison passes and the outputs are the bits of the ring kernel on
+// mma.sync (the emulation sums both alike). fp8 caches keep mma.sync.
+TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
+  ASSERT_NE(driver, nullptr);
+  RingMode ring(core::RouteMode::on);
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : ring_cases(*driver)) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      const bool takes = ring_takes(knobs, inputs) && knobs.value("cache_dtype", "bf16") == "bf16";
+      Bundle actual = inputs, mma = inputs;
+      {
+        WgmmaMode m(core::RouteMode::on);
+        const long before = cuda::wgmma_route::runs();
+        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+        ASSERT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::wgmma_route::runs() - before, takes ? 1 : 0) << "the wgmma scores' route";
+        taken_cases += takes && seed == 1;
+      }
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      {
+        WgmmaMode m(core::RouteMode::automatic);
+        ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
+      }
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the ring kernel on mma.sync";
+    }
+  }
+  EXPECT_GE(taken_cases, 10) << "the bf16 cases of the matrix and the shapes above";
 }
 
 // ---- op 1's key gather on both paths ------------------------------------------------------------

@@ -406,8 +406,8 @@ void cp_async_wait(int pending_groups) {
   f.copies.swap(left);
 }
 
-void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo,
-                      std::uint32_t sbo, bool accumulate) {
+void wgmma_bf16(float* d, int n, const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo, std::uint32_t sbo,
+                bool accumulate) {
   Fiber& f = self();
   const std::size_t threads = static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z;
   if (threads % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
@@ -415,7 +415,9 @@ void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_
   const auto* pb = reinterpret_cast<const unsigned char*>(b);
   if (!aligned16(pa) || !aligned16(pb) || lbo % 16 != 0 || sbo % 16 != 0)
     fail("wgmma: an operand start, lbo or sbo not a multiple of 16 bytes");
-  AsyncProduct p{d, std::vector<float>(64), {}, f.product_commits};
+  if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N not a multiple of 8 in [8, 256]");
+  const std::size_t regs = static_cast<std::size_t>(n) / 2;
+  AsyncProduct p{d, std::vector<float>(regs), {}, f.product_commits};
   // Core matrix (row group q, k group h) of an operand: 128 bytes, in shared memory.
   auto core = [&](const unsigned char* base, int q, int h) {
     const unsigned char* at = base + static_cast<std::size_t>(q) * sbo + static_cast<std::size_t>(h) * lbo;
@@ -427,7 +429,7 @@ void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_
       const unsigned char* at = core(pa, q, h);
       p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
     }
-  for (int q = 0; q < 16; ++q)
+  for (int q = 0; q < n / 8; ++q)
     for (int h = 0; h < 2; ++h) {
       const unsigned char* at = core(pb, q, h);
       p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
@@ -441,18 +443,21 @@ void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_
   // flight, else the registers.
   const float* in = d;
   for (const AsyncProduct& q : f.products)
-    if (q.d == d) in = q.result.data();
+    if (q.d == d) {
+      if (q.result.size() != regs) fail("wgmma: products of two shapes in flight on one set of registers");
+      in = q.result.data();
+    }
   const unsigned t = static_cast<unsigned>(
       (threadIdx.x + blockDim.x * (threadIdx.y + static_cast<std::size_t>(blockDim.y) * threadIdx.z)) % 128);
   const int w = static_cast<int>(t / 32), g = static_cast<int>(t % 32 / 4), c = static_cast<int>(t % 4);
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < n / 8; ++i)
     for (int e = 0; e < 4; ++e) {
       const int row = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * i + 2 * c + (e & 1);
       double s = accumulate ? in[4 * i + e] : 0.0;
       for (int k = 0; k < 16; ++k) s += element(pa, row, k) * element(pb, col, k);
       p.result[static_cast<std::size_t>(4 * i + e)] = static_cast<float>(s);
     }
-  for (int i = 0; i < 64; ++i) d[i] = __uint_as_float(0x7fc00000u);  // in flight
+  for (std::size_t i = 0; i < regs; ++i) d[i] = __uint_as_float(0x7fc00000u);  // in flight
   f.products.push_back(std::move(p));
 }
 
@@ -470,7 +475,7 @@ void wgmma_wait(int pending_groups) {
     for (const auto& [at, bytes] : p.operands)
       if (std::memcmp(at, bytes.data(), bytes.size()) != 0)
         fail("wgmma: an operand in shared memory changed before the wait for its product");
-    std::memcpy(p.d, p.result.data(), 64 * sizeof(float));
+    std::memcpy(p.d, p.result.data(), p.result.size() * sizeof(float));
   }
   f.products.swap(left);
 }
