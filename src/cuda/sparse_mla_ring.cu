@@ -27,7 +27,7 @@
 // P = bf16(exp(s - m)·that group's scale) built from the f32 weights kept in shared memory.
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
-// With wgmma_route (bf16 rows, sm_90a on an sm_90 GPU) S runs on warpgroup products (kWg below).
+// With wgmma_route (bf16 rows, sm_90a on an sm_90 GPU) S and P·V run on warpgroup products (kWg below).
 #include "cuda/sparse_mla_ring.hpp"
 
 #include <atomic>
@@ -91,8 +91,10 @@ struct Layout {
 // kWg (bf16 rows, wgmma_route): S on warpgroup products, each half's warpgroup (warps 4·half ..
 // + 3, heads 16·(warp % 4), as above) one m64n16k16 product per 16 columns, with Q and the
 // stages' rows as core matrices (wgmma.cuh's layout: eight rows of an 8-column chunk in 128
-// contiguous bytes, sbo = 16·Dp bytes between groups of eight rows) instead of padded rows; V's
-// fragments come by ldmatrix from the same layout.
+// contiguous bytes, sbo = 16·Dp bytes between groups of eight rows) instead of padded rows, and P
+// as core matrices too. With v_depth 512 (both halves whole) P·V runs on two m64n256k16 products
+// per half, V read MN-major from the same rows; else on mma.sync with ldmatrix from the layouts.
+// The accumulators are the same registers either way (wgmma.cuh's fragment is mma.sync's).
 template <int R, bool kWg>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   constexpr bool Fp8 = R != kBf16, Grouped = R == kFp8Grouped;
@@ -121,6 +123,14 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   // Row r's 8-column chunk v of Q or of a stage (a stage: kSlots·ld elements apart either way).
   const auto at = [&](auto* base, int r, int v) {
     return kWg ? base + (r / 8) * 8 * p.Dp + 64 * v + (r % 8) * 8 : base + r * ld + 8 * v;
+  };
+  // P's element (head r, slot k): padded rows, or core matrices (four 8-slot chunks a row group).
+  const auto p_at = [&](int r, int k) {
+    return kWg ? ps + (r / 8) * 256 + (k / 8) * 64 + (r % 8) * 8 + k % 8 : ps + r * kLdP + k;
+  };
+  // ldmatrix_a_row's row address for this lane in P, in either layout.
+  const auto p_row = [&](int m0_, int k0) -> const std::uint16_t* {
+    return p_at(m0_ + (lane & 15), k0 + ((lane >> 4) << 3));
   };
   // ldmatrix_b_kmajor_row's row address for this lane, in either layout.
   const auto v_row = [&](const std::uint16_t* stage, int k0, int n0) -> const std::uint16_t* {
@@ -184,6 +194,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   float acc[32][4];
 #pragma unroll
   for (int i = 0; i < 32; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  // The accumulators as wgmma.cuh's fragment for 256 columns: acc[i][e] is its element 4i + e.
+  const auto acc_flat = [](float (&a)[32][4]) -> float (&)[128] { return *reinterpret_cast<float(*)[128]>(&a); };
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // rows g and g + 8 of the tile
   bool seen = false;  // a valid slot so far (the same for every thread)
 
@@ -330,11 +342,12 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         weights[(m0 + g + 8) * kLdW + col] = s[j][2];
         weights[(m0 + g + 8) * kLdW + col + 1] = s[j][3];
       } else {
-        *reinterpret_cast<std::uint32_t*>(ps + (m0 + g) * kLdP + col) = pack_bf16x2(f32_to_bf16(s[j][0]), f32_to_bf16(s[j][1]));
-        *reinterpret_cast<std::uint32_t*>(ps + (m0 + g + 8) * kLdP + col) =
+        *reinterpret_cast<std::uint32_t*>(p_at(m0 + g, col)) = pack_bf16x2(f32_to_bf16(s[j][0]), f32_to_bf16(s[j][1]));
+        *reinterpret_cast<std::uint32_t*>(p_at(m0 + g + 8, col)) =
             pack_bf16x2(f32_to_bf16(s[j][2]), f32_to_bf16(s[j][3]));
       }
     }
+    if constexpr (kWg) fence_proxy_async();  // this thread's P, before the products read it
     __syncthreads();
 
     // O = alpha·O + P·V over the 32 slots, columns [256·half, +256) of v_depth, 16 at a time.
@@ -370,11 +383,21 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
           mma_bf16_16816(acc[2 * n + 1], a[kk], b1);
         }
       }
+    } else if (kWg && p.vd == kVMax) {
+      // Each half's warpgroup: its 256 columns over the 32 slots, two m64n256k16 products with P
+      // (K-major core matrices) and V read MN-major from the stage (8 slots of a chunk form a
+      // core matrix; chunks 128 bytes apart, slot groups 16·Dp).
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk)
+        wgmma_m64n256k16_mn(acc_flat(acc), p_at(0, 16 * kk), 128, 512, at(kst, 16 * kk, 32 * half), 16 * p.Dp, 128, true);
+      wgmma_commit();
+      wgmma_wait<0>(acc_flat(acc));
     } else {
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk) {
         std::uint32_t a[4];
-        ldmatrix_x4(a, ldmatrix_a_row(ps, kLdP, m0, 16 * kk));
+        ldmatrix_x4(a, p_row(m0, 16 * kk));
 #pragma unroll
         for (int n = 0; n < 16; ++n) {
           const int n0 = 256 * half + 16 * n;

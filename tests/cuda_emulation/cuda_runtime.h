@@ -75,9 +75,10 @@ void cp_async_commit();
 void cp_async_wait(int pending_groups);
 // wgmma.mma_async m64nNk16 (src/cuda/wgmma.cuh), N = n: the issuing thread's n / 2 accumulators
 // read NaN from the issue until a wait completes its group; the operands (shared memory, read
-// through the layout's lbo and sbo) must be unchanged at that wait.
-void wgmma_bf16(float* d, int n, const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo, std::uint32_t sbo,
-                bool accumulate);
+// through their layouts' lbo and sbo; B K-major, or MN-major when b_mn_major) must be unchanged at
+// that wait.
+void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, std::uint32_t a_sbo, const std::uint16_t* b,
+                std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate);
 void wgmma_commit();
 void wgmma_wait(int pending_groups);
 unsigned char* dynamic_shared();

@@ -228,6 +228,48 @@ TEST(DeviceCode, WgmmaComputesTheProductInTheDocumentedLayouts) {
   }
 }
 
+// D[64 x 256] = A[64 x 16]·B[16 x 256] with B MN-major: its core matrices (8 k x 8 columns) sbo =
+// 128 bytes apart along the columns, lbo = 4096 along k (the layout of V's rows for P·V).
+__global__ void wgmma_mn_kernel(const std::uint16_t* a, const std::uint16_t* b, float* out) {
+  __shared__ __align__(128) std::uint16_t As[1024], Bs[4096];
+  for (int e = threadIdx.x; e < 64 * 16; e += 128) As[wg_byte(e / 16, e % 16, 128, 256) / 2] = a[e];
+  for (int e = threadIdx.x; e < 16 * 256; e += 128) {
+    const int k = e / 256, n = e % 256;
+    Bs[((n / 8) * 128 + (k / 8) * 4096 + (k % 8) * 16 + (n % 8) * 2) / 2] = b[e];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  float d[128];
+  for (int i = 0; i < 128; ++i) d[i] = 1.0f;
+  wgmma_fence();
+  wgmma_m64n256k16_mn(d, As, 128, 256, Bs, 4096, 128, true);
+  wgmma_commit();
+  wgmma_wait<0>(d);
+  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, c = t % 4;
+  for (int i = 0; i < 32; ++i)
+    for (int e = 0; e < 4; ++e) out[(16 * w + g + (e >= 2 ? 8 : 0)) * 256 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+}
+
+TEST(DeviceCode, WgmmaReadsAnMnMajorB) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> small(-8, 8);
+  std::vector<int> A(64 * 16), B(16 * 256);
+  for (int& v : A) v = small(rng);
+  for (int& v : B) v = small(rng);
+  std::vector<std::uint16_t> a(A.size()), b(B.size());
+  for (std::size_t i = 0; i < A.size(); ++i) a[i] = f32_to_bf16(static_cast<float>(A[i]));
+  for (std::size_t i = 0; i < B.size(); ++i) b[i] = f32_to_bf16(static_cast<float>(B[i]));
+  std::vector<float> out(64 * 256, -1.0f);
+  mlakit_cuda_emu::launch(wgmma_mn_kernel, dim3(1), dim3(128), 0, nullptr, static_cast<const std::uint16_t*>(a.data()),
+                          static_cast<const std::uint16_t*>(b.data()), out.data());
+  for (int r = 0; r < 64; ++r)
+    for (int n = 0; n < 256; ++n) {
+      int want = 1;  // accumulated onto 1
+      for (int k = 0; k < 16; ++k) want += A[static_cast<std::size_t>(r * 16 + k)] * B[static_cast<std::size_t>(k * 256 + n)];
+      ASSERT_EQ(out[static_cast<std::size_t>(r * 256 + n)], static_cast<float>(want)) << r << "," << n;
+    }
+}
+
 // ---- top-k -------------------------------------------------------------------------------------
 constexpr int kThreads = 512;
 

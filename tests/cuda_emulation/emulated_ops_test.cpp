@@ -376,8 +376,9 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
 }
 
 // The ring kernel's cases with the wgmma kernels on as well: on bf16 caches its scores run on
-// warpgroup products over Q and the stages laid out as core matrices (V's fragments read from
-// them too); the golden comparison passes and the outputs are the bits of the ring kernel on
+// warpgroup products over Q and the stages laid out as core matrices, and with v_depth 512 its
+// P·V too (V read N-major from the stage, P as core matrices; other widths on mma.sync from the
+// same layouts); the golden comparison passes and the outputs are the bits of the ring kernel on
 // mma.sync (the emulation sums both alike). fp8 caches keep mma.sync.
 TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");

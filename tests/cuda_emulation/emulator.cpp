@@ -406,37 +406,41 @@ void cp_async_wait(int pending_groups) {
   f.copies.swap(left);
 }
 
-void wgmma_bf16(float* d, int n, const std::uint16_t* a, const std::uint16_t* b, std::uint32_t lbo, std::uint32_t sbo,
-                bool accumulate) {
+void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, std::uint32_t a_sbo, const std::uint16_t* b,
+                std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate) {
   Fiber& f = self();
   const std::size_t threads = static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z;
   if (threads % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
   const auto* pa = reinterpret_cast<const unsigned char*>(a);
   const auto* pb = reinterpret_cast<const unsigned char*>(b);
-  if (!aligned16(pa) || !aligned16(pb) || lbo % 16 != 0 || sbo % 16 != 0)
+  if (!aligned16(pa) || !aligned16(pb) || (a_lbo | a_sbo | b_lbo | b_sbo) % 16 != 0)
     fail("wgmma: an operand start, lbo or sbo not a multiple of 16 bytes");
   if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N not a multiple of 8 in [8, 256]");
   const std::size_t regs = static_cast<std::size_t>(n) / 2;
   AsyncProduct p{d, std::vector<float>(regs), {}, f.product_commits};
-  // Core matrix (row group q, k group h) of an operand: 128 bytes, in shared memory.
-  auto core = [&](const unsigned char* base, int q, int h) {
+  // Core matrix (row group q, k group h) of an operand: 128 bytes, in shared memory; sbo steps
+  // along the rows (M or N), lbo along k.
+  auto core = [&](const unsigned char* base, std::uint32_t lbo, std::uint32_t sbo, int q, int h) {
     const unsigned char* at = base + static_cast<std::size_t>(q) * sbo + static_cast<std::size_t>(h) * lbo;
     if (in_device_memory(at, 128)) fail("wgmma: an operand in device memory, not shared memory");
     return at;
   };
   for (int q = 0; q < 8; ++q)
     for (int h = 0; h < 2; ++h) {
-      const unsigned char* at = core(pa, q, h);
+      const unsigned char* at = core(pa, a_lbo, a_sbo, q, h);
       p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
     }
   for (int q = 0; q < n / 8; ++q)
     for (int h = 0; h < 2; ++h) {
-      const unsigned char* at = core(pb, q, h);
+      const unsigned char* at = core(pb, b_lbo, b_sbo, q, h);
       p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
     }
-  auto element = [&](const unsigned char* base, int r, int k) {
+  // Element (r, k): K-major, a core matrix's 16-byte rows are its 8 rows (8 k each); MN-major, its
+  // 8 k (8 rows or columns each).
+  auto element = [&](const unsigned char* base, std::uint32_t lbo, std::uint32_t sbo, bool mn_major, int r, int k) {
     std::uint16_t v;
-    std::memcpy(&v, core(base, r / 8, k / 8) + (r % 8) * 16 + (k % 8) * 2, 2);
+    const unsigned char* c = core(base, lbo, sbo, r / 8, k / 8);
+    std::memcpy(&v, mn_major ? c + (k % 8) * 16 + (r % 8) * 2 : c + (r % 8) * 16 + (k % 8) * 2, 2);
     return static_cast<double>(__uint_as_float(static_cast<std::uint32_t>(v) << 16));
   };
   // The accumulators' values at the issue: those of this thread's last product on d still in
@@ -454,7 +458,8 @@ void wgmma_bf16(float* d, int n, const std::uint16_t* a, const std::uint16_t* b,
     for (int e = 0; e < 4; ++e) {
       const int row = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * i + 2 * c + (e & 1);
       double s = accumulate ? in[4 * i + e] : 0.0;
-      for (int k = 0; k < 16; ++k) s += element(pa, row, k) * element(pb, col, k);
+      for (int k = 0; k < 16; ++k)
+        s += element(pa, a_lbo, a_sbo, false, row, k) * element(pb, b_lbo, b_sbo, b_mn_major, col, k);
       p.result[static_cast<std::size_t>(4 * i + e)] = static_cast<float>(s);
     }
   for (std::size_t i = 0; i < regs; ++i) d[i] = __uint_as_float(0x7fc00000u);  // in flight
