@@ -271,14 +271,7 @@ __global__ void __launch_bounds__(kWgThreads) gemm_bf16_wgmma_kernel(Params p) {
       xt.fetch(x, p.K, m0, p.T, k0 + kBK, p.K);
       wt.fetch(p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0, k0 + kBK, p.K);
     }
-    wgmma_fence();
-    core_tile_products(acc, xs[stage], ws[stage]);
-    wgmma_commit();
-    if (more) {
-      xt.commit(xs[stage ^ 1], table);
-      wt.commit(ws[stage ^ 1], table);
-    }
-    wgmma_wait<0>(acc);
+    core_tile_step(acc, xs[stage], ws[stage], xt, wt, xs[stage ^ 1], ws[stage ^ 1], more, table);
     if (kF8 && ((k0 + kBK) % 128 == 0 || !more)) {
       // End of a 128-wide k block: its scale (one per 128-column tile) on its sums, then from 0.
       const float s = p.wscale[(n0 / 128) * kblocks + k0 / 128];

@@ -340,14 +340,7 @@ __global__ void __launch_bounds__(kCoreTileThreads) kv_gemm_wgmma_kernel(GemmPar
       const std::int64_t nk = same ? k0 + kBK : gk1, nend = same ? gk1 : min(gk1 + p.bk, p.latent);
       const bool more = nk < nend;
       if (more) fetch(nk, nend);
-      wgmma_fence();
-      core_tile_products(acc, xs[stage], ws[stage]);
-      wgmma_commit();
-      if (more) {
-        xt.commit(xs[stage ^ 1], table);
-        wt.commit(ws[stage ^ 1], table);
-      }
-      wgmma_wait<0>(acc);
+      core_tile_step(acc, xs[stage], ws[stage], xt, wt, xs[stage ^ 1], ws[stage ^ 1], more, table);
     }
     // total += sa[m, g]·w_s[n / bn, g] · (this group's sum).
 #pragma unroll

@@ -44,6 +44,19 @@ __host__ __device__ constexpr std::uint64_t wgmma_desc(std::uint32_t smem_addr, 
          (static_cast<std::uint64_t>((sbo & 0x3FFFFu) >> 4) << 32);
 }
 
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+// The descriptor of an operand at `p` in shared memory.
+__device__ __forceinline__ std::uint64_t smem_desc(const void* p, std::uint32_t lbo, std::uint32_t sbo) {
+  return wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(p)), lbo, sbo);
+}
+#else
+// Not reached: the host takes a wgmma kernel only in builds for sm_90a on an sm_90 GPU.
+template <int R>
+__device__ __forceinline__ void wgmma_unavailable(float (&d)[R]) {
+  for (int i = 0; i < R; ++i) d[i] = __int_as_float(0x7fc00000);
+}
+#endif
+
 __device__ __forceinline__ void fence_proxy_async() {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -85,8 +98,7 @@ __device__ __forceinline__ void wgmma_wait(float (&d)[R]) {
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const std::uint16_t* a, const std::uint16_t* b,
                                                  std::uint32_t lbo, std::uint32_t sbo, bool accumulate) {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
-  const std::uint64_t da = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(a)), lbo, sbo);
-  const std::uint64_t db = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(b)), lbo, sbo);
+  const std::uint64_t da = smem_desc(a, lbo, sbo), db = smem_desc(b, lbo, sbo);
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -107,13 +119,8 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const std::uint
 #elif defined(MLAKIT_CUDA_EMULATION)
   ::mlakit_cuda_emu::wgmma_bf16(d, 128, a, lbo, sbo, b, lbo, sbo, false, accumulate);
 #else
-  // Not reached: the host takes the wgmma route only in builds for sm_90a on an sm_90 device.
-  (void)a;
-  (void)b;
-  (void)lbo;
-  (void)sbo;
-  (void)accumulate;
-  for (int i = 0; i < 64; ++i) d[i] = __int_as_float(0x7fc00000);
+  (void)a, (void)b, (void)lbo, (void)sbo, (void)accumulate;
+  wgmma_unavailable(d);
 #endif
 }
 
@@ -123,8 +130,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_mn(float (&d)[128], const std::
                                                     std::uint32_t a_sbo, const std::uint16_t* b, std::uint32_t b_lbo,
                                                     std::uint32_t b_sbo, bool accumulate) {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
-  const std::uint64_t da = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(a)), a_lbo, a_sbo);
-  const std::uint64_t db = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(b)), b_lbo, b_sbo);
+  const std::uint64_t da = smem_desc(a, a_lbo, a_sbo), db = smem_desc(b, b_lbo, b_sbo);
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -153,14 +159,8 @@ __device__ __forceinline__ void wgmma_m64n256k16_mn(float (&d)[128], const std::
 #elif defined(MLAKIT_CUDA_EMULATION)
   ::mlakit_cuda_emu::wgmma_bf16(d, 256, a, a_lbo, a_sbo, b, b_lbo, b_sbo, true, accumulate);
 #else
-  (void)a;
-  (void)a_lbo;
-  (void)a_sbo;
-  (void)b;
-  (void)b_lbo;
-  (void)b_sbo;
-  (void)accumulate;
-  for (int i = 0; i < 128; ++i) d[i] = __int_as_float(0x7fc00000);
+  (void)a, (void)a_lbo, (void)a_sbo, (void)b, (void)b_lbo, (void)b_sbo, (void)accumulate;
+  wgmma_unavailable(d);
 #endif
 }
 
@@ -168,8 +168,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_mn(float (&d)[128], const std::
 __device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], const std::uint16_t* a, const std::uint16_t* b,
                                                 std::uint32_t lbo, std::uint32_t sbo, bool accumulate) {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
-  const std::uint64_t da = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(a)), lbo, sbo);
-  const std::uint64_t db = wgmma_desc(static_cast<std::uint32_t>(__cvta_generic_to_shared(b)), lbo, sbo);
+  const std::uint64_t da = smem_desc(a, lbo, sbo), db = smem_desc(b, lbo, sbo);
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -182,12 +181,8 @@ __device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], const std::uint16
 #elif defined(MLAKIT_CUDA_EMULATION)
   ::mlakit_cuda_emu::wgmma_bf16(d, 16, a, lbo, sbo, b, lbo, sbo, false, accumulate);
 #else
-  (void)a;
-  (void)b;
-  (void)lbo;
-  (void)sbo;
-  (void)accumulate;
-  for (int i = 0; i < 8; ++i) d[i] = __int_as_float(0x7fc00000);
+  (void)a, (void)b, (void)lbo, (void)sbo, (void)accumulate;
+  wgmma_unavailable(d);
 #endif
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -201,6 +202,44 @@ struct WgmmaMode {
 // the layout, the fragments and the stages. Its accumulators read NaN until the wait and an
 // operand overwritten before it is reported, so a stage reused too early fails. In the automatic
 // mode it is not taken yet.
+// Every case of `cases` (seeds 1 and 2) with the wgmma kernels forced on, then in the automatic
+// mode: the route is counted exactly when takes(knobs, inputs), the golden comparison passes, no
+// output is overrun, the automatic mode does not take it, and both runs give the same bits (the
+// emulation sums a wgmma product as it sums mma.sync's). Returns the cases taken with seed 1.
+int expect_wgmma_bits(const goldens::OpDriver& driver, const std::vector<std::pair<std::string, json>>& cases,
+                      const std::function<bool(const json&, const Bundle&)>& takes) {
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver.generate(knobs, seed);
+      Bundle expected = inputs;
+      EXPECT_TRUE(driver.run(expected, RunOptions{Backend::reference}).ok());
+      const bool taken = takes(knobs, inputs);
+      Bundle actual = inputs, mma = inputs;
+      {
+        WgmmaMode m(core::RouteMode::on);
+        const long before = cuda::wgmma_route::runs();
+        const Status s = run_staged(driver, actual, RunOptions{Backend::cuda});
+        EXPECT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::wgmma_route::runs() - before, taken ? 1 : 0) << "the wgmma route";
+        taken_cases += taken && seed == 1;
+      }
+      for (const auto& c : driver.compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      {
+        WgmmaMode m(core::RouteMode::automatic);
+        const long before = cuda::wgmma_route::runs();
+        EXPECT_TRUE(run_staged(driver, mma, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::wgmma_route::runs(), before) << "taken in the automatic mode";
+      }
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernels'";
+    }
+  }
+  return taken_cases;
+}
+
 TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
   ASSERT_NE(driver, nullptr);
@@ -209,38 +248,12 @@ TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
   cases.emplace_back("dense_two_row_tiles", json{{"K", 128}, {"q_dim", 136}, {"seq_lens", {70, 9}}, {"cache_lens", {3, 20}}});
   cases.emplace_back("fp8_scale_rows", json{{"weight_format", "fp8_block"}, {"K", 400}, {"q_dim", 300},
                                             {"seq_lens", {65}}, {"cache_lens", {2}}});
-  int taken_cases = 0;
-  for (const auto& [name, knobs] : cases) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      const Tensor& x = inputs.at("hidden_state");
-      const bool takes = x.shape()[0] > 0 && x.dtype() == DType::bf16 && x.shape()[1] % 16 == 0;
-      DecodeOnceMode once(core::RouteMode::on);
-      Bundle actual = inputs, mma = inputs;
-      {
-        WgmmaMode m(core::RouteMode::on);
-        const long before = cuda::wgmma_route::runs();
-        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-        ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::wgmma_route::runs() - before, takes ? 1 : 0) << "the wgmma kernel's route";
-        taken_cases += takes && seed == 1;
-      }
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
-      {
-        WgmmaMode m(core::RouteMode::automatic);
-        const long before = cuda::wgmma_route::runs();
-        ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::wgmma_route::runs(), before) << "taken in the automatic mode";
-      }
-      for (const auto& out : actual.output_names())
-        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernel's";
-    }
-  }
-  EXPECT_GE(taken_cases, 14) << "the bf16 cases of the matrix with K a multiple of 16, and the two above";
+  DecodeOnceMode once(core::RouteMode::on);
+  const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
+    const Tensor& x = b.at("hidden_state");
+    return x.shape()[0] > 0 && x.dtype() == DType::bf16 && x.shape()[1] % 16 == 0;
+  });
+  EXPECT_GE(taken, 14) << "the bf16 cases of the matrix with K a multiple of 16, and the two above";
 }
 
 // Every op 3 case, and one whose KV projection spans two row tiles, a partial 128-column tile and
@@ -254,38 +267,13 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
   for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
   cases.emplace_back("two_row_tiles_groups", json{{"seq_lens", {70}}, {"cache_lens", {20}}, {"num_heads", 5},
                                                   {"latent", 256}, {"bk", 64}, {"bn", 32}});
-  int taken_cases = 0;
-  for (const auto& [name, knobs] : cases) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      const Tensor& bro = inputs.at("buffer_row_offsets");
-      const std::uint32_t rows = bro.data<std::uint32_t>()[bro.numel() - 1];
-      const std::int64_t latent = inputs.params.at("latent").get<std::int64_t>();
-      const std::int64_t bk = inputs.params.at("bk").get<std::int64_t>();
-      const bool takes = inputs.at("q").shape()[0] > 0 && rows > 0 && latent % 16 == 0 && bk % 16 == 0;
-      Bundle actual = inputs, mma = inputs;
-      {
-        WgmmaMode m(core::RouteMode::on);
-        const long before = cuda::wgmma_route::runs();
-        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-        ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::wgmma_route::runs() - before, takes ? 1 : 0) << "the wgmma kernel's route";
-        taken_cases += takes && seed == 1;
-      }
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
-      {
-        WgmmaMode m(core::RouteMode::automatic);
-        ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
-      }
-      for (const auto& out : actual.output_names())
-        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernel's";
-    }
-  }
-  EXPECT_GE(taken_cases, 10) << "the cases with latent and bk multiples of 16, and the one above";
+  const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
+    const Tensor& bro = b.at("buffer_row_offsets");
+    const std::uint32_t rows = bro.data<std::uint32_t>()[bro.numel() - 1];
+    const std::int64_t latent = b.params.at("latent").get<std::int64_t>(), bk = b.params.at("bk").get<std::int64_t>();
+    return b.at("q").shape()[0] > 0 && rows > 0 && latent % 16 == 0 && bk % 16 == 0;
+  });
+  EXPECT_GE(taken, 10) << "the cases with latent and bk multiples of 16, and the one above";
 }
 
 // ---- op 4's ring kernel --------------------------------------------------------------------------
@@ -384,34 +372,10 @@ TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   ASSERT_NE(driver, nullptr);
   RingMode ring(core::RouteMode::on);
-  int taken_cases = 0;
-  for (const auto& [name, knobs] : ring_cases(*driver)) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      const bool takes = ring_takes(knobs, inputs) && knobs.value("cache_dtype", "bf16") == "bf16";
-      Bundle actual = inputs, mma = inputs;
-      {
-        WgmmaMode m(core::RouteMode::on);
-        const long before = cuda::wgmma_route::runs();
-        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-        ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::wgmma_route::runs() - before, takes ? 1 : 0) << "the wgmma scores' route";
-        taken_cases += takes && seed == 1;
-      }
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
-      {
-        WgmmaMode m(core::RouteMode::automatic);
-        ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
-      }
-      for (const auto& out : actual.output_names())
-        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the ring kernel on mma.sync";
-    }
-  }
-  EXPECT_GE(taken_cases, 10) << "the bf16 cases of the matrix and the shapes above";
+  const int taken = expect_wgmma_bits(*driver, ring_cases(*driver), [](const json& knobs, const Bundle& b) {
+    return ring_takes(knobs, b) && knobs.value("cache_dtype", "bf16") == "bf16";
+  });
+  EXPECT_GE(taken, 10) << "the bf16 cases of the matrix and the shapes above";
 }
 
 // ---- op 1's key gather on both paths ------------------------------------------------------------
