@@ -381,6 +381,7 @@ sanitizer_files=(
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
   fused_qkv_paged.gptq_bf16_g32_gidx@decode_once fused_qkv_paged.dense_bf16_prefill@wgmma
   mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.general_bf16@ring_wgmma
+  sparse_mla_prefill.flashmla_v32@ring_wgmma sparse_mla_prefill.deepseek_fp8@ring_wgmma
   sparse_mla_prefill.general_bf16@ring
   sparse_mla_prefill.flashmla_v32@ring
 )

@@ -27,7 +27,7 @@
 // P = bf16(exp(s - m)·that group's scale) built from the f32 weights kept in shared memory.
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
-// With wgmma_route (bf16 rows, sm_90a on an sm_90 GPU) S and P·V run on warpgroup products (kWg below).
+// With wgmma_route (sm_90a on an sm_90 GPU) S and P·V run on warpgroup products (kWg below).
 #include "cuda/sparse_mla_ring.hpp"
 
 #include <atomic>
@@ -88,17 +88,18 @@ struct Layout {
 };
 
 // The row format is a template argument, not a branch on p (the paths' registers stay apart).
-// kWg (bf16 rows, wgmma_route): S on warpgroup products, each half's warpgroup (warps 4·half ..
+// kWg (wgmma_route): S on warpgroup products, each half's warpgroup (warps 4·half ..
 // + 3, heads 16·(warp % 4), as above) one m64n16k16 product per 16 columns, with Q and the
 // stages' rows as core matrices (wgmma.cuh's layout: eight rows of an 8-column chunk in 128
 // contiguous bytes, sbo = 16·Dp bytes between groups of eight rows) instead of padded rows, and P
 // as core matrices too. With v_depth 512 (both halves whole) P·V runs on two m64n256k16 products
 // per half, V read MN-major from the same rows; else on mma.sync with ldmatrix from the layouts.
-// The accumulators are the same registers either way (wgmma.cuh's fragment is mma.sync's).
+// The accumulators are the same registers either way (wgmma.cuh's fragment is mma.sync's). fp8
+// rows: the decoded K buffer in the same layout; grouped rows sum each scale group's products
+// apart, and keep P·V on mma.sync (their P is formed per group from registers).
 template <int R, bool kWg>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   constexpr bool Fp8 = R != kBf16, Grouped = R == kFp8Grouped;
-  static_assert(!kWg || R == kBf16, "the wgmma products take bf16 rows");
   MLAKIT_DYNAMIC_SHARED(smem);
   const Layout L(p.Dp, R, p.wq, p.wt, p.groups);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
@@ -221,15 +222,15 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         const int r = e / (per_row + tail_per_row), v = e % (per_row + tail_per_row);
         if (v < per_row) {
           const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kSlots + r) * p.wq + 16 * v);
-          auto* dst = reinterpret_cast<uint4*>(ks + r * ld + 16 * v);
-          dst[0] = decode_fp8x8(x.x, x.y, table);
-          dst[1] = decode_fp8x8(x.z, x.w, table);
+          *reinterpret_cast<uint4*>(at(ks, r, 2 * v)) = decode_fp8x8(x.x, x.y, table);
+          *reinterpret_cast<uint4*>(at(ks, r, 2 * v + 1)) = decode_fp8x8(x.z, x.w, table);
         } else {
           const int u = v - per_row;
-          *reinterpret_cast<uint4*>(ks + r * ld + p.wq + 8 * u) =
+          *reinterpret_cast<uint4*>(at(ks, r, p.wq / 8 + u)) =
               *reinterpret_cast<const uint4*>(tails + (st * kSlots + r) * p.wt * 2 + 16 * u);
         }
       }
+      if constexpr (kWg) fence_proxy_async();  // this thread's rows, before the products read them
       __syncthreads();
     }
 
@@ -252,19 +253,38 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         }
     };
     if constexpr (kWg) {
-      // heads x slots [16·half, +16) over every 16 columns (the stage fenced for the async proxy
-      // before the barrier above).
+      // heads x slots [16·half, +16) over every 16 columns (the rows fenced for the async proxy
+      // before the barrier above); grouped rows: each group's products from 0, waited for and
+      // added times their scales before the next group's.
       float d[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) d[e] = 0.0f;
+      const auto take = [&](float (&into)[2][4]) {
+        wgmma_commit();
+        wgmma_wait<0>(d);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          into[e / 4][e % 4] = d[e];
+          d[e] = 0.0f;
+        }
+      };
       wgmma_fence();
       const std::uint16_t* kb = at(kst, 16 * half, 0);
-      for (int k0 = 0; k0 < p.Dp; k0 += 16)
+      for (int k0 = 0; k0 < p.Dp; k0 += 16) {
+        if constexpr (Grouped) {
+          const int grp = k0 < p.wq ? k0 / p.gran : p.groups;
+          if (grp != cur) {
+            if (cur >= 0) {
+              take(part);
+              flush();
+              wgmma_fence();
+            }
+            cur = grp;
+          }
+        }
         wgmma_m64n16k16(d, at(qs, 0, k0 / 8), kb + 8 * k0, 128, 16 * static_cast<std::uint32_t>(p.Dp), true);
-      wgmma_commit();
-      wgmma_wait<0>(d);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s[e / 4][e % 4] = d[e];
+      }
+      take(Grouped ? part : s);
     }
     for (int k0 = 0; k0 < (kWg ? 0 : p.Dp); k0 += 16) {
       if constexpr (Grouped) {
@@ -281,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       mma_bf16_16816(Grouped ? part[0] : s[0], a, b0);
       mma_bf16_16816(Grouped ? part[1] : s[1], a, b1);
     }
-    if constexpr (Grouped) flush();
+    if constexpr (Grouped) flush();  // the last group (of either path)
 
     // The row maxima over valid slots (element 2r + e of a tile: row g + 8r, slot 2c + e).
     bool valid[2][2];
@@ -498,12 +518,11 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   const int rows = format_of(f);
   const Layout layout(p.Dp, rows, f.wq, f.wt, f.groups);
   g_runs.fetch_add(1);
-  const bool wgmma = rows == kBf16 && wgmma_route::takes();
+  const bool wgmma = wgmma_route::takes();
   if (wgmma) wgmma_route::count();
-  const auto kernel = wgmma ? ring_kernel<kBf16, true>
-                      : rows == kBf16 ? ring_kernel<kBf16, false>
-                      : rows == kFp8Row ? ring_kernel<kFp8Row, false>
-                                        : ring_kernel<kFp8Grouped, false>;
+  const auto kernel = rows == kBf16 ? (wgmma ? ring_kernel<kBf16, true> : ring_kernel<kBf16, false>)
+                      : rows == kFp8Row ? (wgmma ? ring_kernel<kFp8Row, true> : ring_kernel<kFp8Row, false>)
+                                        : (wgmma ? ring_kernel<kFp8Grouped, true> : ring_kernel<kFp8Grouped, false>);
   return launch_kernel(kOp, "ring_kernel", kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
                        layout.bytes, as_stream(launch.stream), p);
 }

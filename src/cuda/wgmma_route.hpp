@@ -1,5 +1,5 @@
 // Whether calls take the cuda back-end's wgmma kernels (op 5's bf16 GEMMs, op 3's KV projection, the
-// scores and P·V of op 4's ring kernel on bf16 caches):
+// scores and P·V of op 4's ring kernel):
 // MLAKIT_CUDA_WGMMA ("auto": not yet, the mma.sync kernels stay the default until a GPU run has
 // validated these; "on": every call a wgmma kernel can take; "off"), set in process by tests and
 // benchmarks. They exist only in builds with sm_90a code, and run only on an sm_90 GPU.
