@@ -168,10 +168,11 @@ struct Lookahead {
   static constexpr std::size_t kSteps = 2;  // B tiles asked for this many steps ahead
   const std::uint16_t* b;  // the strips (strip s at b + s * ldp)
   std::size_t ldp, ldq, n, s0, pass_steps;
-  // Step t of the sequence: its first strip's B tile, null past the sequence.
+  std::size_t steps = (n + kBlockCols - 1) / kBlockCols * pass_steps;  // of the row block's sequence
+  // Step t of the sequence (past its end: the next row block's, the same tiles): its first
+  // strip's B tile, and the second strip's in *second (null where the block has one strip).
   const std::uint16_t* tile_at(std::size_t t, const std::uint16_t** second) const {
-    const std::size_t blocks = (n + kBlockCols - 1) / kBlockCols;
-    t %= blocks * pass_steps;
+    t %= steps;
     const std::size_t jb = t / pass_steps;
     const std::uint16_t* b0 = b + jb * kBTiles * ldp + (s0 + t % pass_steps) * (kStepK / 2) * ldq;
     *second = n - jb * kBlockCols > kStripCols ? b0 + ldp : nullptr;

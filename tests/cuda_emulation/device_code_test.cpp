@@ -168,6 +168,24 @@ TEST(DeviceCode, WgmmaDescriptorHoldsAddressAndOffsetsInTheirFields) {
   EXPECT_EQ(wgmma_desc(0x40010u, 0, 0), 1u) << "the shared window's 18 address bits";
 }
 
+// n small integers (every product and sum of them exact in f32) and their bf16 bits.
+struct SmallInts {
+  std::vector<int> v;
+  std::vector<std::uint16_t> bf;
+  SmallInts(std::size_t n, std::mt19937& rng) : v(n), bf(n) {
+    std::uniform_int_distribution<int> small(-8, 8);
+    for (std::size_t i = 0; i < n; ++i) bf[i] = f32_to_bf16(static_cast<float>(v[i] = small(rng)));
+  }
+};
+
+// Writes a thread's accumulators (wgmma.cuh's fragment, kN columns) to out, a row-major 64 x kN.
+template <int kN>
+void store_fragment(const float (&d)[kN / 2], float* out) {
+  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, c = t % 4;
+  for (int i = 0; i < kN / 8; ++i)
+    for (int e = 0; e < 4; ++e) out[(16 * w + g + (e >= 2 ? 8 : 0)) * kN + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+}
+
 // Byte offset of element (r, k) (k < 16) of an operand in wgmma.cuh's layout.
 int wg_byte(int r, int k, int lbo, int sbo) { return (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2; }
 
@@ -195,20 +213,14 @@ __global__ void wgmma_kernel(const std::uint16_t* a, const std::uint16_t* b, int
   wgmma_commit();
   if (threadIdx.x == 0) *seen_in_flight = std::isnan(d[0]) && std::isnan(d[63]);
   wgmma_wait<0>(d);
-  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, c = t % 4;
-  for (int i = 0; i < 16; ++i)
-    for (int e = 0; e < 4; ++e) out[(16 * w + g + (e >= 2 ? 8 : 0)) * 128 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+  store_fragment<128>(d, out);
 }
 
 TEST(DeviceCode, WgmmaComputesTheProductInTheDocumentedLayouts) {
   std::mt19937 rng(11);
-  std::uniform_int_distribution<int> small(-8, 8);
-  std::vector<int> A(64 * 32), B(128 * 32);
-  for (int& v : A) v = small(rng);
-  for (int& v : B) v = small(rng);
-  std::vector<std::uint16_t> a(A.size()), b(B.size());
-  for (std::size_t i = 0; i < A.size(); ++i) a[i] = f32_to_bf16(static_cast<float>(A[i]));
-  for (std::size_t i = 0; i < B.size(); ++i) b[i] = f32_to_bf16(static_cast<float>(B[i]));
+  const SmallInts as(64 * 32, rng), bs(128 * 32, rng);
+  const std::vector<int>&A = as.v, &B = bs.v;
+  const std::vector<std::uint16_t>&a = as.bf, &b = bs.bf;
   // The kernels' layout (row groups 256 bytes apart, k halves 128), and the k halves apart with
   // the row groups packed (sbo 128, lbo past every row group of the operand: 2048 for B, which A
   // shares, its own rows then leaving a gap).
@@ -245,20 +257,14 @@ __global__ void wgmma_mn_kernel(const std::uint16_t* a, const std::uint16_t* b, 
   wgmma_m64n256k16_mn(d, As, 128, 256, Bs, 4096, 128, true);
   wgmma_commit();
   wgmma_wait<0>(d);
-  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, c = t % 4;
-  for (int i = 0; i < 32; ++i)
-    for (int e = 0; e < 4; ++e) out[(16 * w + g + (e >= 2 ? 8 : 0)) * 256 + 8 * i + 2 * c + (e & 1)] = d[4 * i + e];
+  store_fragment<256>(d, out);
 }
 
 TEST(DeviceCode, WgmmaReadsAnMnMajorB) {
   std::mt19937 rng(12);
-  std::uniform_int_distribution<int> small(-8, 8);
-  std::vector<int> A(64 * 16), B(16 * 256);
-  for (int& v : A) v = small(rng);
-  for (int& v : B) v = small(rng);
-  std::vector<std::uint16_t> a(A.size()), b(B.size());
-  for (std::size_t i = 0; i < A.size(); ++i) a[i] = f32_to_bf16(static_cast<float>(A[i]));
-  for (std::size_t i = 0; i < B.size(); ++i) b[i] = f32_to_bf16(static_cast<float>(B[i]));
+  const SmallInts as(64 * 16, rng), bs(16 * 256, rng);
+  const std::vector<int>&A = as.v, &B = bs.v;
+  const std::vector<std::uint16_t>&a = as.bf, &b = bs.bf;
   std::vector<float> out(64 * 256, -1.0f);
   mlakit_cuda_emu::launch(wgmma_mn_kernel, dim3(1), dim3(128), 0, nullptr, static_cast<const std::uint16_t*>(a.data()),
                           static_cast<const std::uint16_t*>(b.data()), out.data());
