@@ -345,6 +345,29 @@ void register_gemm(Isa level) {
                                                    benchmark::Counter::kIsRate);
         });
   }
+  // Sparse MLA's f32 scores, one 64-slot chunk of 128 heads: Sᵀ (slots as rows) into rows of
+  // heads, and a gathered bf16 cache row (qk 576) widened. GB/s of f32 read and written.
+  add("gemm/transpose_f32_r64n128/" + lv, level, [=](benchmark::State& st) {
+    const auto x = random_operand<float>(64 * 128, 1);
+    std::vector<float> d(128 * 64);
+    for (auto _ : st) {
+      g->transpose_f32(x.data(), 128, 64, 128, d.data(), 64);
+      benchmark::DoNotOptimize(d.data());
+      benchmark::ClobberMemory();
+    }
+    st.counters["gbps"] = benchmark::Counter(64.0 * 128 * 8 * static_cast<double>(st.iterations()),
+                                             benchmark::Counter::kIsRate);
+  });
+  add("gemm/widen_bf16_n576/" + lv, level, [=](benchmark::State& st) {
+    const auto x = random_operand<std::uint16_t>(576, 1);
+    std::vector<float> d(576);
+    for (auto _ : st) {
+      g->widen_bf16(x.data(), d.data(), 576);
+      benchmark::DoNotOptimize(d.data());
+      benchmark::ClobberMemory();
+    }
+    st.counters["gbps"] = benchmark::Counter(576.0 * 6 * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  });
   register_int4(level);
   register_panel(level);
   register_tiles(level);

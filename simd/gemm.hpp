@@ -111,6 +111,12 @@ struct GemmKernels {
                         std::size_t ldb, const float* rs, const float* cs, float* c, std::size_t ldc, bool accumulate);
   void (*transpose_bf16)(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, std::uint16_t* dst,
                          std::size_t ldd);
+  // transpose_f32 copies f32 rows into columns: dst[j*ldd + i] = x[i*ldx + j] for i < rows, j < n
+  //   (the same bits); nothing else of dst is written.
+  void (*transpose_f32)(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, float* dst,
+                        std::size_t ldd);
+  // widen_bf16: dst[i] = f32(x[i]) for i < n (exact).
+  void (*widen_bf16)(const std::uint16_t* x, float* dst, std::size_t n);
   // x[i] = (x[i] * f[i]) * c for i < n (without the f[i] factor when f is null); returns the
   // largest result, NaN if any result is NaN, -inf when n is 0.
   float (*scale_max)(float* x, const float* f, float c, std::size_t n);

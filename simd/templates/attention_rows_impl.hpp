@@ -207,6 +207,12 @@ void transpose_bf16(const float* x, std::size_t ldx, std::size_t rows, std::size
   });
 }
 
+void widen_bf16(const std::uint16_t* x, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) fstore(dst + i, fload_bf16(x + i));
+  if (i < n) fstore_n(dst + i, fload_bf16_n(x + i, n - i), n - i);
+}
+
 // To nearest even, as mlakit::f32_to_bf16.
 void round_bf16(const float* x, std::uint16_t* dst, std::size_t n) {
   std::size_t i = 0;

@@ -31,6 +31,8 @@ constexpr GemmKernels make_gemm_kernels() {
                      &split_bf16x3,
                      &gemm_nn_scaled<float>,
                      &transpose_bf16,
+                     &transpose_f32,
+                     &widen_bf16,
                      &scale_max,
                      &exp_sum,
                      &mask_select,

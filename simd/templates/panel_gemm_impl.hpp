@@ -178,6 +178,33 @@ template <std::size_t W, class Src>
 }
 #endif
 
+// transpose_f32 (simd/gemm.hpp): blocks of 8 rows by 8 columns transposed in registers as the
+// panel packer's (a strided 16-lane gather ran no faster than plain element copies); the rows and
+// columns past whole blocks element by element.
+void transpose_f32(const float* x, std::size_t ldx, std::size_t rows, std::size_t n, float* dst, std::size_t ldd) {
+  std::size_t i0 = 0;
+#if !defined(MLAKIT_SIMD_LEVEL_generic)
+  const PlainRows<float> src{x, ldx};
+  for (; i0 + 8 <= rows; i0 += 8) {
+    std::size_t j0 = 0;
+    for (; j0 + 8 <= n; j0 += 8) {
+      __m256 r[8], u[8];
+      for (std::size_t q = 0; q < 8; ++q) r[q] = src.row8(i0 + q, j0);
+      interleave4(r, u);
+      interleave4(r + 4, u + 4);
+      for (std::size_t q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(dst + (j0 + q) * ldd + i0, _mm256_permute2f128_ps(u[q], u[q + 4], 0x20));
+        _mm256_storeu_ps(dst + (j0 + q + 4) * ldd + i0, _mm256_permute2f128_ps(u[q], u[q + 4], 0x31));
+      }
+    }
+    for (; j0 < n; ++j0)
+      for (std::size_t q = 0; q < 8; ++q) dst[j0 * ldd + i0 + q] = x[(i0 + q) * ldx + j0];
+  }
+#endif
+  for (; i0 < rows; ++i0)
+    for (std::size_t j = 0; j < n; ++j) dst[j * ldd + i0] = x[i0 * ldx + j];
+}
+
 // out[p*W + j] = row j's element p as f32 for j < cols (<= W), lanes cols.. zero: a strip of W
 // lanes along k. On the vector levels eight lanes by eight elements at a time, transposed in
 // 256-bit registers; on generic (and for the last k % 8 elements) lane by lane: each read a

@@ -146,33 +146,21 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
     return;
   }
 
-  // Scratch: K chunk, then Q (f32) or the zipped V rows and P (bf16); a V row (f32), S, O, m and l.
+  // Scratch: K chunk, then (bf16) the zipped V rows and P; S, O, m and l.
   const std::size_t k_bytes = round_up(kSlotChunk * ldk * sizeof(CT), 64);
   const std::size_t vz_words = round_up(kSlotChunk * ldv, 32);  // kSlotChunk / 2 pairs of rows, 2 ldv words each
-  const std::size_t extra_bytes = kBf16 ? (vz_words + round_up(hn * kSlotChunk, 32)) * sizeof(std::uint16_t)
-                                        : round_up(hn * ldk * sizeof(CT), 64);
+  const std::size_t extra_bytes = kBf16 ? (vz_words + round_up(hn * kSlotChunk, 32)) * sizeof(std::uint16_t) : 0;
   auto* kbuf = static_cast<CT*>(thread_scratch(k_bytes + extra_bytes, 1));
   auto* vz = reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(kbuf) + k_bytes);
   std::uint16_t* pbuf = vz + vz_words;
-  const std::size_t v_floats = kBf16 ? 0 : ldv, s_floats = round_up(hn * kSlotChunk, 16);
-  auto* vbuf = static_cast<float*>(thread_scratch((v_floats + s_floats + hn * ldv + 2 * hn) * sizeof(float), 2));
-  float* sbuf = vbuf + v_floats;
+  const std::size_t s_floats = round_up(hn * kSlotChunk, 16);
+  auto* sbuf = static_cast<float*>(thread_scratch((s_floats + hn * ldv + 2 * hn) * sizeof(float), 2));
   float* obuf = sbuf + s_floats;
   float* m = obuf + hn * ldv;
   float* l = m + hn;
 
-  const auto* q16 = a.q.as<const std::uint16_t>() + (t * p.Hq + h0) * qk;
-  const CT* q;
-  std::size_t ldq;
-  if constexpr (kBf16) {
-    q = q16;
-    ldq = qk;
-  } else {
-    float* qf = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(kbuf) + k_bytes);
-    for (std::size_t h = 0; h < hn; ++h) bf16_row_to_f32(q16 + h * qk, qf + h * ldk, qk);
-    q = qf;
-    ldq = ldk;
-  }
+  const auto* q = a.q.as<const std::uint16_t>() + (t * p.Hq + h0) * qk;
+  const std::size_t ldq = qk;
   // f32: Q packed once as panels of the panel GEMM (the heads are its columns), which computes
   // Sᵀ = K·Qᵀ chunk by chunk over K rows as they were gathered; V is gathered into column strips,
   // the panels of P·V. Both products keep one chain per output over k in order.
@@ -185,7 +173,7 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
     qpanels = f;
     st = qpanels + hp * qk;
     vs = st + kSlotChunk * hp;
-    for (std::size_t h = 0; h < hn; h += P) g.pack_panel_f32(q + h * ldq, ldq, std::min(P, hn - h), qk, qpanels + h * qk);
+    for (std::size_t h = 0; h < hn; h += P) g.pack_panel_bf16(q + h * ldq, ldq, std::min(P, hn - h), qk, qpanels + h * qk);
   }
   // Tiles (amx): Q packed once into the tile unit's pair layout (heads as its columns), so that
   // Sᵀ = K·Qᵀ reads the gathered K rows in place as the tiles' A, then is transposed to rows of
@@ -227,23 +215,18 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
       }
       const std::int64_t b = base[c0 + i];
       CT* kr = kbuf + i * ldk;
-      float* vr = vbuf;  // f32: a row, then copied into the strips
       if constexpr (kBf16) {  // V: zipped from these rows below
         if (p.fp8) p.fp8dec->to_bf16(blocks8 + b, kr, qk);
         else std::memcpy(kr, blocks16 + b, qk * sizeof(std::uint16_t));
-      } else if (p.grouped) {
-        dequantize_row(p, rows, c0 + i, kr);
-        std::memcpy(vr, kr, vd * sizeof(float));
-      } else if (p.fp8) {
-        p.fp8dec->to_f32(blocks8 + b, kr, qk);
-        p.fp8dec->to_f32(blocks8 + b, vr, vd);
       } else {
-        bf16_row_to_f32(blocks16 + b, kr, qk);
-        bf16_row_to_f32(blocks16 + b, vr, vd);
+        // f32: the row widened (or decoded, or dequantized) once; V is its first v_depth columns.
+        if (p.grouped) dequantize_row(p, rows, c0 + i, kr);
+        else if (p.fp8) p.fp8dec->to_f32(blocks8 + b, kr, qk);
+        else g.widen_bf16(blocks16 + b, kr, qk);
       }
       if constexpr (!kBf16)
         for (std::size_t e0 = 0; e0 < vd; e0 += P)
-          std::memcpy(vs + (e0 / P * kSlotChunk + i) * P, vr + e0, std::min(P, vd - e0) * sizeof(float));
+          std::memcpy(vs + (e0 / P * kSlotChunk + i) * P, kr + e0, std::min(P, vd - e0) * sizeof(float));
     }
     // Sᵀ (cnt rows of lds scores) where a product computes it, transposed into S below.
     const float* s_t = nullptr;
@@ -262,9 +245,7 @@ void run_tile(const Plan& p, std::size_t t, std::size_t h0, std::size_t hn) {
       s_t = st;
       lds = hp;
     }
-    if (s_t)
-      for (std::size_t h = 0; h < hn; ++h)
-        for (std::size_t i = 0; i < cnt; ++i) sbuf[h * kSlotChunk + i] = s_t[i * lds + h];
+    if (s_t) g.transpose_f32(s_t, lds, cnt, hn, sbuf, kSlotChunk);
 
     for (std::size_t h = 0; h < hn; ++h) {
       float* s = sbuf + h * kSlotChunk;

@@ -845,6 +845,49 @@ TEST_P(Gemm, TransposeAndPackRoundEveryElementIntoItsRow) {
   }
 }
 
+// transpose_f32 and widen_bf16 (every level): each element's bits moved or widened, NaN payloads
+// and signed zeros, infinities and subnormals included; rows around the vector width, padded
+// strides, unaligned operands; nothing of dst written outside rows x n (columns of the transpose).
+TEST_P(Gemm, TransposeF32AndWidenBf16MoveEveryElementsBits) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(59);
+  auto any_bits = [&](std::size_t e) {
+    std::uint32_t u = static_cast<std::uint32_t>(rng.below(65536)) << 16 | static_cast<std::uint32_t>(rng.below(65536));
+    if (e % 11 == 2) u &= 0x807FFFFFu;                          // subnormal or zero
+    if (e % 13 == 3) u = (u & 0x807FFFFFu) | 0x7F800000u;       // infinity or NaN with a payload
+    return u;
+  };
+  for (std::size_t rows : {1, 7, 15, 16, 17, 33, 64})
+    for (std::size_t n : {1, 2, 3, 32, 33, 128}) {
+      const std::size_t ldx = n + rows % 3, ldd = rows + 1 + rows % 2;
+      std::vector<std::uint32_t> x(rows * ldx + 1);
+      for (std::size_t e = 0; e < x.size(); ++e) x[e] = any_bits(e);
+      std::vector<std::uint32_t> d(n * ldd + 2, kGuard);
+      t.transpose_f32(reinterpret_cast<const float*>(x.data()) + 1, ldx, rows, n, reinterpret_cast<float*>(d.data()) + 1,
+                      ldd);
+      for (std::size_t w = 0; w < d.size(); ++w) {
+        if (w == 0 || w > n * ldd || (w - 1) % ldd >= rows) {
+          ASSERT_EQ(d[w], kGuard) << "wrote outside at " << w << " rows=" << rows << " n=" << n;
+          continue;
+        }
+        const std::size_t j = (w - 1) / ldd, i = (w - 1) % ldd;
+        ASSERT_EQ(d[w], x[1 + i * ldx + j]) << "rows=" << rows << " n=" << n << " column " << j << " row " << i;
+      }
+    }
+  for (std::size_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 576}) {
+    std::vector<std::uint16_t> x(n + 1);
+    for (std::size_t e = 0; e < x.size(); ++e) x[e] = static_cast<std::uint16_t>(any_bits(e) >> 16);
+    std::vector<std::uint32_t> d(n + 2, kGuard);
+    t.widen_bf16(x.data() + 1, reinterpret_cast<float*>(d.data()) + 1, n);
+    for (std::size_t w = 0; w < d.size(); ++w) {
+      if (w == 0 || w > n) ASSERT_EQ(d[w], kGuard) << "wrote outside at " << w << " n=" << n;
+      else ASSERT_EQ(d[w], static_cast<std::uint32_t>(x[w]) << 16) << "n=" << n << " element " << w - 1;
+    }
+  }
+}
+
 // Block-scaled bf16 x fp8 (the bf16 dot levels): against the exact scaled sums within the derived
 // bound, for blocks that are and are not whole vector steps and a partial last block, with
 // unaligned operands and padded strides, nothing written outside the tile; each row alone (a
