@@ -161,6 +161,17 @@ double arithmetic_peak_gflops(const goldens::OpDriver& driver, Isa level) {
   return peak().f32_gflops_all;
 }
 
+// pct_gemm_l1: a GEMM-shaped operator (3-5) whose products run on f32 FMA, against the panel
+// GEMM on L1-resident operands on as many threads, rated from wall time as the call is
+// (peak_probe.hpp): where a shared host's cores slow each other down, the bound of its pct_peak.
+void set_gemm_l1_counter(benchmark::State& state, const goldens::OpDriver& driver, double peak_gflops,
+                         double flops_per_s) {
+  const std::string op = driver.name();
+  if (op == "lightning_indexer" || op == "msa_block_indexer") return;
+  if (peak_gflops != peak().f32_gflops_all || peak().gemm_l1_gflops_all <= 0) return;
+  state.counters["pct_gemm_l1"] = flops_per_s / (peak().gemm_l1_gflops_all * 1e9) * 100.0;
+}
+
 void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec,
                  const BackendChoice& be) {
   const std::string why = backend_skip_reason(be);
@@ -198,6 +209,7 @@ void run_op_case(benchmark::State& state, const goldens::OpDriver& driver, const
   // pct_f32_peak: always against the f32 FMA peak, to compare levels.
   state.counters["pct_peak"] = w.flops / t.seconds_per_call / (peak_gflops * 1e9) * 100.0;
   state.counters["pct_f32_peak"] = w.flops / t.seconds_per_call / (peak().f32_gflops_all * 1e9) * 100.0;
+  set_gemm_l1_counter(state, driver, peak_gflops, w.flops / t.seconds_per_call);
   // pct_paged_read: the bytes the call reads against a plain read of shuffled 16 KiB pages on as
   // many threads, no arithmetic: for a decode call, which reads each cache page once through its
   // lookup table, 100 is what memory allows.
@@ -223,6 +235,7 @@ void time_cpu_call(benchmark::State& state, const goldens::OpDriver& driver, con
   state.counters["gbps"] = w.bytes * 1e-9 / seconds;
   state.counters["pct_peak"] = w.flops / seconds / (arithmetic_peak_gflops(driver, active_isa()) * 1e9) * 100.0;
   state.counters["pct_f32_peak"] = w.flops / seconds / (peak().f32_gflops_all * 1e9) * 100.0;
+  set_gemm_l1_counter(state, driver, arithmetic_peak_gflops(driver, active_isa()), w.flops / seconds);
   state.counters["pct_paged_read"] = w.bytes / seconds / (peak().paged_gbps_all * 1e9) * 100.0;
 }
 

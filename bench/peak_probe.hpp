@@ -5,13 +5,16 @@
 //                      shift/mask to f32, FMA)
 //   AMX bf16 tiles   — independent tdpbf16ps chains on four accumulator tiles, where the level is
 //                      amx (else n/a); the peak of every amx row's pct_peak
+//   panel GEMM in L1 — the gemm family's panel kernel on L1-resident operands, each thread its
+//                      own, rated from wall time: what GEMM work gets from the cores together
 //   DRAM read        — a streaming sum over 512 MiB, 1 thread and all threads
 //   paged read       — the same 512 MiB read as 16 KiB pages (an fp8 cache block of 128 keys x 128)
 //                      in a shuffled order, each thread its share of the pages, prefetching the
 //                      next page as it reads one: what memory gives a decode call that walks a
 //                      paged KV cache through its lookup table, with no arithmetic at all
-// Rates are per thread CPU time, summed over threads, so that a loaded shared machine still
-// reports what its cores deliver while they run (an upper bound when threads did not overlap).
+// Rates are per thread CPU time (the panel GEMM's: per thread wall time), summed over threads, so
+// that a loaded shared machine still reports what its cores deliver while they run (an upper
+// bound when threads did not overlap).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +33,9 @@ struct PeakFigures {
   std::string bf16_kind;
   bool amx = false;  // the AMX tile figures below were measured
   double amx_gflops_1t = 0, amx_gflops_all = 0;
+  // The panel GEMM's register tiles on L1-resident operands, each thread's rate from its own wall
+  // time (summed): the f32 rate GEMM work gets from this host's cores together (0: not measured).
+  double gemm_l1_gflops_1t = 0, gemm_l1_gflops_all = 0;
   double dram_gbps_1t = 0, dram_gbps_all = 0;
   double paged_gbps_1t = 0, paged_gbps_all = 0;
 };
