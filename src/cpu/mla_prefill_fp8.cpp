@@ -33,10 +33,11 @@
 //                      where its outer-product tiles read panels in order), over the nope part and
 //                      then on in the same chains over the rope part; online softmax in f32
 //                      (simd scale_max / exp_sum, 2 ulp), P·V in f32 on the NN tile or the panel
-//                      GEMM (P stays f32: the spec allows no rounding), or on the tiles with P split into three bf16 parts against V
-//                      zipped by key pairs (within 2^-25 |P|: inside the f32 bound). Under a deepseek profile
-//                      the tile's scores are kept whole ([64 x keys]) so that each row is
-//                      normalized before its weights are rounded to bf16, then one P·V pass.
+//                      GEMM (P stays f32: the spec allows no rounding), or on the tiles with P
+//                      split into three bf16 parts against V zipped by key pairs (within 2^-25
+//                      |P|: inside the f32 bound). Under a deepseek profile the tile's scores
+//                      are kept whole ([64 x keys]) so that each row is normalized before its
+//                      weights are rounded to bf16, then one P·V pass.
 //                      With topk_indices one bit per (query, window row), built once per sequence
 //                      for every head; key chunks that no query of a tile keeps are skipped.
 // Steps 2 and 4 under a deepseek profile: DeepSeek's one-rounding RMSNorm in f64 (shared with the
