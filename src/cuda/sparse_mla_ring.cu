@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
           d[e] = 0.0f;
         }
       };
-      wgmma_fence();
+      wgmma_fence(d);
       const std::uint16_t* kb = at(kst, 16 * half, 0);
       for (int k0 = 0; k0 < p.Dp; k0 += 16) {
         if constexpr (Grouped) {
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
             if (cur >= 0) {
               take(part);
               flush();
-              wgmma_fence();
+              wgmma_fence(d);
             }
             cur = grp;
           }
@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       // Each half's warpgroup: its 256 columns over the 32 slots, two m64n256k16 products with P
       // (K-major core matrices) and V read MN-major from the stage (8 slots of a chunk form a
       // core matrix; chunks 128 bytes apart, slot groups 16·Dp).
-      wgmma_fence();
+      wgmma_fence(acc_flat(acc));
 #pragma unroll
       for (int kk = 0; kk < 2; ++kk)
         wgmma_m64n256k16_mn(acc_flat(acc), p_at(0, 16 * kk), 128, 512, at(kst, 16 * kk, 32 * half), 16 * p.Dp, 128, true);

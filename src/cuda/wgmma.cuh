@@ -69,6 +69,20 @@ __device__ __forceinline__ void wgmma_fence() {
 #endif
 }
 
+// wgmma_fence() with the accumulators the products will write tied to it, so that every earlier
+// write of them (a rescale, a reset) is done before it: left free, the compiler may sink such a
+// write past the fence, and ptxas then serializes the products (C7515).
+template <int R>
+__device__ __forceinline__ void wgmma_fence(float (&d)[R]) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#else
+  (void)d;
+#endif
+  wgmma_fence();
+}
+
 __device__ __forceinline__ void wgmma_commit() {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
