@@ -122,7 +122,7 @@ template <class XT, class WT>
 __device__ __forceinline__ void core_tile_step(float (&acc)[64], const std::uint16_t* xs_now, const std::uint16_t* ws_now,
                                                const XT& xt, const WT& wt, std::uint16_t* xs_next, std::uint16_t* ws_next,
                                                bool more, const std::uint16_t* table) {
-  wgmma_fence();
+  wgmma_fence(acc);
   core_tile_products(acc, xs_now, ws_now);
   wgmma_commit();
   if (more) {
