@@ -22,9 +22,8 @@
 // Sequence per batch of products: the operands written to shared memory, fence_proxy_async() (the
 // products read shared memory through the async proxy), a barrier, wgmma_fence(d) (earlier writes
 // of the accumulator registers d done before the products: a reset, a rescale), the products,
-// wgmma_commit(), and
-// wgmma_wait<N>() before the registers are read or the operands overwritten (the emulation also
-// asks for a barrier between the wait and any thread overwriting them).
+// wgmma_commit(), and wgmma_wait<N>() before the registers are read or the operands overwritten
+// (the emulation also asks for a barrier between the wait and any thread overwriting them).
 #pragma once
 
 #include <cuda_runtime.h>

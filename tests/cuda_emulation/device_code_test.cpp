@@ -207,7 +207,7 @@ __global__ void wgmma_kernel(const std::uint16_t* a, const std::uint16_t* b, int
   __syncthreads();
   float d[64];
   for (int i = 0; i < 64; ++i) d[i] = 1e30f;
-  wgmma_fence();
+  wgmma_fence(d);
   wgmma_m64n128k16(d, As[0], Bs[0], static_cast<std::uint32_t>(lbo), static_cast<std::uint32_t>(sbo), false);
   wgmma_m64n128k16(d, As[1], Bs[1], static_cast<std::uint32_t>(lbo), static_cast<std::uint32_t>(sbo), true);
   wgmma_commit();
@@ -253,7 +253,7 @@ __global__ void wgmma_mn_kernel(const std::uint16_t* a, const std::uint16_t* b, 
   __syncthreads();
   float d[128];
   for (int i = 0; i < 128; ++i) d[i] = 1.0f;
-  wgmma_fence();
+  wgmma_fence(d);
   wgmma_m64n256k16_mn(d, As, 128, 256, Bs, 4096, 128, true);
   wgmma_commit();
   wgmma_wait<0>(d);
@@ -376,7 +376,7 @@ __global__ void wgmma_hazard_kernel(bool overwrite, bool wait) {
   for (int e = threadIdx.x; e < 2048; e += 128) Bs[e] = 0;
   __syncthreads();
   float d[64] = {};
-  wgmma_fence();
+  wgmma_fence(d);
   wgmma_m64n128k16(d, As, Bs, 128, 256, false);
   wgmma_commit();
   if (overwrite && threadIdx.x == 5) Bs[7] = 0x3F80;
