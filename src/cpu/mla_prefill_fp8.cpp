@@ -416,9 +416,15 @@ inline float masked_scaled_max(const simd::GemmKernels& g, float* s, const SeqMa
   return cm;
 }
 
+// A query tile's nope and rope parts widened into the panel GEMM's row groups (f32 scores only).
+struct PackedQueries {
+  float* nope;
+  float* rope;
+};
+
 // Scores of queries [0, mq) of the tile against keys [j0, j0 + cnt) into c (ldc floats a row).
 void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, const std::uint16_t* kh,
-                 const Quantized& qz, const std::uint16_t* qt, const float* qf, std::size_t mq, std::size_t j0,
+                 const Quantized& qz, const std::uint16_t* qt, const PackedQueries& qp, std::size_t mq, std::size_t j0,
                  std::size_t cnt, float* c, std::size_t ldc) {
   // One chain per score over the nope part, then on over the rope part (the second call starts
   // from the first's exact f32 sums).
@@ -432,11 +438,10 @@ void tile_scores(const Shape& s, const simd::GemmKernels& g, const KLayout& kl, 
     g.bf16_nn(mq, cnt, s.nope, qt, s.H * s.qk, kn, 2 * kKeyChunk, c, ldc, false);
     g.bf16_nn(mq, cnt, s.rope, qt + s.nope, s.H * s.qk, kr, 2 * kKeyChunk, c, ldc, true);
   } else {
-    const float* qr = qf + round_up(mq, g.panel_rows) * s.nope;  // the rope part's groups
     for (std::size_t p0 = 0; p0 < cnt; p0 += kl.nope.panel) {
       const std::size_t n = std::min(kl.nope.panel, cnt - p0);
-      g.gemm_panel_packed(mq, n, s.nope, qf, KeyRows::f32_at(kh, kl.nope.at(0, j0 + p0)), c + p0, ldc, false);
-      g.gemm_panel_packed(mq, n, s.rope, qr, KeyRows::f32_at(qz.rope_rows, qz.rope.at(0, j0 + p0)), c + p0, ldc, true);
+      g.gemm_panel_packed(mq, n, s.nope, qp.nope, KeyRows::f32_at(kh, kl.nope.at(0, j0 + p0)), c + p0, ldc, false);
+      g.gemm_panel_packed(mq, n, s.rope, qp.rope, KeyRows::f32_at(qz.rope_rows, qz.rope.at(0, j0 + p0)), c + p0, ldc, true);
     }
   }
 }
@@ -456,12 +461,12 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
   // Without the pair dot the scores run on f32 FMA: the tile's queries widened once, into the
   // panel GEMM's packed row groups (nope part, then rope part): the register tiles then read one
   // run of floats a step, not a row each (op 3 1.005-1.08x the speed, one process, 1-2 threads).
-  float* qf = nullptr;
+  PackedQueries qp{};
   if (kl.nope.f32) {
-    const std::size_t groups_rows = round_up(mq, g.panel_rows);
-    qf = static_cast<float*>(thread_scratch(round_up(kQueryTile, g.panel_rows) * s.qk * sizeof(float), 1));
-    g.pack_rows_bf16(qt, s.H * s.qk, mq, s.nope, qf);
-    g.pack_rows_bf16(qt + s.nope, s.H * s.qk, mq, s.rope, qf + groups_rows * s.nope);
+    qp.nope = static_cast<float*>(thread_scratch(round_up(kQueryTile, g.panel_rows) * s.qk * sizeof(float), 1));
+    qp.rope = qp.nope + round_up(mq, g.panel_rows) * s.nope;
+    g.pack_rows_bf16(qt, s.H * s.qk, mq, s.nope, qp.nope);
+    g.pack_rows_bf16(qt + s.nope, s.H * s.qk, mq, s.rope, qp.rope);
   }
   // P·V over V as the call's Routes lay it out.
   const VPanels vp = v_panels(s, kl.rows, kl.v_panel);
@@ -512,7 +517,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk) {
       const std::size_t cnt = std::min(kKeyChunk, keys - j0);
       if (!live(j0)) continue;
-      tile_scores(s, g, kl, kh, qz, qt, qf, mq, j0, cnt, sbuf, kKeyChunk);
+      tile_scores(s, g, kl, kh, qz, qt, qp, mq, j0, cnt, sbuf, kKeyChunk);
       for (std::size_t r = 0; r < mq; ++r) {
         float* sr = sbuf + r * kKeyChunk;
         const std::size_t vis_all = visible(i0 + r);
@@ -534,7 +539,7 @@ void attend(const Shape& s, const simd::GemmKernels& g, const MlaPrefillFp8Desc&
     const std::size_t ld = std::max<std::size_t>(1, keys);
     auto* sall = static_cast<float*>(thread_scratch(mq * ld * sizeof(float), 5));
     for (std::size_t j0 = 0; j0 < keys; j0 += kKeyChunk)
-      if (live(j0)) tile_scores(s, g, kl, kh, qz, qt, qf, mq, j0, std::min(kKeyChunk, keys - j0), sall + j0, ld);
+      if (live(j0)) tile_scores(s, g, kl, kh, qz, qt, qp, mq, j0, std::min(kKeyChunk, keys - j0), sall + j0, ld);
     for (std::size_t r = 0; r < mq; ++r) {
       float* sr = sall + r * ld;
       const std::size_t vis = visible(i0 + r);
