@@ -147,13 +147,18 @@ goldens::Bundle& case_inputs(const goldens::OpDriver& driver, const goldens::Cas
 
 // The all-threads peak of the arithmetic an operator's call runs on at the current level: the
 // indexers (ops 1, 2) multiply on the level's best (bf16 dot from avx512bf16, f32 FMA below); the
+// Ops 3-5: the operators whose work is GEMM-shaped (the indexers' is not).
+bool gemm_shaped(const goldens::OpDriver& driver) {
+  const std::string op = driver.name();
+  return op != "lightning_indexer" && op != "msa_block_indexer";
+}
+
 // GEMM-shaped ops 3-5 on the AMX tiles where they take the tile route (op 3's P·V as three bf16
 // products, counted once), else on the bf16 pair dot only where the CPU takes it
 // (cpu/common/bf16_dot.hpp: AMD), else on f32 FMA: on Intel's avx512bf16 level that is the f32
 // peak, which its rows were once wrongly put against the bf16 dot's.
 double arithmetic_peak_gflops(const goldens::OpDriver& driver, Isa level) {
-  const std::string op = driver.name();
-  if (op == "lightning_indexer" || op == "msa_block_indexer") return relevant_gflops(peak(), level, true);
+  if (!gemm_shaped(driver)) return relevant_gflops(peak(), level, true);
   const simd::GemmKernels& g = cpu::gemm_kernels();
   const bool tiles = g.gemm_tiles != nullptr && cpu::tile_gemm::mode() != cpu::RouteMode::off;
   if (tiles && peak().amx) return peak().amx_gflops_all;
@@ -166,9 +171,7 @@ double arithmetic_peak_gflops(const goldens::OpDriver& driver, Isa level) {
 // (peak_probe.hpp): where a shared host's cores slow each other down, the bound of its pct_peak.
 void set_gemm_l1_counter(benchmark::State& state, const goldens::OpDriver& driver, double peak_gflops,
                          double flops_per_s) {
-  const std::string op = driver.name();
-  if (op == "lightning_indexer" || op == "msa_block_indexer") return;
-  if (peak_gflops != peak().f32_gflops_all || peak().gemm_l1_gflops_all <= 0) return;
+  if (!gemm_shaped(driver) || peak_gflops != peak().f32_gflops_all || peak().gemm_l1_gflops_all <= 0) return;
   state.counters["pct_gemm_l1"] = flops_per_s / (peak().gemm_l1_gflops_all * 1e9) * 100.0;
 }
 
