@@ -46,9 +46,10 @@
 // The panel GEMM. Where the bf16 dot is not used (levels without it, and Intel CPUs, whose
 // vdpbf16ps is slower than their f32 FMA: cpu/common/bf16_dot.hpp), and for f32 activations, a prefill
 // of at least kPanelMinRows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
-// work tiles of 256 rows x 256 columns, K in chunks of 256; per chunk the tile's activations are
-// widened to f32 rows once, and each panel of weight columns (dense rows widened as they are
-// packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables, act-order
+// work tiles of 256 rows x 256 columns, K in chunks of 256; the activations are widened into the
+// register tiles' packed row groups once per call before the tiles start (once per tile and chunk
+// where one column tile covers N or that buffer would pass kPackedActivationsMaxBytes), and each
+// panel of weight columns (dense rows widened as they are packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables, act-order
 // formed element by element) is formed once per tile in a call of one row tile, or once per call
 // into a buffer shared by the row tiles of a larger call; then outer-product register tiles run
 // one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count
@@ -315,8 +316,9 @@ constexpr std::size_t kLibraryMinRows[] = {/*dense*/ 128, /*fp8_block*/ 512, /*g
 constexpr std::size_t kLibraryRows = 512;
 constexpr std::size_t kLibraryColumns = 1024;
 constexpr std::size_t kLibraryGroup = 2048;
-// Call-buffer slots: the library path's operands and tables, the panel path's shared panels.
-enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles };
+// Call-buffer slots: the library path's operands and tables, the panel path's shared panels and
+// packed activations, the tile path's strips.
+enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles, kSlotRows };
 
 bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
@@ -521,29 +523,46 @@ void prefetch_row(const Plan& p, std::size_t row, std::size_t k0, std::size_t kn
   for (std::size_t b = 0; b < kn * bytes; b += 64) __builtin_prefetch(at + b);
 }
 
+// The activations of rows [r0, r1) for k in [k0, k0 + kn), widened into the register tiles'
+// packed groups (gemm_panel_packed): group i / panel_rows at xs + i * kn.
+void pack_activations(const Plan& p, std::size_t r0, std::size_t r1, std::size_t k0, std::size_t kn, float* xs) {
+  const simd::GemmKernels& g = *p.g;
+  const std::size_t m = r1 - r0, K = p.K, pr = g.panel_rows;
+  for (std::size_t i = 0; i < m; i += pr) {
+    const std::size_t rows = std::min(pr, m - i);
+    for (std::size_t e = 0; e < rows; ++e) prefetch_row(p, r0 + i + pr + e, k0, kn);
+    if (p.f32) g.pack_rows_f32(static_cast<const float*>(p.a->hidden_state.data) + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
+    else g.pack_rows_bf16(static_cast<const std::uint16_t*>(p.a->hidden_state.data) + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
+  }
+}
+
+// Where a row tile's activations lie once packed for the whole call: the tile from r0 at
+// packed_tile_offset (every tile before it a full one), its chunk from k0 at + packed_rows(m) * k0
+// inside (m the tile's rows, padded to whole row groups), laid out as pack_activations lays out a
+// chunk.
+std::size_t packed_rows(const Plan& p, std::size_t m) { return num_tiles(m, p.g->panel_rows) * p.g->panel_rows; }
+std::size_t packed_tile_offset(const Plan& p, std::size_t r0) { return r0 / kPanelRowTile * packed_rows(p, kPanelRowTile) * p.K; }
+
 // Rows [r0, r1) x columns [c0, c1). `packed`: the columns' panels formed beforehand over all of K
 // (panel q of the columns at packed + q * K * panel_cols, chunk k0 at + k0 * panel_cols), or null to
-// form each panel here, once per chunk.
-void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1, const float* packed) {
-  const FusedQkvPagedArgs& a = *p.a;
+// form each panel here, once per chunk. `xs_call`: the tile's activations packed beforehand (at
+// packed_tile_offset), or null to pack them here, once per chunk.
+void run_panel_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1, const float* packed,
+                    const float* xs_call) {
   const simd::GemmKernels& g = *p.g;
   const std::size_t m = r1 - r0, n = c1 - c0, K = p.K, pc = g.panel_cols;
   const std::size_t chunk = std::min(kPanelChunk, K);
   auto* acc = static_cast<float*>(thread_scratch(m * n * sizeof(float), 0));
-  const std::size_t pr = g.panel_rows;
-  // The activations widened into the register tiles' packed groups (gemm_panel_packed): every
-  // panel of the tile reads them again, and a tile's broadcasts then come from one run of floats
-  // instead of panel_rows rows (1.06-1.10x the kernel's rate on op 5's chunks, in isolation).
-  auto* xs = static_cast<float*>(thread_scratch(num_tiles(m, pr) * pr * chunk * sizeof(float), 1));
+  // The activations in the register tiles' packed groups: every panel of the tile reads them
+  // again, and a tile's broadcasts then come from one run of floats instead of panel_rows rows
+  // (1.06-1.10x the kernel's rate on op 5's chunks, in isolation).
+  auto* own_xs = xs_call ? nullptr : static_cast<float*>(thread_scratch(packed_rows(p, m) * chunk * sizeof(float), 1));
   auto* own = packed ? nullptr : static_cast<float*>(thread_scratch(pc * chunk * sizeof(float), 2));
   for (std::size_t k0 = 0; k0 < K; k0 += chunk) {
     const std::size_t kn = std::min(chunk, K - k0);
-    for (std::size_t i = 0; i < m; i += pr) {
-      const std::size_t rows = std::min(pr, m - i);
-      for (std::size_t e = 0; e < rows; ++e) prefetch_row(p, r0 + i + pr + e, k0, kn);
-      if (p.f32) g.pack_rows_f32(static_cast<const float*>(a.hidden_state.data) + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
-      else g.pack_rows_bf16(static_cast<const std::uint16_t*>(a.hidden_state.data) + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
-    }
+    const float* xs = own_xs;
+    if (xs_call) xs = xs_call + packed_rows(p, m) * k0;
+    else pack_activations(p, r0, r1, k0, kn, own_xs);
     for (std::size_t j0 = 0; j0 < n; j0 += pc) {
       const std::size_t cols = std::min(pc, n - j0);
       const float* panel = own;
@@ -574,6 +593,34 @@ std::size_t panel_buffer_bytes(std::size_t T, std::size_t K, std::size_t N) {
   return 2 * group * sizeof(float) + num_tiles(N, kPanelColTile) * sizeof(ColumnTileSync);
 }
 
+// Floats of the activations packed once for the whole call (0: each work tile packs its own).
+// With more than one column tile, every column tile would widen and transpose the same rows again
+// (24 times over for Llama-3-8B's 6144 columns: 7 % of a dense T 512 call); packed once, the tiles
+// read them from cache instead (0.94-0.95x the time of dense and GPTQ T 512 calls). Bounded: every
+// column tile reads the whole buffer again, and once it outgrows a share of the last-level cache
+// those reads stall the kernel by more than the widening cost (Llama-3-8B T 2048, 34 MiB:
+// 1.035-1.045x the time of packing per tile).
+constexpr std::size_t kPackedActivationsMaxBytes = std::size_t{16} << 20;
+std::size_t packed_activation_floats(std::size_t T, std::size_t K, std::size_t N, std::size_t panel_rows) {
+  if (N <= kPanelColTile) return 0;
+  const std::size_t full = T / kPanelRowTile, rest = T % kPanelRowTile;
+  const std::size_t rows = full * num_tiles(kPanelRowTile, panel_rows) * panel_rows + num_tiles(rest, panel_rows) * panel_rows;
+  return rows * K * sizeof(float) <= kPackedActivationsMaxBytes ? rows * K : 0;
+}
+
+// The activations packed once for the call into its buffer (null when packed_activation_floats is
+// 0), every (row tile, chunk) a task: a pass before the work tiles start.
+const float* pack_call_activations(const Plan& p) {
+  const std::size_t floats = packed_activation_floats(p.T, p.K, p.N, p.g->panel_rows);
+  if (floats == 0) return nullptr;
+  float* xs = call_buffer_of<float>(floats, kSlotRows);
+  parallel_for_tiles_2d(p.T, kPanelRowTile, p.K, std::min(kPanelChunk, p.K),
+                        [&](std::size_t r0, std::size_t r1, std::size_t k0, std::size_t k1) {
+                          pack_activations(p, r0, r1, k0, k1 - k0, xs + packed_tile_offset(p, r0) + packed_rows(p, r1 - r0) * k0);
+                        });
+  return xs;
+}
+
 // Spins (yielding) until `counter` reaches `value`; the acquire pairs with the release of the
 // thread that brought it there, so what that thread wrote before is visible.
 void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
@@ -593,11 +640,14 @@ void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
 // arithmetic are the same whoever runs them, so the bits do not change.
 Status run_panels(const Plan& p) {
   const std::size_t group = panel_group_floats(p.T, p.K);
+  const float* xs = pack_call_activations(p);
+  auto xs_of = [&](std::size_t r0) { return xs ? xs + packed_tile_offset(p, r0) : nullptr; };
   if (group == 0 || p.pack) {  // panels formed in each tile, or the caller's
     const auto* base = p.pack ? static_cast<const float*>(p.pack->data.get()) : nullptr;
     parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile,
                           [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-                            run_panel_tile(p, r0, r1, c0, c1, base ? base + (c0 / p.g->panel_cols) * p.pack->stride : nullptr);
+                            run_panel_tile(p, r0, r1, c0, c1, base ? base + (c0 / p.g->panel_cols) * p.pack->stride : nullptr,
+                                           xs_of(r0));
                           });
     return Status::success();
   }
@@ -620,7 +670,7 @@ Status run_panels(const Plan& p) {
         sync[c].formed.fetch_add(1, std::memory_order_release);
       }
       wait_for(sync[c].formed, panels);
-      run_panel_tile(p, r * kPanelRowTile, std::min(p.T, (r + 1) * kPanelRowTile), c0, c1, packed);
+      run_panel_tile(p, r * kPanelRowTile, std::min(p.T, (r + 1) * kPanelRowTile), c0, c1, packed, xs_of(r * kPanelRowTile));
       sync[c].tiles_done.fetch_add(1, std::memory_order_release);
     }
   });
@@ -855,9 +905,13 @@ CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const F
     sizes.grow(kSlotTiles,
                num_tiles(tile_group_cols(T, output_columns(d, a)), 16) * tile_strip_elems(K) * sizeof(std::uint16_t));
   }
-  if (route == Route::panel)
-    sizes.grow(kSlotPanels, panel_buffer_bytes(static_cast<std::size_t>(a.hidden_state.shape[0]),
-                                               static_cast<std::size_t>(a.hidden_state.shape[1]), output_columns(d, a)));
+  if (route == Route::panel) {
+    const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
+    const auto K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+    const std::size_t N = output_columns(d, a);
+    sizes.grow(kSlotPanels, panel_buffer_bytes(T, K, N));
+    sizes.grow(kSlotRows, packed_activation_floats(T, K, N, gemm_kernels().panel_rows) * sizeof(float));
+  }
   if (route != Route::library) return sizes;
   const LibraryBuffers b = library_buffers(d, a);
   sizes.grow(kSlotX, b.x * sizeof(float));
