@@ -45,7 +45,7 @@
 //
 // The panel GEMM. Where the bf16 dot is not used (levels without it, and Intel CPUs, whose
 // vdpbf16ps is slower than their f32 FMA: cpu/common/bf16_dot.hpp), and for f32 activations, a prefill
-// of at least kPanelMinRows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
+// of at least panel_min_rows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; the activations are widened into the
 // register tiles' packed row groups once per call before the tiles start (once per tile and chunk
 // where one column tile covers N or that buffer would pass kPackedActivationsMaxBytes), and each
@@ -448,18 +448,29 @@ Status run_library(Plan& p) {
 
 // ---- the panel GEMM --------------------------------------------------------------------------------
 
-// Rows from which a prefill takes the panel GEMM in its automatic mode, per weight format: below,
-// a work tile's rows are too few to pay for packing its weight panels. Measured on Zen 3, 2
-// threads (bench/RESULTS.md, "Op 5 on the panel GEMM"): at 32 rows the own tiles win (dense by
-// 4 %, GPTQ 1.25x, fp8 1.8x: they read the codes in place), at 128 the panel GEMM wins for dense
-// (1.2x) and GPTQ (1.07x) and ties for fp8.
-constexpr std::size_t kPanelMinRows[] = {/*dense*/ 64, /*fp8_block*/ 256, /*gptq*/ 128};
+// Rows from which a prefill takes the panel GEMM in its automatic mode, per weight format (dense,
+// fp8_block, gptq): below, a work tile's rows are too few to pay for packing its weight panels
+// against the own dot tiles, which read the weights as stored. Where the crossover lies depends on
+// what those tiles run on, so one row of thresholds per kind, each measured where that kind is the
+// CPU's own (2 threads, the routes paired in one process; bench/RESULTS.md):
+//   8-lane f32 tiles (generic, avx2), Zen 3 ("Op 5 on the panel GEMM"): at 32 rows the own tiles win
+//     (dense by 4 %, GPTQ 1.25x, fp8 1.8x), at 128 the panel GEMM for dense (1.2x) and GPTQ (1.07x);
+//   16-lane f32 tiles (the AVX-512 levels, and bf16 tiles' f32 activations), a Xeon: panel over own
+//     at dense 16 / 32 rows 1.14 / 0.92, GPTQ 64 / 128 1.12 / 0.96, fp8 64 / 128 1.15 / 0.92;
+//   the bf16 pair-dot tiles on a CPU that runs vdpbf16ps at half its f32 FMA rate (Intel's
+//     avx512bf16, where bf16_dot::use declines them for the large products), a Xeon: dense 16 / 24
+//     rows 1.07 / 0.88, GPTQ 24 / 32 1.17 / 0.98, fp8 32 / 48 1.02 / 0.89, and 0.63 at 128.
+constexpr std::size_t kPanelMinRows[3][3] = {{64, 256, 128}, {32, 128, 128}, {24, 40, 32}};
+std::size_t panel_min_rows(WeightFormat f, bool f32_activations, const simd::GemmKernels& g) {
+  const int kind = !f32_activations && g.bf16_dot ? 2 : g.panel_cols >= 32 ? 1 : 0;
+  return kPanelMinRows[kind][static_cast<int>(f)];
+}
 // Work tiles of kPanelRowTile rows x kPanelColTile weight columns (a multiple of the fp8 scale
 // block), the reduction in chunks of kPanelChunk (a multiple of the fp8 block and of every GPTQ
-// group size): per chunk the tile's activations are widened to f32 rows once (kept in L2 and read
-// by every panel), and each panel of weight columns is packed once (kept in L1 and read by every
-// row), so packing costs one conversion per element per tile against 2·kPanelRowTile (weights) or
-// 2·kPanelColTile (activations) flops.
+// group size): per chunk the tile's activations are read as packed row groups (kept in L2 and
+// read by every panel), and each panel of weight columns is packed once (kept in L1 and read by
+// every row), so packing costs one conversion per weight per row tile against 2·kPanelRowTile
+// flops.
 constexpr std::size_t kPanelRowTile = 256;
 constexpr std::size_t kPanelColTile = 256;
 constexpr std::size_t kPanelChunk = 256;
@@ -468,7 +479,7 @@ bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const si
   // Where the bf16 dot is used, bf16 operands stay on the own pair-dot tiles.
   if (bf16_dot::use(g) && a.hidden_state.dtype == DType::bf16) return false;
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
-  return panel_gemm::use_for(T, kPanelMinRows[static_cast<int>(d.weight_format)]);
+  return panel_gemm::use_for(T, panel_min_rows(d.weight_format, a.hidden_state.dtype == DType::f32, g));
 }
 
 // GPTQ weight columns from c0 (without g_idx) for k from k0, their values looked up in `tables`
