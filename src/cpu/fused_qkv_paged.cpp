@@ -49,9 +49,10 @@
 // work tiles of 256 rows x 256 columns, K in chunks of 256; the activations are widened into the
 // register tiles' packed row groups once per call before the tiles start (once per tile and chunk
 // where one column tile covers N or that buffer would pass kPackedActivationsMaxBytes), and each
-// panel of weight columns (dense rows widened as they are packed, fp8 as code·scale rounded once to f32, GPTQ expanded from its value tables, act-order
-// formed element by element) is formed once per tile in a call of one row tile, or once per call
-// into a buffer shared by the row tiles of a larger call; then outer-product register tiles run
+// panel of weight columns (dense rows widened as they are packed, fp8 as code·scale rounded once
+// to f32, GPTQ expanded from its value tables, act-order formed element by element) is formed once
+// per tile in a call of one row tile, or once per call into a buffer shared by the row tiles of a
+// larger call; then outer-product register tiles run
 // one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count
 // or the other rows of the call: a decode row gets its prefill bits on it too. Within the same
 // bound as above.
