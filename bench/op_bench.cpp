@@ -145,14 +145,14 @@ goldens::Bundle& case_inputs(const goldens::OpDriver& driver, const goldens::Cas
 
 }  // namespace
 
-// The all-threads peak of the arithmetic an operator's call runs on at the current level: the
-// indexers (ops 1, 2) multiply on the level's best (bf16 dot from avx512bf16, f32 FMA below); the
 // Ops 3-5: the operators whose work is GEMM-shaped (the indexers' is not).
 bool gemm_shaped(const goldens::OpDriver& driver) {
   const std::string op = driver.name();
   return op != "lightning_indexer" && op != "msa_block_indexer";
 }
 
+// The all-threads peak of the arithmetic an operator's call runs on at the current level: the
+// indexers (ops 1, 2) multiply on the level's best (bf16 dot from avx512bf16, f32 FMA below); the
 // GEMM-shaped ops 3-5 on the AMX tiles where they take the tile route (op 3's P·V as three bf16
 // products, counted once), else on the bf16 pair dot only where the CPU takes it
 // (cpu/common/bf16_dot.hpp: AMD), else on f32 FMA: on Intel's avx512bf16 level that is the f32

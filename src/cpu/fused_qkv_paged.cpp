@@ -552,7 +552,7 @@ void pack_activations(const Plan& p, std::size_t r0, std::size_t r1, std::size_t
 // packed_tile_offset (every tile before it a full one), its chunk from k0 at + packed_rows(m) * k0
 // inside (m the tile's rows, padded to whole row groups), laid out as pack_activations lays out a
 // chunk.
-std::size_t packed_rows(const Plan& p, std::size_t m) { return num_tiles(m, p.g->panel_rows) * p.g->panel_rows; }
+std::size_t packed_rows(const Plan& p, std::size_t m) { return round_up(m, p.g->panel_rows); }
 std::size_t packed_tile_offset(const Plan& p, std::size_t r0) { return r0 / kPanelRowTile * packed_rows(p, kPanelRowTile) * p.K; }
 
 // Rows [r0, r1) x columns [c0, c1). `packed`: the columns' panels formed beforehand over all of K
@@ -615,8 +615,7 @@ std::size_t panel_buffer_bytes(std::size_t T, std::size_t K, std::size_t N) {
 constexpr std::size_t kPackedActivationsMaxBytes = std::size_t{16} << 20;
 std::size_t packed_activation_floats(std::size_t T, std::size_t K, std::size_t N, std::size_t panel_rows) {
   if (N <= kPanelColTile) return 0;
-  const std::size_t full = T / kPanelRowTile, rest = T % kPanelRowTile;
-  const std::size_t rows = full * num_tiles(kPanelRowTile, panel_rows) * panel_rows + num_tiles(rest, panel_rows) * panel_rows;
+  const std::size_t rows = T / kPanelRowTile * round_up(kPanelRowTile, panel_rows) + round_up(T % kPanelRowTile, panel_rows);
   return rows * K * sizeof(float) <= kPackedActivationsMaxBytes ? rows * K : 0;
 }
 
