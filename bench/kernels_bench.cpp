@@ -130,7 +130,9 @@ void gemm_case(const std::string& name, Isa level, simd::GemmFn<TA, TB> fn, bool
 // GPTQ int4 columns (the fused QKV chunk: 128 columns of a 6144-column qweight, 512 codes each,
 // groups of 128) beside bf16_bf16 over the same weights already expanded to bf16 rows: the
 // difference is what reading the codes in place costs. int4_tables: one group's tables for 128
-// columns, f16 scales with zero points.
+// columns, f16 scales with zero points. A decode row's chunk both ways (AVX-512 levels):
+// int4_tables_then_row writes the chunk's tables, then int4_bf16 reads them; int4_row_groups forms
+// each group's tables from the scales and zero points as it goes (int4_row_bf16).
 void register_int4(Isa level) {
   const simd::GemmKernels* g = cpu::gemm_kernels_at(level);
   const std::string lv = isa_name(level);
@@ -172,6 +174,34 @@ void register_int4(Isa level) {
         set_rate(st, "gflops", 2.0 * m * kN * kK, peak().bf16_gflops_1t * 1e9);
       });
   }
+  if (g->int4_row_bf16)
+    for (bool groups : {false, true})
+      add(std::string("gemm/") + (groups ? "int4_row_groups" : "int4_tables_then_row") + "_m1n128k512/" + lv, level,
+          [=](benchmark::State& st) {
+            const auto a = random_operand<std::uint16_t>(kK, 1);
+            std::vector<std::uint32_t> words((kK / 8) * kLdw), zeros((kK / kGs) * (kLdw / 8));
+            std::vector<std::uint16_t> scales((kK / kGs) * kLdw);
+            std::uint64_t seed = 3;
+            for (auto& w : words) w = static_cast<std::uint32_t>(mix(seed) >> 32);
+            for (auto& z : zeros) z = static_cast<std::uint32_t>(mix(seed) >> 32);
+            for (auto& x : scales) x = f32_to_f16(0.01f + 0.001f * uniform(seed));
+            const simd::Int4Groups q{scales.data(), kLdw, true, zeros.data(), kLdw / 8, 0};
+            std::vector<float> tables(kN * (kK / kGs) * 16), c(kN);
+            for (auto _ : st) {
+              if (groups) {
+                g->int4_row_bf16(kN, kK, a.data(), simd::Int4Columns{words.data(), kLdw, nullptr, kGs}, q, c.data(), false);
+              } else {
+                for (std::size_t gi = 0; gi < kK / kGs; ++gi)
+                  g->int4_tables(scales.data() + gi * kLdw, true, zeros.data() + gi * (kLdw / 8), 0, kN,
+                                 tables.data() + gi * 16, (kK / kGs) * 16);
+                g->int4_bf16(1, kN, kK, a.data(), kK, simd::Int4Columns{words.data(), kLdw, tables.data(), kGs}, c.data(),
+                             kN, false);
+              }
+              benchmark::DoNotOptimize(c.data());
+              benchmark::ClobberMemory();
+            }
+            set_rate(st, "gflops", 2.0 * kN * kK, (g->bf16_dot ? peak().bf16_gflops_1t : peak().f32_gflops_1t) * 1e9);
+          });
   add("gemm/int4_tables_n128/" + lv, level, [=](benchmark::State& st) {
     std::vector<std::uint16_t> scales(kN);
     std::vector<std::uint32_t> zeros(kN / 8);

@@ -45,6 +45,21 @@ template <class TA>
 using Int4GemmFn = void (*)(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda,
                             const Int4Columns& b, float* c, std::size_t ldc, bool accumulate);
 
+// GPTQ's group parameters of int4 columns, read in place: column j's scale for group g at
+// scales[g * lds + j] (f16 bits when scales_f16, else bf16 bits), its zero point nibble j % 8 of
+// zero_words[g * ldz + j / 8] plus zero_bias, or 8 when zero_words is null (int4_tables below).
+struct Int4Groups {
+  const std::uint16_t* scales;
+  std::size_t lds;
+  bool scales_f16;
+  const std::uint32_t* zero_words;
+  std::size_t ldz;
+  int zero_bias;
+};
+template <class TA>
+using Int4RowFn = void (*)(std::size_t n, std::size_t k, const TA* a, const Int4Columns& b, const Int4Groups& q,
+                           float* c, bool accumulate);
+
 // Block scales of gemm_tiles (below): the scale of block q of k for column j is
 // s[(j / cols) * lds + q].
 struct TileScales {
@@ -78,6 +93,12 @@ struct GemmKernels {
   // nearest even; NaN stays a quiet NaN).
   void (*int4_tables)(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, int zero_bias,
                       std::size_t n, float* tables, std::size_t stride);
+  // One row of A (a decode token) against n int4 columns whose tables come from their groups'
+  // scales and zero points (b.tables unused): the bits of int4_bf16 / int4_f32 with m = 1 over the
+  // tables int4_tables makes of q, each table formed as its group begins, in registers and L1,
+  // instead of written for the call and read back. Null on levels without AVX-512 BW.
+  Int4RowFn<std::uint16_t> int4_row_bf16;
+  Int4RowFn<float> int4_row_f32;
 
   // The rest of an attention over gathered rows (sparse MLA), beside the score tiles above:
   //

@@ -25,6 +25,13 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_int4<std::uint16_t>,
                      &gemm_int4<float>,
                      &int4_tables,
+#if defined(__AVX512BW__)
+                     &gemm_int4_row<std::uint16_t>,
+                     &gemm_int4_row<float>,
+#else
+                     nullptr,
+                     nullptr,
+#endif
                      &gemm_nn<float, float>,
                      &gemm_nn<float, std::uint16_t>,
                      &round_bf16,

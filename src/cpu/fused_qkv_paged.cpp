@@ -219,6 +219,17 @@ void gptq_tables(const Plan& p, std::size_t c0, std::size_t c1, std::size_t k0, 
   }
 }
 
+// GPTQ without g_idx: the group parameters of columns from c0 (a multiple of 8) for the groups from
+// k0's, as the int4 decode row reads them in place.
+simd::Int4Groups gptq_groups(const Plan& p, std::size_t c0, std::size_t k0) {
+  const FusedQkvPagedArgs& a = *p.a;
+  const std::size_t N = p.N, gk = k0 / static_cast<std::size_t>(p.d->group_size);
+  return simd::Int4Groups{static_cast<const std::uint16_t*>(a.scales.data) + gk * N + c0, N,
+                          a.scales.dtype == DType::f16,
+                          p.d->has_zp ? static_cast<const std::uint32_t*>(a.qzeros.data) + gk * (N / 8) + c0 / 8 : nullptr,
+                          N / 8, zero_bias(*p.d)};
+}
+
 void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
   const FusedQkvPagedArgs& a = *p.a;
   const simd::GemmKernels& g = *p.g;
@@ -281,6 +292,15 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
         break;
       }
       case WeightFormat::gptq:
+        if (!act_order && m == 1 && (p.f32 ? g.int4_row_f32 != nullptr : g.int4_row_bf16 != nullptr)) {
+          // A decode row forms each group's tables from the scales and zero points as it reaches them.
+          const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,
+                                    nullptr, gs};
+          const simd::Int4Groups q = gptq_groups(p, c0, k0);
+          if (p.f32) g.int4_row_f32(n, kn, xf + k0, w, q, acc, !first);
+          else g.int4_row_bf16(n, kn, xb + k0, w, q, acc, !first);
+          break;
+        }
         if (!act_order) {
           gptq_tables(p, c0, c1, k0, kn, tables);
           const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,

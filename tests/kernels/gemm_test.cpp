@@ -396,6 +396,147 @@ TEST_P(Gemm, Int4TablesRoundEveryScaleAsTheSpec) {
     }
 }
 
+// The decode row over group parameters (int4_row_bf16 / int4_row_f32) against int4_bf16 /
+// int4_f32 with m = 1 over the tables int4_tables makes of the same parameters, bitwise. Scales
+// drawn from every class (normal, f16 and bf16 subnormal, zero, infinite, NaN; a group with a
+// subnormal bf16 scale rounds its tables another way than one without), zero points none / v2 /
+// v1, padded scale and zero rows, full panels and a rest, k around the word step and the groups;
+// outputs poisoned or accumulated into, nothing written past n.
+struct RowGroups {
+  std::vector<std::uint16_t> scales;
+  std::vector<std::uint32_t> zeros;
+  simd::Int4Groups q;
+};
+RowGroups row_groups(Rng& rng, std::size_t n, std::size_t groups, bool f16, int zp, std::size_t pad) {
+  static constexpr std::uint16_t kF16[] = {0x3C00, 0x2E66, 0xB555, 0x0001, 0x83FF, 0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E01};
+  static constexpr std::uint16_t kBf16[] = {0x3F80, 0x3C23, 0xBE11, 0x0001, 0x807F, 0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC1};
+  RowGroups r;
+  const std::size_t lds = n + pad, ldz = (n + 7) / 8 + pad;
+  r.scales.resize(groups * lds);
+  for (auto& s : r.scales) {
+    // Mostly ordinary scales, the special classes in a few columns.
+    const std::size_t pick = rng.below(40);
+    s = pick < 10 ? (f16 ? kF16 : kBf16)[pick]
+                  : f16 ? static_cast<std::uint16_t>(0x2000 + rng.below(0x1800)) : f32_to_bf16(rng.uniform(-0.05f, 0.05f));
+  }
+  r.zeros.resize(groups * ldz);
+  for (auto& w : r.zeros) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+  r.q = simd::Int4Groups{r.scales.data(), lds, f16, zp ? r.zeros.data() : nullptr, ldz, zp == 2 ? 1 : 0};
+  return r;
+}
+
+// tables[(j * groups + g) * 16 + c] for columns [0, n), as the decode row must form them.
+std::vector<float> tables_of(const simd::GemmKernels& t, const simd::Int4Groups& q, std::size_t n, std::size_t groups) {
+  std::vector<float> tables(n * groups * 16);
+  for (std::size_t g = 0; g < groups; ++g)
+    t.int4_tables(q.scales + g * q.lds, q.scales_f16, q.zero_words ? q.zero_words + g * q.ldz : nullptr, q.zero_bias, n,
+                  tables.data() + g * 16, groups * 16);
+  return tables;
+}
+
+TEST_P(Gemm, Int4RowFromGroupsMatchesTheTablesPath) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  const bool avx512 = GetParam() == Isa::avx512 || GetParam() == Isa::avx512bf16 || GetParam() == Isa::amx;
+  ASSERT_EQ(t.int4_row_bf16 != nullptr, avx512);
+  ASSERT_EQ(t.int4_row_f32 != nullptr, avx512);
+  if (!avx512) GTEST_SKIP() << "no int4 decode row at this level";
+  constexpr std::uint32_t kGuard = 0x7FA5A5A5u;
+  Rng rng(41);
+  std::size_t seed = 0;
+  for (std::size_t gs : {32, 64, 128})
+    for (std::size_t n : {1, 16, 17, 32, 35, 48, 80})
+      for (std::size_t k : {0, 8, 24, 32, 40, 128, 136, 264, 512})
+        for (int zp : {0, 1, 2}) {
+          ++seed;
+          const bool f16 = seed % 2 == 0;
+          const std::size_t groups = (k + gs - 1) / gs, ldw = n + seed % 3;
+          RowGroups rg = row_groups(rng, n, std::max<std::size_t>(groups, 1), f16, zp, seed % 3);
+          std::vector<std::uint32_t> words((k / 8) * ldw + 1);
+          for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+          const std::vector<float> tables = tables_of(t, rg.q, n, groups);
+          const simd::Int4Columns with_tables{words.data(), ldw, tables.data(), gs};
+          const simd::Int4Columns codes_only{words.data(), ldw, nullptr, gs};
+          std::vector<std::uint16_t> a16(k + 1);
+          std::vector<float> a32(k + 1);
+          for (std::size_t p = 0; p < k; ++p) {
+            a16[p] = random_element<std::uint16_t>(rng);
+            a32[p] = rng.uniform(-2.0f, 2.0f);
+          }
+          for (bool acc : {false, true}) {
+            SCOPED_TRACE("gs=" + std::to_string(gs) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                         " zp=" + std::to_string(zp) + (f16 ? " f16" : " bf16") + (acc ? " +=" : " ="));
+            std::vector<float> start(n + 4, float_of(kGuard));
+            for (std::size_t j = 0; j < n; ++j) start[j] = acc ? rng.uniform(-4.0f, 4.0f) : float_of(kGuard);
+            auto got16 = start, want16 = start, got32 = start, want32 = start;
+            t.int4_row_bf16(n, k, a16.data(), codes_only, rg.q, got16.data(), acc);
+            t.int4_bf16(1, n, k, a16.data(), k, with_tables, want16.data(), n, acc);
+            t.int4_row_f32(n, k, a32.data(), codes_only, rg.q, got32.data(), acc);
+            t.int4_f32(1, n, k, a32.data(), k, with_tables, want32.data(), n, acc);
+            // Where two NaNs of different payloads meet in a chain, which one an FMA passes on
+            // depends on the operand order the compiler encoded: NaN matches NaN.
+            const auto same = [](float x, float y) { return bits_of(x) == bits_of(y) || (std::isnan(x) && std::isnan(y)); };
+            for (std::size_t e = 0; e < start.size(); ++e) {
+              ASSERT_TRUE(same(got16[e], want16[e])) << "int4_row_bf16 at " << e << ": " << got16[e] << " against " << want16[e];
+              ASSERT_TRUE(same(got32[e], want32[e])) << "int4_row_f32 at " << e << ": " << got32[e] << " against " << want32[e];
+            }
+          }
+        }
+}
+
+// Every scale pattern, f16 and bf16, one per column, with every zero-point mode: one-hot rows of A
+// read each code of each column back alone, so every value of every table the decode row forms
+// is checked: bitwise against the tables path (int4_bf16 / int4_f32 over int4_tables' tables),
+// and in f32 against the table value itself (the bf16 dot reads subnormal values as zero).
+TEST_P(Gemm, Int4RowFromGroupsFormsEveryTableValue) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  if (t.int4_row_bf16 == nullptr) GTEST_SKIP() << "no int4 decode row at this level";
+  const std::size_t n = 65536, k = 32, gs = 32;
+  Rng rng(43);
+  std::vector<std::uint16_t> scales(n);
+  for (std::size_t c = 0; c < n; ++c) scales[c] = static_cast<std::uint16_t>(c);
+  std::vector<std::uint32_t> zeros(n / 8), words((k / 8) * n);
+  for (auto& w : zeros) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+  // Word row r of column c holds codes 8 (r % 2) .. + 7 in some order: each column sees all 16.
+  for (std::size_t r = 0; r < k / 8; ++r)
+    for (std::size_t c = 0; c < n; ++c) {
+      std::uint32_t w = 0;
+      for (std::uint32_t i = 0; i < 8; ++i) w |= ((8 * (r % 2) + (i + c + r) % 8) & 0xFu) << (4 * i);
+      words[r * n + c] = w;
+    }
+  for (bool f16 : {true, false})
+    for (int zp : {0, 1, 2}) {
+      SCOPED_TRACE(std::string(f16 ? "f16" : "bf16") + " zero points " + std::to_string(zp));
+      const simd::Int4Groups q{scales.data(), n, f16, zp ? zeros.data() : nullptr, n / 8, zp == 2 ? 1 : 0};
+      const std::vector<float> tables = tables_of(t, q, n, 1);
+      const simd::Int4Columns codes_only{words.data(), n, nullptr, gs}, with_tables{words.data(), n, tables.data(), gs};
+      std::vector<std::uint16_t> a16(k, 0);
+      std::vector<float> a32(k, 0.0f), got16(n), got32(n), want16(n), want32(n);
+      for (std::size_t p = 0; p < k; ++p) {
+        a16[p] = 0x3F80;
+        a32[p] = 1.0f;
+        t.int4_row_bf16(n, k, a16.data(), codes_only, q, got16.data(), false);
+        t.int4_row_f32(n, k, a32.data(), codes_only, q, got32.data(), false);
+        t.int4_bf16(1, n, k, a16.data(), k, with_tables, want16.data(), n, false);
+        t.int4_f32(1, n, k, a32.data(), k, with_tables, want32.data(), n, false);
+        a16[p] = 0;
+        a32[p] = 0.0f;
+        for (std::size_t c = 0; c < n; ++c) {
+          ASSERT_EQ(bits_of(got16[c]), bits_of(want16[c])) << "bf16, scale 0x" << std::hex << c << std::dec << " k " << p;
+          ASSERT_EQ(bits_of(got32[c]), bits_of(want32[c])) << "f32, scale 0x" << std::hex << c << std::dec << " k " << p;
+          const std::uint32_t code = (words[(p / 8) * n + c] >> (4 * (p % 8))) & 0xFu;
+          // The other products are 0 times a table value: NaN where that value is not finite.
+          bool finite = true;
+          for (std::size_t v = 0; v < 16; ++v) finite = finite && std::isfinite(tables[c * 16 + v]);
+          const float want = 0.0f + tables[c * 16 + code];  // a -0 value sums to +0 from the chain's +0
+          if (finite) ASSERT_EQ(bits_of(got32[c]), bits_of(want)) << "f32 value, scale 0x" << std::hex << c << std::dec << " k " << p;
+          else ASSERT_TRUE(std::isnan(got32[c])) << "f32 value, scale 0x" << std::hex << c << std::dec << " k " << p;
+        }
+      }
+    }
+}
+
 // ---- the attention pieces: f32_nn, scale_max, exp_sum ------------------------------------------
 
 // C (+)= A·B with B along n: every shape around the register tile (rows, whole vectors and a

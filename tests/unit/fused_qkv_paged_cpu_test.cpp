@@ -6,8 +6,10 @@
 // golden-matrix case, through the BLAS library's GEMM and through the panel GEMM (each forced on
 // from one row): against the reference and bitwise identical for 1, 2 and 4 threads and under
 // concurrent callers; through the panel GEMM a decode call also gives each row its prefill bits.
+// GPTQ rows rerun one per call (T = 1, the int4 decode row) get the bits of the call of all rows.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -157,6 +159,59 @@ TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
+
+// Single-token calls (T = 1), which take the int4 decode row on AVX-512 (each group's tables formed
+// from the scales and zero points as the row reaches it, none written for the call): each row of a
+// call of several rows rerun alone gives the output row that call gave it, bit for bit (both on the
+// own tiles). Four column tiles (the last 8 columns wide: no full 16-column panel) and three K
+// chunks (512, 512, 256), so that every tile and chunk reads its own scales and zero points.
+std::vector<BigCase> single_token_cases() {
+  const json gptq = {{"seq_lens", {3, 2}}, {"cache_lens", {5, 40}}, {"K", 1280}, {"q_dim", 392},
+                     {"num_kv_heads", 1}, {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128}};
+  json v1 = gptq, v2_bf16 = gptq, f32 = gptq;
+  v1["has_zp"] = true;
+  v1["zero_format"] = "v1";
+  v2_bf16["has_zp"] = true;
+  v2_bf16["scales_dtype"] = "bf16";
+  f32["dtype"] = "f32";
+  f32["group_size"] = 64;
+  return {{"gptq_f16_no_zp", gptq}, {"gptq_f16_zp_v1", v1}, {"gptq_bf16_zp", v2_bf16}, {"gptq_f32_g64", f32}};
+}
+
+using FusedQkvSingleToken = CpuLevelTest;
+
+TEST_P(FusedQkvSingleToken, EachRowAloneGetsItsBitsFromTheCallOfAllRows) {
+  IsaCap cap(GetParam().level);
+  RouteModes own(RouteMode::off, RouteMode::off);
+  const Bundle in = driver().generate(GetParam().c.knobs, 12);
+  const Bundle all = run_cpu(in);
+  const Tensor& x = in.at("hidden_state");
+  const Tensor& offsets = in.at("input_row_offsets");
+  const Tensor& lut = in.at("kv_cache.lookup_table");
+  const Tensor& out = all.at("out.output");
+  const std::int64_t batch = offsets.numel() - 1, cols = lut.shape()[1], K = x.shape()[1], N = out.shape()[1];
+  const std::size_t x_row = static_cast<std::size_t>(K) * dtype_size(x.dtype());
+  const std::size_t out_row = static_cast<std::size_t>(N) * dtype_size(out.dtype());
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::uint32_t first = offsets.data<std::uint32_t>()[b];
+    for (std::uint32_t r = first; r < offsets.data<std::uint32_t>()[b + 1]; ++r) {
+      Bundle one = in;
+      one.remove_outputs();
+      std::memcpy(one.add("hidden_state", x.dtype(), {1, K}).bytes(), x.bytes() + r * x_row, x_row);
+      std::uint32_t* o = one.add("input_row_offsets", DType::u32, {2}).data<std::uint32_t>();
+      o[0] = 0;
+      o[1] = 1;
+      one.add("kv_cache.cache_lengths", DType::u32, {1}).data<std::uint32_t>()[0] =
+          in.at("kv_cache.cache_lengths").data<std::uint32_t>()[b] + (r - first);
+      std::memcpy(one.add("kv_cache.lookup_table", DType::u32, {1, cols}).bytes(), lut.bytes() + b * cols * 4, cols * 4);
+      const Bundle got = run_cpu(one);
+      EXPECT_EQ(std::memcmp(got.at("out.output").bytes(), out.bytes() + r * out_row, out_row), 0) << "row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvSingleToken, ::testing::ValuesIn(at_every_level(single_token_cases())),
+                         level_case_name);
 
 using FusedQkvLibraryGemm = CpuLevelTest;
 
