@@ -187,15 +187,16 @@ void register_int4(Isa level) {
             for (auto& x : scales) x = f32_to_f16(0.01f + 0.001f * uniform(seed));
             const simd::Int4Groups q{scales.data(), kLdw, true, zeros.data(), kLdw / 8, 0};
             std::vector<float> tables(kN * (kK / kGs) * 16), c(kN);
+            const simd::Int4Columns codes_only{words.data(), kLdw, nullptr, kGs};
+            const simd::Int4Columns with_tables{words.data(), kLdw, tables.data(), kGs};
             for (auto _ : st) {
               if (groups) {
-                g->int4_row_bf16(kN, kK, a.data(), simd::Int4Columns{words.data(), kLdw, nullptr, kGs}, q, c.data(), false);
+                g->int4_row_bf16(kN, kK, a.data(), codes_only, q, c.data(), false);
               } else {
                 for (std::size_t gi = 0; gi < kK / kGs; ++gi)
                   g->int4_tables(scales.data() + gi * kLdw, true, zeros.data() + gi * (kLdw / 8), 0, kN,
                                  tables.data() + gi * 16, (kK / kGs) * 16);
-                g->int4_bf16(1, kN, kK, a.data(), kK, simd::Int4Columns{words.data(), kLdw, tables.data(), kGs}, c.data(),
-                             kN, false);
+                g->int4_bf16(1, kN, kK, a.data(), kK, with_tables, c.data(), kN, false);
               }
               benchmark::DoNotOptimize(c.data());
               benchmark::ClobberMemory();

@@ -275,35 +275,35 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, const Src&
   for (std::size_t g = 0, r = 0; r < nrows; ++g) {
     src.template form<CT>(g, table);
     const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
-  for (; r < group_end; r += 4) {
-    const std::size_t here = nrows - r < 4 ? nrows - r : 4;
-    int4_step::prefetch_ahead(b, j0, r, nrows, next);
-    __m512i x[4];
-    int4_step::load(b, j0, 0xFFFF, r, here, x);
+    for (; r < group_end; r += 4) {
+      const std::size_t here = nrows - r < 4 ? nrows - r : 4;
+      int4_step::prefetch_ahead(b, j0, r, nrows, next);
+      __m512i x[4];
+      int4_step::load(b, j0, 0xFFFF, r, here, x);
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
-    if constexpr (std::is_same_v<CT, std::uint16_t>) {
-      const __mmask32 valid = here == 4 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (8 * here)) - 1u);
-      const B av = here == 4 ? bload(a + 8 * r) : bload_n(a + 8 * r, 8 * here);
-#pragma GCC unroll 16
-      for (std::size_t j = 0; j < kP; ++j) {
-        const __m512i code = int4_step::word_codes(x[j / 4], j % 4);
-        acc[j] = bf16_dot(acc[j], av, B{_mm512_maskz_permutexvar_epi16(valid, code, _mm512_load_si512(&table[j]))});
-      }
-    } else
-#endif
-    {
-      for (std::size_t h = 0; 2 * h < here; ++h) {
-        const bool full = here >= 2 * h + 2;
-        const F av = full ? fload(a + 8 * (r + 2 * h)) : fload_n(a + 8 * (r + 2 * h), 8);
+      if constexpr (std::is_same_v<CT, std::uint16_t>) {
+        const __mmask32 valid = here == 4 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (8 * here)) - 1u);
+        const B av = here == 4 ? bload(a + 8 * r) : bload_n(a + 8 * r, 8 * here);
 #pragma GCC unroll 16
         for (std::size_t j = 0; j < kP; ++j) {
-          const __m512i code = int4_step::dword_codes(x[j / 4], h, j % 4);
-          const __m512 t = _mm512_castsi512_ps(_mm512_load_si512(&table[j]));
-          acc[j] = fmadd(av, F{_mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, code, t)}, acc[j]);
+          const __m512i code = int4_step::word_codes(x[j / 4], j % 4);
+          acc[j] = bf16_dot(acc[j], av, B{_mm512_maskz_permutexvar_epi16(valid, code, _mm512_load_si512(&table[j]))});
+        }
+      } else
+#endif
+      {
+        for (std::size_t h = 0; 2 * h < here; ++h) {
+          const bool full = here >= 2 * h + 2;
+          const F av = full ? fload(a + 8 * (r + 2 * h)) : fload_n(a + 8 * (r + 2 * h), 8);
+#pragma GCC unroll 16
+          for (std::size_t j = 0; j < kP; ++j) {
+            const __m512i code = int4_step::dword_codes(x[j / 4], h, j % 4);
+            const __m512 t = _mm512_castsi512_ps(_mm512_load_si512(&table[j]));
+            acc[j] = fmadd(av, F{_mm512_maskz_permutexvar_ps(full ? 0xFFFF : 0x00FF, code, t)}, acc[j]);
+          }
         }
       }
     }
-  }
   }
   for (std::size_t q = 0; q < kP / 4; ++q) {
     float out[4];
