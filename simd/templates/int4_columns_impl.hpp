@@ -32,12 +32,14 @@ constexpr std::size_t kAhead = 16;  // word rows prefetched ahead: no hardware p
 // The lines of word rows r + kAhead .. + 3 of the panel at j0, or, past its nrows rows, of the next
 // panel (j0 + 16) from its first row when there is one: a decode row runs panel after panel, and
 // each panel's first rows would otherwise come from memory unasked (0.95x the time of GPTQ decode).
-// Inlined by force: as a function of its own, GCC found it free of side effects and dropped the calls.
-[[gnu::always_inline]] inline void prefetch_ahead(const Int4Columns& b, std::size_t j0, std::size_t r, std::size_t nrows, bool next) {
+// Inlined by force: as a function of its own, GCC found it free of side effects and dropped the
+// calls.
+[[gnu::always_inline]] inline void prefetch_ahead(const Int4Columns& b, std::size_t j0, std::size_t r, std::size_t nrows,
+                                                  bool next) {
   const std::size_t ra = r + kAhead;
-  const std::uint32_t* rows = ra + 4 <= nrows                            ? b.words + ra * b.ldw + j0
-                              : next && ra >= nrows && ra + 4 <= 2 * nrows ? b.words + (ra - nrows) * b.ldw + j0 + kInt4Panel
-                                                                           : nullptr;
+  const std::uint32_t* rows = nullptr;
+  if (ra + 4 <= nrows) rows = b.words + ra * b.ldw + j0;
+  else if (next && ra >= nrows && ra + 4 <= 2 * nrows) rows = b.words + (ra - nrows) * b.ldw + j0 + kInt4Panel;
   if (rows)
     for (std::size_t i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(rows + i * b.ldw), _MM_HINT_T0);
 }
