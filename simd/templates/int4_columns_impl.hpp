@@ -34,8 +34,8 @@ constexpr std::size_t kAhead = 16;  // word rows prefetched ahead: no hardware p
 // each panel's first rows would otherwise come from memory unasked (0.95x the time of GPTQ decode).
 // Inlined by force: as a function of its own, GCC found it free of side effects and dropped the
 // calls.
-[[gnu::always_inline]] inline void prefetch_ahead(const Int4Columns& b, std::size_t j0, std::size_t r, std::size_t nrows,
-                                                  bool next) {
+[[gnu::always_inline]] inline void prefetch_ahead(const Int4Columns& b, std::size_t j0, std::size_t r,
+                                                  std::size_t nrows, bool next) {
   const std::size_t ra = r + kAhead;
   const std::uint32_t* rows = nullptr;
   if (ra + 4 <= nrows) rows = b.words + ra * b.ldw + j0;
@@ -112,7 +112,9 @@ struct FromGroups {
     alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const __m256i sw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.scales + g * q.lds + j0));
     alignas(64) float s[16], z[16];
-    _mm512_store_ps(s, q.scales_f16 ? _mm512_cvtph_ps(sw) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sw), 16)));
+    const __m512 scale = q.scales_f16 ? _mm512_cvtph_ps(sw)
+                                      : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sw), 16));
+    _mm512_store_ps(s, scale);
     if (q.zero_words) {
       // Lanes 0-7 take word j0 / 8, lanes 8-15 the next; lane j its nibble j % 8.
       const __m512i w = _mm512_permutexvar_epi32(
@@ -315,6 +317,25 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, const Src&
 }
 #endif
 
+#if defined(__AVX512BW__)
+// A decode row over the first `full` columns (whole panels), panel j0's tables from src_of(j0); the
+// row converted to the compute type once.
+template <class CT, class TA, class SrcOf>
+void int4_row_panels(std::size_t full, std::size_t k, const TA* a, const Int4Columns& b, SrcOf src_of, float* c,
+                     bool accumulate) {
+  Scratch<CT> a_buf(std::is_same_v<TA, CT> ? 0 : k);
+  const CT* ac;
+  if constexpr (std::is_same_v<TA, CT>) {
+    ac = a;
+  } else {
+    convert_row(a, a_buf.get(), k);
+    ac = a_buf.get();
+  }
+  for (std::size_t j0 = 0; j0 < full; j0 += kInt4Panel)
+    int4_row_panel<CT>(k, ac, b, src_of(j0), j0, c + j0, accumulate, j0 + kInt4Panel < full);
+}
+#endif
+
 // Int4 columns hold bf16 values: the compute type is bf16_bf16's (TA bf16) or f32_f32's (TA f32).
 template <class TA>
 void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda, const Int4Columns& b,
@@ -325,18 +346,9 @@ void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::si
 #if defined(__AVX512BW__)
   if (m == 1 && n >= kInt4Panel && k > 0) {
     // A decode row: full panels straight from the codes into the dot chains, the rest buffered.
-    Scratch<CT> a_buf(std::is_same_v<TA, CT> ? 0 : k);
-    const CT* ac;
-    if constexpr (std::is_same_v<TA, CT>) {
-      ac = a;
-    } else {
-      convert_row(a, a_buf.get(), k);
-      ac = a_buf.get();
-    }
     const std::size_t full = n / kInt4Panel * kInt4Panel;
-    for (std::size_t j0 = 0; j0 < full; j0 += kInt4Panel)
-      int4_row_panel<CT>(k, ac, b, int4_step::FromTables{b.tables + j0 * groups * 16, groups}, j0, c + j0, accumulate,
-                         j0 + kInt4Panel < full);
+    const auto tables_of = [&](std::size_t j0) { return int4_step::FromTables{b.tables + j0 * groups * 16, groups}; };
+    int4_row_panels<CT>(full, k, a, b, tables_of, c, accumulate);
     if (full == n) return;
     const Int4Columns rest{b.words + full, b.ldw, b.tables + full * groups * 16, b.group_size};
     gemm_blocks<CT>(m, n - full, k, a, lda, Int4Rows<CT>{rest, groups}, c + full, ldc, accumulate);
@@ -374,18 +386,8 @@ void gemm_int4_row(std::size_t n, std::size_t k, const TA* a, const Int4Columns&
   using CT = std::conditional_t<kBf16, std::uint16_t, float>;
   const std::size_t groups = (k + b.group_size - 1) / b.group_size;
   const std::size_t full = k > 0 ? n / kInt4Panel * kInt4Panel : 0;
-  if (full > 0) {
-    Scratch<CT> a_buf(std::is_same_v<TA, CT> ? 0 : k);
-    const CT* ac;
-    if constexpr (std::is_same_v<TA, CT>) {
-      ac = a;
-    } else {
-      convert_row(a, a_buf.get(), k);
-      ac = a_buf.get();
-    }
-    for (std::size_t j0 = 0; j0 < full; j0 += kInt4Panel)
-      int4_row_panel<CT>(k, ac, b, int4_step::FromGroups{q, j0}, j0, c + j0, accumulate, j0 + kInt4Panel < full);
-  }
+  if (full > 0)
+    int4_row_panels<CT>(full, k, a, b, [&](std::size_t j0) { return int4_step::FromGroups{q, j0}; }, c, accumulate);
   if (full == n) return;
   const std::size_t rest = n - full;
   Scratch<float> tables(rest * groups * 16);
