@@ -183,29 +183,32 @@ using FusedQkvSingleToken = CpuLevelTest;
 TEST_P(FusedQkvSingleToken, EachRowAloneGetsItsBitsFromTheCallOfAllRows) {
   IsaCap cap(GetParam().level);
   RouteModes own(RouteMode::off, RouteMode::off);
-  const Bundle in = driver().generate(GetParam().c.knobs, 12);
-  const Bundle all = run_cpu(in);
-  const Tensor& x = in.at("hidden_state");
-  const Tensor& offsets = in.at("input_row_offsets");
-  const Tensor& lut = in.at("kv_cache.lookup_table");
-  const Tensor& out = all.at("out.output");
-  const std::int64_t batch = offsets.numel() - 1, cols = lut.shape()[1], K = x.shape()[1], N = out.shape()[1];
-  const std::size_t x_row = static_cast<std::size_t>(K) * dtype_size(x.dtype());
-  const std::size_t out_row = static_cast<std::size_t>(N) * dtype_size(out.dtype());
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::uint32_t first = offsets.data<std::uint32_t>()[b];
-    for (std::uint32_t r = first; r < offsets.data<std::uint32_t>()[b + 1]; ++r) {
-      Bundle one = in;
-      one.remove_outputs();
-      std::memcpy(one.add("hidden_state", x.dtype(), {1, K}).bytes(), x.bytes() + r * x_row, x_row);
-      std::uint32_t* o = one.add("input_row_offsets", DType::u32, {2}).data<std::uint32_t>();
-      o[0] = 0;
-      o[1] = 1;
-      one.add("kv_cache.cache_lengths", DType::u32, {1}).data<std::uint32_t>()[0] =
-          in.at("kv_cache.cache_lengths").data<std::uint32_t>()[b] + (r - first);
-      std::memcpy(one.add("kv_cache.lookup_table", DType::u32, {1, cols}).bytes(), lut.bytes() + b * cols * 4, cols * 4);
-      const Bundle got = run_cpu(one);
-      EXPECT_EQ(std::memcmp(got.at("out.output").bytes(), out.bytes() + r * out_row, out_row), 0) << "row " << r;
+  for (std::uint64_t seed : {12, 13}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const Bundle in = driver().generate(GetParam().c.knobs, seed);
+    const Bundle all = run_cpu(in);
+    const Tensor& x = in.at("hidden_state");
+    const Tensor& offsets = in.at("input_row_offsets");
+    const Tensor& lut = in.at("kv_cache.lookup_table");
+    const Tensor& out = all.at("out.output");
+    const std::int64_t batch = offsets.numel() - 1, cols = lut.shape()[1], K = x.shape()[1], N = out.shape()[1];
+    const std::size_t x_row = static_cast<std::size_t>(K) * dtype_size(x.dtype());
+    const std::size_t out_row = static_cast<std::size_t>(N) * dtype_size(out.dtype());
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::uint32_t first = offsets.data<std::uint32_t>()[b];
+      for (std::uint32_t r = first; r < offsets.data<std::uint32_t>()[b + 1]; ++r) {
+        Bundle one = in;
+        one.remove_outputs();
+        std::memcpy(one.add("hidden_state", x.dtype(), {1, K}).bytes(), x.bytes() + r * x_row, x_row);
+        std::uint32_t* o = one.add("input_row_offsets", DType::u32, {2}).data<std::uint32_t>();
+        o[0] = 0;
+        o[1] = 1;
+        one.add("kv_cache.cache_lengths", DType::u32, {1}).data<std::uint32_t>()[0] =
+            in.at("kv_cache.cache_lengths").data<std::uint32_t>()[b] + (r - first);
+        std::memcpy(one.add("kv_cache.lookup_table", DType::u32, {1, cols}).bytes(), lut.bytes() + b * cols * 4, cols * 4);
+        const Bundle got = run_cpu(one);
+        EXPECT_EQ(std::memcmp(got.at("out.output").bytes(), out.bytes() + r * out_row, out_row), 0) << "row " << r;
+      }
     }
   }
 }
