@@ -17,6 +17,9 @@ namespace {
 // came back for it.
 constexpr std::size_t kInt4Panel = 16;
 
+// The 16 codes as f32: a table is (codes - z) * s, one vector per 16 on AVX-512.
+alignas(64) constexpr float kInt4Codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
 #if defined(__AVX512BW__)
 // A step of a panel with AVX-512 BW: 4 word rows (32 codes per column). The rows are regrouped
 // into one vector per 4 columns (dword 4i + c: row i, column c); per column a permute spreads the
@@ -109,7 +112,6 @@ struct FromGroups {
   std::size_t j0;  // the panel's first column (a multiple of 16: its zero points are two whole words)
   template <class CT>
   void form(std::size_t g, __m512i (&table)[kInt4Panel]) const {
-    alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const __m256i sw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.scales + g * q.lds + j0));
     alignas(64) float s[16], z[16];
     const __m512 scale = q.scales_f16 ? _mm512_cvtph_ps(sw)
@@ -127,7 +129,7 @@ struct FromGroups {
     } else {
       _mm512_store_ps(z, _mm512_set1_ps(8.0f));
     }
-    const auto value = [&](std::size_t j) { return (fload(kCodes) - fsplat(z[j])) * fsplat(s[j]); };
+    const auto value = [&](std::size_t j) { return (fload(kInt4Codes) - fsplat(z[j])) * fsplat(s[j]); };
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
     // vcvtne2ps2bf16 rounds as bf16_round_bits does (to nearest even, NaN quieted the same way)
     // but makes subnormal values zero, which the pair dot that reads these tables reads them as
@@ -362,14 +364,13 @@ void gemm_int4(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::si
 void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, int zero_bias,
                  std::size_t n, float* tables, std::size_t stride) {
   static_assert(16 % kLanes == 0, "a table is whole vectors");
-  alignas(64) static constexpr float kCodes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   for (std::size_t c = 0; c < n; ++c) {
     // The level's f16 converter is exact (subnormals included, whatever MXCSR says).
     const F s = scales_f16 ? f16_to_f32(hsplat(static_cast<std::int16_t>(scales[c])))
                            : floats(isplat(static_cast<std::int32_t>(std::uint32_t{scales[c]} << 16)));
     const float z = zero_words ? static_cast<float>(((zero_words[c / 8] >> (4 * (c % 8))) & 0xFu) + zero_bias) : 8.0f;
     for (std::size_t q = 0; q < 16; q += kLanes) {
-      const I u = bits((fload(kCodes + q) - fsplat(z)) * s);
+      const I u = bits((fload(kInt4Codes + q) - fsplat(z)) * s);
       fstore(tables + c * stride + q, floats(shl<16>(bf16_round_bits(u))));
     }
   }
