@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,37 +26,66 @@ struct Product {
   dnnl::memory a, w, c;
 };
 
-void fill_bf16(const dnnl::memory& m, std::uint16_t bits) {
-  auto* p = static_cast<std::uint16_t*>(m.get_data_handle());
-  std::fill(p, p + m.get_desc().get_size() / sizeof(std::uint16_t), bits);
+using dt = dnnl::memory::data_type;
+
+// 0.5 or 0.25 in every element, as bf16 or f32 (the values do not change the library's speed).
+void fill(const dnnl::memory& m, dt type, float value) {
+  if (type == dt::bf16) {
+    auto* p = static_cast<std::uint16_t*>(m.get_data_handle());
+    std::fill(p, p + m.get_desc().get_size() / sizeof(std::uint16_t), static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value) >> 16));
+  } else {
+    auto* p = static_cast<float*>(m.get_data_handle());
+    std::fill(p, p + m.get_desc().get_size() / sizeof(float), value);
+  }
 }
 
-// One primitive per distinct shape, its operands filled once (0.5 and 0.25: the values do not
-// change the library's speed) and the weights reordered into the layout it chose.
-Product make_product(const dnnl::engine& eng, dnnl::stream& strm, const Gemm& g) {
-  using dt = dnnl::memory::data_type;
+dnnl::matmul::primitive_desc matmul_desc(const dnnl::engine& eng, dt type, const Gemm& g) {
   using tag = dnnl::memory::format_tag;
   const auto m = static_cast<dnnl::memory::dim>(g.m), n = static_cast<dnnl::memory::dim>(g.n),
              k = static_cast<dnnl::memory::dim>(g.k);
-  const dnnl::memory::desc a_md({m, k}, dt::bf16, tag::ab), w_any({k, n}, dt::bf16, tag::any),
-      w_rows({k, n}, dt::bf16, tag::ba), c_md({m, n}, dt::f32, tag::ab);
+  const dnnl::memory::desc a_md({m, k}, type, tag::ab), w_any({k, n}, type, tag::any), c_md({m, n}, dt::f32, tag::ab);
 #if DNNL_VERSION_MAJOR >= 3
-  const dnnl::matmul::primitive_desc pd(eng, a_md, w_any, c_md);
+  return dnnl::matmul::primitive_desc(eng, a_md, w_any, c_md);
 #else
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, w_any, c_md), eng);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, w_any, c_md), eng);
 #endif
+}
+
+// The operand type of the bar: bf16 where this oneDNN has a bf16 matmul for the CPU (AVX-512 and
+// up in 2.x), else f32, the matmul a user of such a CPU would run (oneDNN 2.6 refuses bf16 on an
+// AVX2-only CPU by throwing at the primitive's creation).
+dt bar_type() {
+  static const dt type = [] {
+    try {
+      const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      (void)matmul_desc(eng, dt::bf16, Gemm{64, 64, 64});
+      return dt::bf16;
+    } catch (const dnnl::error&) {
+      return dt::f32;
+    }
+  }();
+  return type;
+}
+
+// One primitive per distinct shape, its operands filled once and the weights reordered into the
+// layout it chose.
+Product make_product(const dnnl::engine& eng, dnnl::stream& strm, const Gemm& g) {
+  const dt type = bar_type();
+  const dnnl::matmul::primitive_desc pd = matmul_desc(eng, type, g);
   Product p{dnnl::matmul(pd), dnnl::memory(pd.src_desc(), eng), dnnl::memory(pd.weights_desc(), eng),
             dnnl::memory(pd.dst_desc(), eng)};
-  dnnl::memory rows(w_rows, eng);
-  fill_bf16(p.a, 0x3F00);
-  fill_bf16(rows, 0x3E80);
+  dnnl::memory rows(dnnl::memory::desc({static_cast<dnnl::memory::dim>(g.k), static_cast<dnnl::memory::dim>(g.n)}, type,
+                                       dnnl::memory::format_tag::ba),
+                    eng);
+  fill(p.a, type, 0.5f);
+  fill(rows, type, 0.25f);
   dnnl::reorder(rows, p.w).execute(strm, rows, p.w);
   strm.wait();
   return p;
 }
 
 // The primitives and their operands live as long as the returned round.
-std::function<void()> prepare_bf16(const std::vector<Gemm>& gemms, std::size_t calls, int threads) {
+std::function<void()> prepare_matmuls(const std::vector<Gemm>& gemms, std::size_t calls, int threads) {
   struct Ready {
     dnnl::engine eng{dnnl::engine::kind::cpu, 0};
     dnnl::stream strm{eng};
@@ -90,14 +120,19 @@ std::function<void()> prepare_bf16(const std::vector<Gemm>& gemms, std::size_t c
 std::optional<BarRound> onednn_bar(const std::string& op, const goldens::Bundle& b, int threads) {
   const std::vector<GemmGroup> groups = library_gemms(op, b);
   if (groups.empty()) return std::nullopt;
-  return prepare_groups(groups, prepare_bf16, threads);
+  try {
+    return prepare_groups(groups, prepare_matmuls, threads);
+  } catch (const dnnl::error&) {
+    return std::nullopt;  // a shape this oneDNN has no matmul for: no bar rather than no benchmark
+  }
 }
 
 std::string onednn_description() {
   const dnnl_version_t* v = dnnl_version();
   const char* runtime = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB" : "other";
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +
-         runtime + " runtime), bf16 matmul, weights in its own layout";
+         runtime + " runtime), " + (bar_type() == dt::bf16 ? "bf16" : "f32 (no bf16 matmul for this CPU)") +
+         " matmul, weights in its own layout";
 }
 
 #else
