@@ -96,7 +96,7 @@ struct GemmKernels {
   // One row of A (a decode token) against n int4 columns whose tables come from their groups'
   // scales and zero points (b.tables unused): the bits of int4_bf16 / int4_f32 with m = 1 over the
   // tables int4_tables makes of q, each table formed as its group begins, in registers and L1,
-  // instead of written for the call and read back. Null on levels without AVX-512 BW.
+  // instead of written for the call and read back. Null on generic.
   Int4RowFn<std::uint16_t> int4_row_bf16;
   Int4RowFn<float> int4_row_f32;
 

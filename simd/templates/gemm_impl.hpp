@@ -25,7 +25,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_int4<std::uint16_t>,
                      &gemm_int4<float>,
                      &int4_tables,
-#if defined(__AVX512BW__)
+#if defined(__AVX512BW__) || defined(__AVX2__)
                      &gemm_int4_row<std::uint16_t>,
                      &gemm_int4_row<float>,
 #else

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "simd/templates/dot_tiles_impl.hpp"
+#include "simd/templates/int4_lookup8.hpp"
 
 namespace mlakit::simd::MLAKIT_SIMD_NS {
 namespace {
@@ -19,6 +20,9 @@ constexpr std::size_t kInt4Panel = 16;
 
 // The 16 codes as f32: a table is (codes - z) * s, one vector per 16 on AVX-512.
 alignas(64) constexpr float kInt4Codes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32_t* zero_words, int zero_bias,
+                 std::size_t n, float* tables, std::size_t stride);
 
 #if defined(__AVX512BW__)
 // A step of a panel with AVX-512 BW: 4 word rows (32 codes per column). The rows are regrouped
@@ -155,6 +159,28 @@ struct FromGroups {
 };
 
 }  // namespace int4_step
+#elif defined(__AVX2__)
+// AVX2's decode row: 8 columns at a time, one accumulator each (8 + the operands fit 16
+// registers); a column's word is one step of its chain (8 codes, one vector), looked up in its f32
+// table by two 8-entry permutes and a blend on the code's bit 3, as expand_int4 does.
+namespace int4_step {
+
+constexpr std::size_t kRowCols = 8;
+constexpr std::size_t kAhead = 16;  // word rows prefetched ahead: no hardware prefetcher follows ldw
+
+// Group g's tables of the 8 columns at j0 (a multiple of 8: their zero points are one whole word),
+// written by int4_tables itself into L1 as the group begins: the tables path's values by
+// construction, and the call neither writes its tables nor reads them back.
+struct FromGroups {
+  const Int4Groups& q;
+  std::size_t j0;
+  void form(std::size_t g, float (&table)[kRowCols][16]) const {
+    int4_tables(q.scales + g * q.lds + j0, q.scales_f16, q.zero_words ? q.zero_words + g * q.ldz + j0 / 8 : nullptr,
+                q.zero_bias, kRowCols, &table[0][0], 16);
+  }
+};
+
+}  // namespace int4_step
 #endif
 
 // Rows j0 .. j0 + np (np <= kInt4Panel) of B, expanded into buf (row stride ldk).
@@ -208,19 +234,13 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
     }
   }
 #elif defined(__AVX2__)
-  // A word (8 codes) at a time: a variable shift and a mask put one code per lane, and two 8-entry
-  // permutes of the f32 table with a blend on the code's bit 3 look them up.
+  // A word (8 codes) at a time, looked up in its column's f32 table.
   if constexpr (std::is_same_v<CT, float>) {
-    const __m256i shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), mask = _mm256_set1_epi32(0xF);
-    for (; r < nrows; ++r)
-      for (std::size_t j = 0; j < np; ++j) {
-        const float* t = b.tables + ((j0 + j) * groups + 8 * r / b.group_size) * 16;
-        const __m256i code = _mm256_and_si256(
-            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(b.words[r * b.ldw + j0 + j])), shift), mask);
-        const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), code);
-        const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), code);
-        _mm256_storeu_ps(buf + j * ldk + 8 * r, _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(code, 28))));
-      }
+    for (; r < nrows; ++r) {
+      const float* t = b.tables + (j0 * groups + 8 * r / b.group_size) * 16;
+      for (std::size_t j = 0; j < np; ++j)
+        _mm256_storeu_ps(buf + j * ldk + 8 * r, int4_lookup8(b.words[r * b.ldw + j0 + j], t + j * groups * 16));
+    }
   }
 #endif
   // Row by row: a column's words lie ldw apart, in one L1 set (see kInt4Panel).
@@ -320,8 +340,49 @@ void int4_row_panel(std::size_t k, const CT* a, const Int4Columns& b, const Src&
 #endif
 
 #if defined(__AVX512BW__)
-// A decode row over the first `full` columns (whole panels), panel j0's tables from src_of(j0); the
-// row converted to the compute type once.
+constexpr std::size_t kInt4RowCols = kInt4Panel;
+#elif defined(__AVX2__)
+constexpr std::size_t kInt4RowCols = int4_step::kRowCols;
+
+// One row of A against 8 int4 columns, straight from the codes into the chains: per column the
+// chain of tile_f32 over the expanded rows (k a multiple of 8, so every step is a whole word) and
+// write_tile's reduction, four columns at a time, so the bits of the buffered path. `next`: 8
+// more columns follow at j0 + 8, whose first rows are fetched while this block ends.
+template <class CT, class Src>
+void int4_row_panel(std::size_t k, const float* a, const Int4Columns& b, const Src& src, std::size_t j0, float* c,
+                    bool accumulate, bool next) {
+  static_assert(std::is_same_v<CT, float>, "AVX2 has no bf16 dot");
+  constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
+  const std::size_t nrows = k / 8, group_rows = b.group_size / 8;
+  F acc[kC];
+#pragma GCC unroll 8
+  for (std::size_t j = 0; j < kC; ++j) acc[j] = fzero();
+  alignas(64) float table[kC][16];
+  for (std::size_t g = 0, r = 0; r < nrows; ++g) {
+    src.form(g, table);
+    const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
+    for (; r < group_end; ++r) {
+      const std::size_t ra = r + kAhead;
+      if (ra < nrows) _mm_prefetch(reinterpret_cast<const char*>(b.words + ra * b.ldw + j0), _MM_HINT_T0);
+      else if (next && ra < 2 * nrows)
+        _mm_prefetch(reinterpret_cast<const char*>(b.words + (ra - nrows) * b.ldw + j0 + kC), _MM_HINT_T0);
+      const F av = fload(a + 8 * r);
+      const std::uint32_t* w = b.words + r * b.ldw + j0;
+#pragma GCC unroll 8
+      for (std::size_t j = 0; j < kC; ++j) acc[j] = fmadd(av, F{int4_lookup8(w[j], table[j])}, acc[j]);
+    }
+  }
+  for (std::size_t q = 0; q < kC / 4; ++q) {
+    float out[4];
+    reduce_add4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3], out);
+    for (std::size_t j = 0; j < 4; ++j) c[4 * q + j] = accumulate ? c[4 * q + j] + out[j] : out[j];
+  }
+}
+#endif
+
+#if defined(__AVX512BW__) || defined(__AVX2__)
+// A decode row over the first `full` columns (whole panels of kInt4RowCols), panel j0's tables from
+// src_of(j0); the row converted to the compute type once.
 template <class CT, class TA, class SrcOf>
 void int4_row_panels(std::size_t full, std::size_t k, const TA* a, const Int4Columns& b, SrcOf src_of, float* c,
                      bool accumulate) {
@@ -333,8 +394,8 @@ void int4_row_panels(std::size_t full, std::size_t k, const TA* a, const Int4Col
     convert_row(a, a_buf.get(), k);
     ac = a_buf.get();
   }
-  for (std::size_t j0 = 0; j0 < full; j0 += kInt4Panel)
-    int4_row_panel<CT>(k, ac, b, src_of(j0), j0, c + j0, accumulate, j0 + kInt4Panel < full);
+  for (std::size_t j0 = 0; j0 < full; j0 += kInt4RowCols)
+    int4_row_panel<CT>(k, ac, b, src_of(j0), j0, c + j0, accumulate, j0 + kInt4RowCols < full);
 }
 #endif
 
@@ -376,7 +437,7 @@ void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32
   }
 }
 
-#if defined(__AVX512BW__)
+#if defined(__AVX512BW__) || defined(__AVX2__)
 // int4_row_bf16 / int4_row_f32 (simd/gemm.hpp): gemm_int4's decode row with each panel's tables
 // formed from the groups' scales and zero points; columns past the last full panel (and k = 0)
 // take the buffered path over tables int4_tables writes for them alone.
@@ -386,7 +447,7 @@ void gemm_int4_row(std::size_t n, std::size_t k, const TA* a, const Int4Columns&
   constexpr bool kBf16 = kHasBf16Dot && !std::is_same_v<TA, float>;
   using CT = std::conditional_t<kBf16, std::uint16_t, float>;
   const std::size_t groups = (k + b.group_size - 1) / b.group_size;
-  const std::size_t full = k > 0 ? n / kInt4Panel * kInt4Panel : 0;
+  const std::size_t full = k > 0 ? n / kInt4RowCols * kInt4RowCols : 0;
   if (full > 0)
     int4_row_panels<CT>(full, k, a, b, [&](std::size_t j0) { return int4_step::FromGroups{q, j0}; }, c, accumulate);
   if (full == n) return;

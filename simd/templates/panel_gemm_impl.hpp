@@ -16,6 +16,7 @@
 
 #include "simd/gemm.hpp"
 #include "simd/templates/fp8_decode_impl.hpp"
+#include "simd/templates/int4_lookup8.hpp"
 #include "simd/templates/tile_out.hpp"
 #include "simd/vec/bf16_round.hpp"
 
@@ -109,21 +110,9 @@ struct Int4TableRows {
   }
   bool vector_ok() const { return true; }  // k is a multiple of 8 and group_size of 32
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
-  // One word: a variable shift and a mask put one code per lane, and the column's table looks
-  // them up (one two-source permute on AVX-512; two 8-entry permutes and a blend on bit 3 on AVX2).
+  // One word, looked up in the column's table.
   __m256 row8(std::size_t j, std::size_t p0) const {
-    const float* t = b.tables + (j * groups + p0 / b.group_size) * 16;
-    const __m256i code = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(b.words[(p0 / 8) * b.ldw + j])),
-                          _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-        _mm256_set1_epi32(0xF));
-#if defined(__AVX512VL__)
-    return _mm256_permutex2var_ps(_mm256_loadu_ps(t), code, _mm256_loadu_ps(t + 8));  // a 16-entry table
-#else
-    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), code);
-    const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), code);
-    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(code, 28)));
-#endif
+    return int4_lookup8(b.words[(p0 / 8) * b.ldw + j], b.tables + (j * groups + p0 / b.group_size) * 16);
   }
 #endif
 };
