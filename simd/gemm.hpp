@@ -17,7 +17,8 @@
 //
 // The kernels convert B once per register tile of `nr` rows (f8 -> f32 or bf16, bf16 -> f32 where
 // there is no native bf16 dot) and reuse it for every row of A: the "decode K once per key tile,
-// use it for all query heads" pattern. A is converted once per call when its type is not the
+// use it for all query heads" pattern. Calls of at most `mr` rows (decode tokens) widen B to f32
+// in the tiles' registers instead of into a converted panel: the same values in the same chains. A is converted once per call when its type is not the
 // compute type, so callers that reuse one A across many calls (a query against many pages) should
 // convert it themselves and call f32_f8 / bf16_f8 (bf16_f8 when `bf16_dot` is true).
 #pragma once

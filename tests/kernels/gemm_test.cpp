@@ -252,6 +252,54 @@ TEST_P(Gemm, RowsBeyondOneBlockGiveTheSameBitsAsAlone) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
   check_row_blocks<std::uint16_t, std::uint16_t>(table().bf16_bf16, "bf16_bf16");
   check_row_blocks<float, std::uint8_t>(table().f32_f8, "f32_f8");
+  check_row_blocks<std::uint16_t, std::uint8_t>(table().bf16_f8, "bf16_f8");
+}
+
+// Calls of at most one register tile of rows (mr) read B in its stored type, widened in the
+// tiles' registers; taller calls convert panels of B first. Rows 0 .. mr - 1 of a taller call,
+// as a call of mr rows, of mr - 1 rows and alone, give the taller call's bits: k with and without
+// a partial last vector, n with partial register tiles, B's fp8 codes all 256 (the two NaN codes
+// in the last column only, so that the other columns stay finite).
+template <class TA, class TB>
+void check_few_rows(simd::GemmFn<TA, TB> fn, std::size_t mr, const char* name) {
+  std::size_t seed = 90;
+  for (std::size_t k : {5, 8, 77, 300})
+    for (std::size_t n : {1, 4, 6, 9}) {
+      const Problem p{mr + 2, n, k};
+      auto cs = make_case<TA, TB>(p, seed++);
+      if constexpr (std::is_same_v<TB, std::uint8_t>)
+        for (std::size_t j = 0; j < n; ++j)
+          for (std::size_t q = 0; q < k; ++q) {
+            std::uint8_t code = static_cast<std::uint8_t>((j * k + q) % 256);
+            if ((code & 0x7F) == 0x7F && j + 1 < n) code = static_cast<std::uint8_t>(code - 1);
+            cs.b[cs.b_off + j * cs.ldb + q] = code;
+          }
+      // (Against the exact sums in check_pair; here bitwise against the taller call.)
+      std::vector<float> batch(p.m * n);
+      fn(p.m, n, k, cs.a.data() + cs.a_off, cs.lda, cs.b.data() + cs.b_off, cs.ldb, batch.data(), n, false);
+      for (std::size_t rows : {mr, mr - 1, std::size_t{1}}) {
+        if (rows == 0) continue;
+        for (std::size_t i0 = 0; i0 + rows <= mr; i0 += rows) {
+          std::vector<float> c(rows * n + 1, float_of(0x7FA5A5A5u));
+          fn(rows, n, k, cs.a.data() + cs.a_off + i0 * cs.lda, cs.lda, cs.b.data() + cs.b_off, cs.ldb, c.data(), n, false);
+          for (std::size_t e = 0; e < rows * n; ++e) {
+            const float want = batch[(i0 + e / n) * n + e % n];
+            ASSERT_TRUE(bits_of(c[e]) == bits_of(want) || (std::isnan(c[e]) && std::isnan(want)))
+                << name << " k=" << k << " n=" << n << " rows " << i0 << ".." << i0 + rows << " at " << e;
+          }
+          ASSERT_EQ(bits_of(c[rows * n]), 0x7FA5A5A5u) << name << ": wrote past the tile";
+        }
+      }
+    }
+}
+
+TEST_P(Gemm, FewRowsGiveTheBitsOfATallerCall) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const std::size_t mr = table().mr;
+  check_few_rows<std::uint16_t, std::uint16_t>(table().bf16_bf16, mr, "bf16_bf16");
+  check_few_rows<float, std::uint8_t>(table().f32_f8, mr, "f32_f8");
+  check_few_rows<std::uint16_t, std::uint8_t>(table().bf16_f8, mr, "bf16_f8");
+  check_few_rows<std::uint8_t, std::uint8_t>(table().f8_f8, mr, "f8_f8");
 }
 
 // k = 0: C = 0 without accumulate, untouched with it.

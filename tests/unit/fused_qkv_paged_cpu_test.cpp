@@ -160,11 +160,12 @@ TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
 
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
 
-// Single-token calls (T = 1), which take the int4 decode row on AVX-512 (each group's tables formed
-// from the scales and zero points as the row reaches it, none written for the call): each row of a
-// call of several rows rerun alone gives the output row that call gave it, bit for bit (both on the
-// own tiles). Four column tiles (the last 8 columns wide: no full 16-column panel) and three K
-// chunks (512, 512, 256), so that every tile and chunk reads its own scales and zero points.
+// Single-token calls (T = 1), which take the int4 decode row (each group's tables formed from the
+// scales and zero points as the row reaches it, none written for the call) and, for bf16 and fp8
+// weights on the f32 levels, tiles that widen the weights in registers: each row of a call of
+// several rows rerun alone gives the output row that call gave it, bit for bit (both on the own
+// tiles). Four column tiles (the last 8 columns wide: no full 16-column panel) and three K chunks
+// (512, 512, 256), so that every tile and chunk reads its own scales and zero points.
 std::vector<BigCase> single_token_cases() {
   const json gptq = {{"seq_lens", {3, 2}}, {"cache_lens", {5, 40}}, {"K", 1280}, {"q_dim", 392},
                      {"num_kv_heads", 1}, {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128}};
@@ -175,7 +176,13 @@ std::vector<BigCase> single_token_cases() {
   v2_bf16["scales_dtype"] = "bf16";
   f32["dtype"] = "f32";
   f32["group_size"] = 64;
-  return {{"gptq_f16_no_zp", gptq}, {"gptq_f16_zp_v1", v1}, {"gptq_bf16_zp", v2_bf16}, {"gptq_f32_g64", f32}};
+  json dense = gptq, dense_f32 = gptq, fp8 = gptq, fp8_f32 = gptq;
+  for (json* j : {&dense, &dense_f32, &fp8, &fp8_f32}) j->erase("group_size");
+  dense["weight_format"] = dense_f32["weight_format"] = "dense";
+  fp8["weight_format"] = fp8_f32["weight_format"] = "fp8_block";
+  dense_f32["dtype"] = fp8_f32["dtype"] = "f32";
+  return {{"gptq_f16_no_zp", gptq}, {"gptq_f16_zp_v1", v1}, {"gptq_bf16_zp", v2_bf16}, {"gptq_f32_g64", f32},
+          {"dense_bf16", dense}, {"dense_f32", dense_f32}, {"fp8_bf16", fp8}, {"fp8_f32", fp8_f32}};
 }
 
 using FusedQkvSingleToken = CpuLevelTest;
