@@ -313,6 +313,17 @@ inline std::size_t a_block_bytes() {
   return bytes;
 }
 
+// Rows up to which bf16 rows of B are widened in the tiles' registers rather than converted into
+// a panel. Measured on AMD Zen 3 (avx2, 2 threads, Llama-3-8B dense, alternating processes): at 8
+// rows (three row groups) 5.65-6.06 ms against 6.39-7.22 converted, at 32 rows 20.9-21.3 against
+// 16.1-19.3 (and fp8 rows, whose decode does not hide behind the FMAs, 5.4-6.1 against 3.3-3.6 ms
+// at 8 rows); the other levels keep one register tile of rows, not measured there.
+#if defined(MLAKIT_SIMD_LEVEL_avx2)
+constexpr std::size_t kWidenBf16Rows = 3 * kMr;
+#else
+constexpr std::size_t kWidenBf16Rows = kMr;
+#endif
+
 // ---- the driver: blocks of A rows x register tiles of B rows ------------------------------------
 // `tile(mb, nb, k, a, lda, b, ldb, c, ldc, accumulate)` computes an mb x nb tile (mb <= kMr,
 // nb <= kNr): the plain dot tiles unless told otherwise.
@@ -378,8 +389,10 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
   if constexpr (std::is_same_v<CT, float> && !std::is_same_v<TB, float>) {
     // Rows of A that one register tile covers (decode tokens): B widened in the tiles' registers,
     // each element once as the buffered path does, without writing a panel and reading it back
-    // (which took 3.6x the tiles' own time at one row on AMD Zen 3). The same chains.
-    if (m <= kMr) {
+    // (which took 3.6x the tiles' own time at one row on AMD Zen 3). The same chains. bf16 rows
+    // on avx2 up to kWidenBf16Rows, widened again for each group of kMr rows: a shift per vector
+    // that runs beside the FMAs.
+    if (m <= kMr || (std::is_same_v<TB, std::uint16_t> && m <= kWidenBf16Rows)) {
       gemm_blocks<float>(m, n, k, a, lda, StoredRows<TB>{b, ldb}, c, ldc, accumulate, WideningTiles<TB>{});
       return;
     }
