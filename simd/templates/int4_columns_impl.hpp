@@ -1,6 +1,6 @@
 // GPTQ int4 columns read in place (simd/gemm.hpp Int4Columns): panels of 16 columns expanded once per
 // block of A rows into the dot tiles of dot_tiles_impl.hpp, a single decode row straight into its
-// chains on AVX-512, and the per-group value tables.
+// chains on AVX-512 and AVX2, and the per-group value tables.
 #pragma once
 
 #include <cstddef>
