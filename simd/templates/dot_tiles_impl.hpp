@@ -194,13 +194,14 @@ void tile_bf16_block_scaled(std::size_t k, const std::uint16_t* a, std::size_t l
 }
 #endif
 
-template <class CT>
-using TileFn = void (*)(std::size_t, const CT*, std::size_t, const CT*, std::size_t, float*, std::size_t, bool);
+// A tile over A in the compute type and B in CT too, or, for the f32 tiles, in its stored type TB.
+template <class CT, class TB = CT>
+using TileFn = void (*)(std::size_t, const CT*, std::size_t, const TB*, std::size_t, float*, std::size_t, bool);
 
-template <class CT, std::size_t R, std::size_t C>
-constexpr TileFn<CT> tile_fn() {
+template <class CT, class TB, std::size_t R, std::size_t C>
+constexpr TileFn<CT, TB> tile_fn() {
   if constexpr (std::is_same_v<CT, float>) {
-    return &tile_f32<R, C>;
+    return &tile_f32<R, C, TB>;
   } else {
 #if defined(MLAKIT_SIMD_HAS_BF16_DOT)
     return &tile_bf16<R, C>;
@@ -222,79 +223,48 @@ constexpr TileTable<Fn> make_tiles(Make make, std::index_sequence<Is...>) {
   ((t.fn[Is / kNr][Is % kNr] = make.template operator()<Is / kNr + 1, Is % kNr + 1>()), ...);
   return t;
 }
-template <class CT>
-constexpr TileTable<TileFn<CT>> kTiles = make_tiles<TileFn<CT>>(
-    []<std::size_t R, std::size_t C>() { return tile_fn<CT, R, C>(); }, std::make_index_sequence<kMr * kNr>{});
+template <class CT, class TB = CT>
+constexpr TileTable<TileFn<CT, TB>> kTiles = make_tiles<TileFn<CT, TB>>(
+    []<std::size_t R, std::size_t C>() { return tile_fn<CT, TB, R, C>(); }, std::make_index_sequence<kMr * kNr>{});
 
-// The plain dot tiles of the compute type, as the driver calls them.
-template <class CT>
+// The plain dot tiles of the compute type, as the driver calls them; with TB, the f32 tiles over
+// B in its stored type, widened in registers.
+template <class CT, class TB = CT>
 struct DotTiles {
-  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const CT* a, std::size_t lda, const CT* b, std::size_t ldb,
+  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const CT* a, std::size_t lda, const TB* b, std::size_t ldb,
                   float* c, std::size_t ldc, bool accumulate) const {
-    kTiles<CT>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
-  }
-};
-
-// The f32 tiles over B in its stored type (tile_f32<R, C, TB>), as the driver calls them.
-template <class TB>
-using WideTileFn = void (*)(std::size_t, const float*, std::size_t, const TB*, std::size_t, float*, std::size_t, bool);
-template <class TB>
-constexpr TileTable<WideTileFn<TB>> kWideTiles = make_tiles<WideTileFn<TB>>(
-    []<std::size_t R, std::size_t C>() { return &tile_f32<R, C, TB>; }, std::make_index_sequence<kMr * kNr>{});
-template <class TB>
-struct WideningTiles {
-  void operator()(std::size_t mb, std::size_t nb, std::size_t k, const float* a, std::size_t lda, const TB* b,
-                  std::size_t ldb, float* c, std::size_t ldc, bool accumulate) const {
-    kWideTiles<TB>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
+    kTiles<CT, TB>.fn[mb - 1][nb - 1](k, a, lda, b, ldb, c, ldc, accumulate);
   }
 };
 
 // ---- B in the compute type, a register tile of rows at a time ---------------------------------
-// The rows of a panel, lines a panel ahead: they come from far (weights read once per block of A
-// rows) and lie ldb apart, so the hardware prefetchers see only short runs.
-template <class TB>
-void prefetch_panel(const TB* b, std::size_t ldb, std::size_t j0, std::size_t nb, std::size_t k) {
-  for (std::size_t j = 0; j < nb; ++j) {
-    const char* row = reinterpret_cast<const char*>(b + (j0 + j) * ldb);
-    for (std::size_t off = 0; off < k * sizeof(TB); off += 64) __builtin_prefetch(row + off, 0, 3);
-  }
-}
-
-// Element rows: used in place when they already are in the compute type, else converted.
-template <class CT, class TB>
+// Element rows: used in place when they already are in the compute type or when the tiles widen
+// them (kWiden), else converted.
+template <class CT, class TB, bool kWiden = false>
 struct ElementRows {
   const TB* b;
   std::size_t ldb;
-  static constexpr bool kNeedsBuffer = !std::is_same_v<TB, CT>;
+  static constexpr bool kNeedsBuffer = !std::is_same_v<TB, CT> && !kWiden;
   static constexpr std::size_t kPanel = kNr;  // rows made ready at a time
   // Rows j0 .. j0 + nb of B (k elements each): where they are and their stride.
-  std::pair<const CT*, std::size_t> rows(std::size_t j0, std::size_t nb, std::size_t k, CT* buf, std::size_t ldk) const {
+  auto rows(std::size_t j0, std::size_t nb, std::size_t k, CT* buf, std::size_t ldk) const {
     if constexpr (kNeedsBuffer) {
       for (std::size_t j = 0; j < nb; ++j) convert_row(b + (j0 + j) * ldb, buf + j * ldk, k);
-      return {buf, ldk};
+      return std::pair<const CT*, std::size_t>{buf, ldk};
     } else {
-      return {b + j0 * ldb, ldb};
+      return std::pair<const TB*, std::size_t>{b + j0 * ldb, ldb};
     }
   }
-  // Converted rows: the next panel is fetched while the current one is in use. Rows used in
-  // place are streamed by the tiles themselves.
+  // Rows not in the compute type come from far (weights read once per block of A rows): the next
+  // panel is fetched while the current one is in use, since a panel's rows lie ldb apart and the
+  // hardware prefetchers see only short runs. Rows used as they are, the tiles stream themselves.
   void prefetch(std::size_t j0, std::size_t nb, std::size_t k) const {
-    if constexpr (kNeedsBuffer) prefetch_panel(b, ldb, j0, nb, k);
+    if constexpr (!std::is_same_v<TB, CT>)
+      for (std::size_t j = 0; j < nb; ++j) {
+        const char* row = reinterpret_cast<const char*>(b + (j0 + j) * ldb);
+        for (std::size_t off = 0; off < k * sizeof(TB); off += 64) __builtin_prefetch(row + off, 0, 3);
+      }
   }
-};
-
-// Rows of B in their stored type, read in place by WideningTiles (the next panel fetched ahead as
-// for converted rows).
-template <class TB>
-struct StoredRows {
-  const TB* b;
-  std::size_t ldb;
-  static constexpr bool kNeedsBuffer = false;
-  static constexpr std::size_t kPanel = kNr;
-  std::pair<const TB*, std::size_t> rows(std::size_t j0, std::size_t, std::size_t, const float*, std::size_t) const {
-    return {b + j0 * ldb, ldb};
-  }
-  void prefetch(std::size_t j0, std::size_t nb, std::size_t k) const { prefetch_panel(b, ldb, j0, nb, k); }
 };
 
 // The budget of a block of A rows: half of this core's L2 as the C library reports it (the other
@@ -393,7 +363,7 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
     // on avx2 up to kWidenBf16Rows, widened again for each group of kMr rows: a shift per vector
     // that runs beside the FMAs.
     if (m <= kMr || (std::is_same_v<TB, std::uint16_t> && m <= kWidenBf16Rows)) {
-      gemm_blocks<float>(m, n, k, a, lda, StoredRows<TB>{b, ldb}, c, ldc, accumulate, WideningTiles<TB>{});
+      gemm_blocks<float>(m, n, k, a, lda, ElementRows<float, TB, true>{b, ldb}, c, ldc, accumulate, DotTiles<float, TB>{});
       return;
     }
   }
