@@ -47,12 +47,12 @@
 // vdpbf16ps is slower than their f32 FMA: cpu/common/bf16_dot.hpp), and for f32 activations, a prefill
 // of at least panel_min_rows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; the activations are widened into the
-// register tiles' packed row groups once per call before the tiles start (once per tile and chunk
-// where one column tile covers N or that buffer would pass kPackedActivationsMaxBytes), and each
+// register tiles' packed row groups before the tiles start, in blocks of rows whose packed rows stay
+// within kPackedActivationsMaxBytes (once per tile and chunk where one column tile covers N), and each
 // panel of weight columns (dense rows widened as they are packed, fp8 as code·scale rounded once
 // to f32, GPTQ expanded from its value tables, act-order formed element by element) is formed once
-// per tile in a call of one row tile, or once per call into a buffer shared by the row tiles of a
-// larger call; then outer-product register tiles run
+// per tile in a call of one row tile, or once per block into a buffer shared by the block's row
+// tiles; then outer-product register tiles run
 // one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count
 // or the other rows of the call: a decode row gets its prefill bits on it too. Within the same
 // bound as above.
@@ -625,29 +625,48 @@ std::size_t panel_buffer_bytes(std::size_t T, std::size_t K, std::size_t N) {
   return 2 * group * sizeof(float) + num_tiles(N, kPanelColTile) * sizeof(ColumnTileSync);
 }
 
-// Floats of the activations packed once for the whole call (0: each work tile packs its own).
-// With more than one column tile, every column tile would widen and transpose the same rows again
-// (24 times over for Llama-3-8B's 6144 columns: 7 % of a dense T 512 call); packed once, the tiles
-// read them from cache instead (0.94-0.95x the time of dense and GPTQ T 512 calls). Bounded: every
-// column tile reads the whole buffer again, and once it outgrows a share of the last-level cache
-// those reads stall the kernel by more than the widening cost (Llama-3-8B T 2048, 34 MiB:
-// 1.035-1.045x the time of packing per tile).
+// The activations packed once and read by every column tile: with more than one column tile, every
+// column tile would otherwise widen and transpose the same rows again (24 times over for
+// Llama-3-8B's 6144 columns: 7 % of a dense T 512 call); packed once, the tiles read them from
+// cache instead (0.94-0.95x the time of dense and GPTQ T 512 calls). Bounded: every column tile
+// reads the whole buffer again, and once it outgrows a share of the last-level cache those reads
+// stall the kernel by more than the widening cost (Llama-3-8B T 2048 packed whole, 34 MiB:
+// 1.035-1.045x the time of packing per tile). So a larger call runs in blocks of whole row tiles
+// whose packed activations stay within the bound, each block forming the weight panels again:
+// the weights are formed once per block instead of the activations once per column tile.
 constexpr std::size_t kPackedActivationsMaxBytes = std::size_t{16} << 20;
+std::atomic<std::size_t> packed_activations_bound{kPackedActivationsMaxBytes};
+
+// Rows of a call's blocks: T in one block where the work tiles pack their own activations (one
+// column tile covers N, or one row tile passes the bound).
+std::size_t panel_block_rows(std::size_t T, std::size_t K, std::size_t N, std::size_t panel_rows) {
+  if (N <= kPanelColTile) return T;
+  const std::size_t tile_bytes = round_up(kPanelRowTile, panel_rows) * K * sizeof(float);
+  const std::size_t tiles = packed_activations_bound.load(std::memory_order_relaxed) / tile_bytes;
+  return tiles == 0 ? T : std::min(T, tiles * kPanelRowTile);
+}
+std::size_t panel_block_rows(const Plan& p) { return panel_block_rows(p.T, p.K, p.N, p.g->panel_rows); }
+
+// Floats of a block's activations packed for its work tiles (0: each work tile packs its own, a
+// chunk at a time).
 std::size_t packed_activation_floats(std::size_t T, std::size_t K, std::size_t N, std::size_t panel_rows) {
   if (N <= kPanelColTile) return 0;
-  const std::size_t rows = T / kPanelRowTile * round_up(kPanelRowTile, panel_rows) + round_up(T % kPanelRowTile, panel_rows);
-  return rows * K * sizeof(float) <= kPackedActivationsMaxBytes ? rows * K : 0;
+  const std::size_t B = panel_block_rows(T, K, N, panel_rows);
+  const std::size_t rows = B / kPanelRowTile * round_up(kPanelRowTile, panel_rows) + round_up(B % kPanelRowTile, panel_rows);
+  return rows * K * sizeof(float) <= packed_activations_bound.load(std::memory_order_relaxed) ? rows * K : 0;
 }
 
-// The activations packed once for the call into its buffer (null when packed_activation_floats is
-// 0), every (row tile, chunk) a task: a pass before the work tiles start.
-const float* pack_call_activations(const Plan& p) {
+// The activations of the block of rows [b0, b1) packed into the call's buffer (null when
+// packed_activation_floats is 0), every (row tile, chunk) a task: a pass before the block's work
+// tiles start. Tiles are placed by their rows from b0.
+const float* pack_block_activations(const Plan& p, std::size_t b0, std::size_t b1) {
   const std::size_t floats = packed_activation_floats(p.T, p.K, p.N, p.g->panel_rows);
   if (floats == 0) return nullptr;
   float* xs = call_buffer_of<float>(floats, kSlotRows);
-  parallel_for_tiles_2d(p.T, kPanelRowTile, p.K, std::min(kPanelChunk, p.K),
+  parallel_for_tiles_2d(b1 - b0, kPanelRowTile, p.K, std::min(kPanelChunk, p.K),
                         [&](std::size_t r0, std::size_t r1, std::size_t k0, std::size_t k1) {
-                          pack_activations(p, r0, r1, k0, k1 - k0, xs + packed_tile_offset(p, r0) + packed_rows(p, r1 - r0) * k0);
+                          pack_activations(p, b0 + r0, b0 + r1, k0, k1 - k0,
+                                           xs + packed_tile_offset(p, r0) + packed_rows(p, r1 - r0) * k0);
                         });
   return xs;
 }
@@ -658,10 +677,10 @@ void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
   while (counter.load(std::memory_order_acquire) < value) std::this_thread::yield();
 }
 
-// A call of one row tile forms each panel in its tile (the column tiles give the threads work).
-// Larger calls form each column tile's panels once, into a call buffer, and run its row tiles on
-// them: the weights are dequantized once per call instead of once per row tile (8 times at 2048
-// rows). The work items (column tile c, row tile r) are claimed in order from one counter, with no
+// The rows [b0, b1) of a call. A call of one row tile forms each panel in its tile (the column
+// tiles give the threads work). Larger calls form each column tile's panels once per block, into a
+// call buffer, and run the block's row tiles on them: the weights are dequantized once per block
+// instead of once per row tile (4 times in a block of 1024 rows). The work items (column tile c, row tile r) are claimed in order from one counter, with no
 // barrier between column tiles: the thread that claims an item first helps form its column tile's
 // panels (claimed one by one), waits until all are formed, then runs its row tile. So a thread that
 // finishes early forms the next column tile's panels while the others still compute, and threads
@@ -669,21 +688,21 @@ void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
 // buffers alternate; a column tile's panels overwrite those of two tiles before, once all of its
 // row tiles are done (they were claimed earlier, so they are running). The panels and each tile's
 // arithmetic are the same whoever runs them, so the bits do not change.
-Status run_panels(const Plan& p) {
+void run_panel_block(const Plan& p, std::size_t b0, std::size_t b1) {
   const std::size_t group = panel_group_floats(p.T, p.K);
-  const float* xs = pack_call_activations(p);
-  auto xs_of = [&](std::size_t r0) { return xs ? xs + packed_tile_offset(p, r0) : nullptr; };
+  const float* xs = pack_block_activations(p, b0, b1);
+  auto xs_of = [&](std::size_t r0) { return xs ? xs + packed_tile_offset(p, r0 - b0) : nullptr; };
   if (group == 0 || p.pack) {  // panels formed in each tile, or the caller's
     const auto* base = p.pack ? static_cast<const float*>(p.pack->data.get()) : nullptr;
-    parallel_for_tiles_2d(p.T, kPanelRowTile, p.N, kPanelColTile,
+    parallel_for_tiles_2d(b1 - b0, kPanelRowTile, p.N, kPanelColTile,
                           [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
-                            run_panel_tile(p, r0, r1, c0, c1, base ? base + (c0 / p.g->panel_cols) * p.pack->stride : nullptr,
-                                           xs_of(r0));
+                            run_panel_tile(p, b0 + r0, b0 + r1, c0, c1,
+                                           base ? base + (c0 / p.g->panel_cols) * p.pack->stride : nullptr, xs_of(b0 + r0));
                           });
-    return Status::success();
+    return;
   }
   const std::size_t K = p.K, pc = p.g->panel_cols, chunk = std::min(kPanelChunk, K);
-  const std::size_t col_tiles = num_tiles(p.N, kPanelColTile), row_tiles = num_tiles(p.T, kPanelRowTile);
+  const std::size_t col_tiles = num_tiles(p.N, kPanelColTile), row_tiles = num_tiles(b1 - b0, kPanelRowTile);
   auto* buffers = static_cast<float*>(call_buffer(panel_buffer_bytes(p.T, K, p.N), kSlotPanels));
   auto* sync = reinterpret_cast<ColumnTileSync*>(buffers + 2 * group);
   for (std::size_t c = 0; c < col_tiles; ++c) new (&sync[c]) ColumnTileSync();
@@ -701,10 +720,18 @@ Status run_panels(const Plan& p) {
         sync[c].formed.fetch_add(1, std::memory_order_release);
       }
       wait_for(sync[c].formed, panels);
-      run_panel_tile(p, r * kPanelRowTile, std::min(p.T, (r + 1) * kPanelRowTile), c0, c1, packed, xs_of(r * kPanelRowTile));
+      const std::size_t r0 = b0 + r * kPanelRowTile;
+      run_panel_tile(p, r0, std::min(b1, r0 + kPanelRowTile), c0, c1, packed, xs_of(r0));
       sync[c].tiles_done.fetch_add(1, std::memory_order_release);
     }
   });
+}
+
+// The call's row blocks one after another (panel_block_rows): each packs its activations, then runs
+// its work tiles as above.
+Status run_panels(const Plan& p) {
+  const std::size_t block = panel_block_rows(p);
+  for (std::size_t b0 = 0; b0 < p.T; b0 += block) run_panel_block(p, b0, std::min(p.T, b0 + block));
   return Status::success();
 }
 
@@ -926,6 +953,9 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   }
   return Status::success();
 }
+
+std::size_t panel_packed_activations_bound() { return packed_activations_bound.load(); }
+void set_panel_packed_activations_bound(std::size_t bytes) { packed_activations_bound.store(bytes); }
 
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;

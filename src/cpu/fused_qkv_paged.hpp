@@ -48,6 +48,10 @@ namespace mlakit::cpu {
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
 // The call buffers it takes (the library GEMM's f32 operands; none on the own tiles).
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
+// The panel route's bound on a call's packed activations, in bytes (larger calls run in blocks of
+// rows within it); tests lower it to reach several blocks with small shapes.
+std::size_t panel_packed_activations_bound();
+void set_panel_packed_activations_bound(std::size_t bytes);
 // Lays out validated weights (pack_weights) for the kernels in force, with out's K and N (set by
 // the caller, as its desc, activations and tensors); fills the rest.
 Status pack_fused_qkv_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights,

@@ -20,6 +20,7 @@
 #include "cpu/common/library_gemm.hpp"
 #include "cpu/common/panel_gemm.hpp"
 #include "cpu/common/tile_gemm.hpp"
+#include "cpu/fused_qkv_paged.hpp"
 #include "goldens/common/driver.hpp"
 #include "mlakit/ops/fused_qkv_paged.hpp"
 #include "support/amx_tile_subjects.hpp"
@@ -494,6 +495,48 @@ TEST(FusedQkvPackedLevels, APackOfAnotherLevelIsNotRead) {
   expect_same_outputs(changed, b, "generic level, pack of " + w.layout());
   EXPECT_FALSE(changed.at("out.output").same_bytes(plain.at("out.output")));
 }
+
+// ---- the panel route's row blocks ---------------------------------------------------------------
+//
+// A call whose packed activations would pass their bound runs in blocks of whole row tiles, each
+// packing its activations and forming the weight panels again. With the bound lowered to one row
+// tile's packed rows (258 or 264 rows of K at every level), the calls of more than 256 rows and
+// 256 columns run in blocks of 256 rows: the bits of the call in one block, thread-count
+// invariant, within their plan's workspace, and a pack read with the same bits.
+
+struct PackedActivationsBound {
+  explicit PackedActivationsBound(std::size_t bytes) : saved(cpu::panel_packed_activations_bound()) {
+    cpu::set_panel_packed_activations_bound(bytes);
+  }
+  ~PackedActivationsBound() { cpu::set_panel_packed_activations_bound(saved); }
+  std::size_t saved;
+};
+
+std::vector<BigCase> row_block_cases() {
+  std::vector<BigCase> out;
+  for (const BigCase& c : big_cases())
+    if (c.name == "dense_bf16_tall_wide" || c.name == "fp8_f32_tall_wide" || c.name == "gptq_bf16_tall") out.push_back(c);
+  return out;
+}
+
+using FusedQkvPanelRowBlocks = CpuLevelTest;
+
+TEST_P(FusedQkvPanelRowBlocks, GiveTheBitsOfOneBlock) {
+  IsaCap cap(GetParam().level);
+  RouteModes on(RouteMode::off, RouteMode::on);
+  const Bundle in = driver().generate(GetParam().c.knobs, 13);
+  const Bundle whole = run_cpu(in);
+  const auto K = static_cast<std::size_t>(in.at("hidden_state").shape()[1]);
+  PackedActivationsBound one_tile(264 * K * sizeof(float));
+  expect_same_outputs(whole, run_cpu(in), "row blocks of 256");
+  expect_reference_match_and_thread_invariance(driver(), in, expect_same_outputs);
+  expect_planned_run_fits_its_workspace(driver(), in, expect_same_outputs, GetParam().c.name);
+  const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
+  expect_packed_call_bits(GetParam().c.knobs, 26, !pair_dot, "panel route in row blocks");
+}
+
+INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvPanelRowBlocks, ::testing::ValuesIn(at_every_level(row_block_cases())),
+                         level_case_name);
 
 // The tile GEMM (forced on) reads its pair strips from the pack for bf16 activations.
 TEST_P(FusedQkvTileGemm, TileRouteReadsThePackWithTheSameBits) {
