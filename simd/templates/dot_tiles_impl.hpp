@@ -297,11 +297,14 @@ inline std::size_t a_block_bytes() {
 
 // Rows up to which bf16 rows of B are widened in the tiles' registers rather than converted into
 // a panel. Measured on AMD Zen 3 (avx2, 2 threads, Llama-3-8B dense, alternating processes): at 8
-// rows (three row groups) 5.65-6.06 ms against 6.39-7.22 converted, at 32 rows 20.9-21.3 against
-// 16.1-19.3 (and fp8 rows, whose decode does not hide behind the FMAs, 5.4-6.1 against 3.3-3.6 ms
-// at 8 rows); the other levels keep one register tile of rows, not measured there.
+// rows (three row groups) 5.65-6.06 ms against 6.39-7.22 converted; at 32 rows, once no accumulator
+// of the widening tile was left on the stack, 13.3 ms against 15.4-16.0 (before that, 20.9-21.3
+// against 16.1-19.3); fp8 rows, whose decode does not hide behind the FMAs, lose already at 8 rows
+// (5.4-6.1 against 3.3-3.6 ms). So on avx2 every bf16 call below the panel GEMM's 64 dense rows
+// widens (33-63 rows not measured apart); the other levels keep one register tile of rows, not
+// measured there.
 #if defined(MLAKIT_SIMD_LEVEL_avx2)
-constexpr std::size_t kWidenBf16Rows = 3 * kMr;
+constexpr std::size_t kWidenBf16Rows = 64;
 #else
 constexpr std::size_t kWidenBf16Rows = kMr;
 #endif

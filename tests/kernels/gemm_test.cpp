@@ -255,9 +255,9 @@ TEST_P(Gemm, RowsBeyondOneBlockGiveTheSameBitsAsAlone) {
   check_row_blocks<std::uint16_t, std::uint8_t>(table().bf16_f8, "bf16_f8");
 }
 
-// Calls of at most one register tile of rows (mr; bf16 rows on avx2 up to 3 mr) read B in its
+// Calls of at most one register tile of rows (mr; bf16 rows on avx2 up to 64) read B in its
 // stored type, widened in the tiles' registers; taller calls convert panels of B first. Rows
-// 0 .. 3 mr - 1 of a taller call, as calls of 3 mr, mr, mr - 1 rows and alone, give the taller
+// 0 .. 63 of a call of 70, as calls of 64, 3 mr, mr, mr - 1 rows and alone, give the taller
 // call's bits: k with and without a partial last vector, n with partial register tiles, B's fp8
 // codes all 256 (the two NaN codes in the last column only, so that the other columns stay finite).
 template <class TA, class TB>
@@ -265,7 +265,7 @@ void check_few_rows(simd::GemmFn<TA, TB> fn, std::size_t mr, const char* name) {
   std::size_t seed = 90;
   for (std::size_t k : {5, 8, 77, 300})
     for (std::size_t n : {1, 4, 6, 9}) {
-      const Problem p{4 * mr + 2, n, k};
+      const Problem p{70, n, k};
       auto cs = make_case<TA, TB>(p, seed++);
       if constexpr (std::is_same_v<TB, std::uint8_t>)
         for (std::size_t j = 0; j < n; ++j)
@@ -277,9 +277,9 @@ void check_few_rows(simd::GemmFn<TA, TB> fn, std::size_t mr, const char* name) {
       // (Against the exact sums in check_pair; here bitwise against the taller call.)
       std::vector<float> batch(p.m * n);
       fn(p.m, n, k, cs.a.data() + cs.a_off, cs.lda, cs.b.data() + cs.b_off, cs.ldb, batch.data(), n, false);
-      for (std::size_t rows : {3 * mr, mr, mr - 1, std::size_t{1}}) {
+      for (std::size_t rows : {std::size_t{64}, 3 * mr, mr, mr - 1, std::size_t{1}}) {
         if (rows == 0) continue;
-        for (std::size_t i0 = 0; i0 + rows <= 3 * mr; i0 += rows) {
+        for (std::size_t i0 = 0; i0 + rows <= 64; i0 += rows) {
           std::vector<float> c(rows * n + 1, float_of(0x7FA5A5A5u));
           fn(rows, n, k, cs.a.data() + cs.a_off + i0 * cs.lda, cs.lda, cs.b.data() + cs.b_off, cs.ldb, c.data(), n, false);
           for (std::size_t e = 0; e < rows * n; ++e) {
