@@ -234,9 +234,15 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
     }
   }
 #elif defined(__AVX2__)
-  // A word (8 codes) at a time, looked up in its column's f32 table.
+  // A word (8 codes) at a time, looked up in its column's f32 table; the word rows kAhead on asked
+  // for (each row a page or more apart: GPTQ T 8 spent 21 % of its samples waiting on them).
   if constexpr (std::is_same_v<CT, float>) {
     for (; r < nrows; ++r) {
+      if (r + int4_step::kAhead < nrows) {
+        const std::uint32_t* ahead = b.words + (r + int4_step::kAhead) * b.ldw + j0;
+        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + np - 1), _MM_HINT_T0);
+      }
       const float* t = b.tables + (j0 * groups + 8 * r / b.group_size) * 16;
       for (std::size_t j = 0; j < np; ++j)
         _mm256_storeu_ps(buf + j * ldk + 8 * r, int4_lookup8(b.words[r * b.ldw + j0 + j], t + j * groups * 16));
