@@ -680,9 +680,10 @@ void wait_for(const std::atomic<std::size_t>& counter, std::size_t value) {
 // The rows [b0, b1) of a call. A call of one row tile forms each panel in its tile (the column
 // tiles give the threads work). Larger calls form each column tile's panels once per block, into a
 // call buffer, and run the block's row tiles on them: the weights are dequantized once per block
-// instead of once per row tile (4 times in a block of 1024 rows). The work items (column tile c, row tile r) are claimed in order from one counter, with no
-// barrier between column tiles: the thread that claims an item first helps form its column tile's
-// panels (claimed one by one), waits until all are formed, then runs its row tile. So a thread that
+// instead of once per row tile (3 times in Llama-3-8B's blocks of 768 rows). The work items
+// (column tile c, row tile r) are claimed in order from one counter, with no barrier between
+// column tiles: the thread that claims an item first helps form its column tile's panels
+// (claimed one by one), waits until all are formed, then runs its row tile. So a thread that
 // finishes early forms the next column tile's panels while the others still compute, and threads
 // of unequal speed (a shared host, hybrid cores) each take as many items as they get through. Two
 // buffers alternate; a column tile's panels overwrite those of two tiles before, once all of its
