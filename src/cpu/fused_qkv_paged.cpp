@@ -637,11 +637,17 @@ std::size_t panel_buffer_bytes(std::size_t T, std::size_t K, std::size_t N) {
 constexpr std::size_t kPackedActivationsMaxBytes = std::size_t{16} << 20;
 std::atomic<std::size_t> packed_activations_bound{kPackedActivationsMaxBytes};
 
+// Rows that `rows` activation rows take once packed: every row tile padded to whole register-tile
+// groups.
+std::size_t packed_row_count(std::size_t rows, std::size_t panel_rows) {
+  return rows / kPanelRowTile * round_up(kPanelRowTile, panel_rows) + round_up(rows % kPanelRowTile, panel_rows);
+}
+
 // Rows of a call's blocks: T in one block where the work tiles pack their own activations (one
 // column tile covers N, or one row tile passes the bound).
 std::size_t panel_block_rows(std::size_t T, std::size_t K, std::size_t N, std::size_t panel_rows) {
   if (N <= kPanelColTile) return T;
-  const std::size_t tile_bytes = round_up(kPanelRowTile, panel_rows) * K * sizeof(float);
+  const std::size_t tile_bytes = packed_row_count(kPanelRowTile, panel_rows) * K * sizeof(float);
   const std::size_t tiles = packed_activations_bound.load(std::memory_order_relaxed) / tile_bytes;
   return tiles == 0 ? T : std::min(T, tiles * kPanelRowTile);
 }
@@ -651,8 +657,7 @@ std::size_t panel_block_rows(const Plan& p) { return panel_block_rows(p.T, p.K, 
 // chunk at a time).
 std::size_t packed_activation_floats(std::size_t T, std::size_t K, std::size_t N, std::size_t panel_rows) {
   if (N <= kPanelColTile) return 0;
-  const std::size_t B = panel_block_rows(T, K, N, panel_rows);
-  const std::size_t rows = B / kPanelRowTile * round_up(kPanelRowTile, panel_rows) + round_up(B % kPanelRowTile, panel_rows);
+  const std::size_t rows = packed_row_count(panel_block_rows(T, K, N, panel_rows), panel_rows);
   return rows * K * sizeof(float) <= packed_activations_bound.load(std::memory_order_relaxed) ? rows * K : 0;
 }
 
