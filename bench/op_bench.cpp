@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <thread>
+#include <time.h>
+#include <utility>
 #include <vector>
 
 #include "bench/gpu_peak.hpp"
@@ -90,6 +93,30 @@ TimedCalls time_calls(benchmark::State& state, const goldens::OpDriver& driver, 
 // after its rows, the best of three against their mean) moved the ratio by as much.
 constexpr int kBarPairs = 5;
 
+// Returns once the process's threads have been idle for a while (under 1 ms of CPU time in 10 ms
+// of wall time; at most a second). The libraries leave their worker threads spinning after a call
+// returns: OpenBLAS's server threads poll for 2^28 TSC cycles (110 ms of a core here), GNU OpenMP
+// under oneDNN some 300k pauses. On a machine with as many cores as threads the spinners took the
+// cores of whatever was timed next: a 7.5 ms fp8 decode batch timed 9-24 ms right after the bars
+// (Zen 3, 2 threads), which put it at 59-79 % of OpenBLAS where it is at 115-155 % once they have
+// stopped. Each side of a pair is timed with the other's threads asleep, as it would run in an
+// engine between other work; its own threads may be asleep too, and waking them is part of its call.
+void wait_until_quiet() {
+  const auto cpu_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  double before = cpu_seconds();
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const double now = cpu_seconds();
+    if (now - before < 1e-3) return;
+    before = now;
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -107,12 +134,17 @@ BarRatios paired_bars(const std::string& op, goldens::Bundle& bundle, const std:
     if (*bar) (**bar)();  // warm-up
   std::vector<double> lib_ratio, dn_ratio;
   for (int i = 0; i < kBarPairs; ++i) {
+    wait_until_quiet();
     const auto t0 = std::chrono::steady_clock::now();
     if (!call().ok()) return BarRatios{};
     const double op = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (lib) lib_ratio.push_back((*lib)() / op);
-    if (dn) dn_ratio.push_back((*dn)() / op);
+    for (auto [bar, ratios] : {std::pair{&lib, &lib_ratio}, std::pair{&dn, &dn_ratio}}) {
+      if (!*bar) continue;
+      wait_until_quiet();
+      ratios->push_back((**bar)() / op);
+    }
   }
+  wait_until_quiet();  // the next repetition's timed calls start with the bars' threads asleep
   if (lib) r.blas = median(lib_ratio);
   if (dn) r.onednn = median(dn_ratio);
   return r;
