@@ -474,14 +474,16 @@ Status run_library(Plan& p) {
 // against the own dot tiles, which read the weights as stored. Where the crossover lies depends on
 // what those tiles run on, so one row of thresholds per kind, each measured where that kind is the
 // CPU's own (2 threads, the routes paired in one process; bench/RESULTS.md):
-//   8-lane f32 tiles (generic, avx2), Zen 3 ("Op 5 on the panel GEMM"): at 32 rows the own tiles win
-//     (dense by 4 %, GPTQ 1.25x, fp8 1.8x), at 128 the panel GEMM for dense (1.2x) and GPTQ (1.07x);
+//   8-lane f32 tiles (generic, avx2), Zen 3: at 32 rows the own tiles win (dense by 4 %; GPTQ and
+//     fp8 by 1.05-1.15x against the library bar), from 64 the panel GEMM (dense 1.2x at 128; GPTQ
+//     1.07-1.13x and fp8 1.03-1.13x at 64-128 against the bar, whose weights come from memory as a
+//     layer's do: "Op 5's panel thresholds on avx2");
 //   16-lane f32 tiles (the AVX-512 levels, and bf16 tiles' f32 activations), a Xeon: panel over own
 //     at dense 16 / 32 rows 1.14 / 0.92, GPTQ 64 / 128 1.12 / 0.96, fp8 64 / 128 1.15 / 0.92;
 //   the bf16 pair-dot tiles on a CPU that runs vdpbf16ps at half its f32 FMA rate (Intel's
 //     avx512bf16, where bf16_dot::use declines them for the large products), a Xeon: dense 16 / 24
 //     rows 1.07 / 0.88, GPTQ 24 / 32 1.17 / 0.98, fp8 32 / 48 1.02 / 0.89, and 0.63 at 128.
-constexpr std::size_t kPanelMinRows[3][3] = {{64, 256, 128}, {32, 128, 128}, {24, 40, 32}};
+constexpr std::size_t kPanelMinRows[3][3] = {{64, 64, 64}, {32, 128, 128}, {24, 40, 32}};
 std::size_t panel_min_rows(WeightFormat f, bool f32_activations, const simd::GemmKernels& g) {
   const int kind = !f32_activations && g.bf16_dot ? 2 : g.panel_cols >= 32 ? 1 : 0;
   return kPanelMinRows[kind][static_cast<int>(f)];
