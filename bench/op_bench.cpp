@@ -98,7 +98,7 @@ constexpr int kBarPairs = 5;
 // returns: OpenBLAS's server threads poll for 2^28 TSC cycles (110 ms of a core here), GNU OpenMP
 // under oneDNN some 300k pauses. On a machine with as many cores as threads the spinners took the
 // cores of whatever was timed next: a 7.5 ms fp8 decode batch timed 9-24 ms right after the bars
-// (Zen 3, 2 threads), which put it at 59-79 % of OpenBLAS where it is at 115-155 % once they have
+// (Zen 3, 2 threads), which put it at 59-79 % of OpenBLAS where it is at 102-124 % once they have
 // stopped. Each side of a pair is timed with the other's threads asleep, as it would run in an
 // engine between other work; its own threads may be asleep too, and waking them is part of its call.
 void wait_until_quiet() {
