@@ -168,13 +168,16 @@ constexpr std::size_t kVectorRegisters = 32;
 // the tile is computed again with it where a NaN code showed: the same chains, so the same bits.
 // Where the watch and its constant would push sums out of the registers (3 x 4 on avx2: three
 // sums on the stack instead of two), the patched decode runs alone. One row on avx2 (op 5's fp8
-// decode): 1.45-1.65 -> 1.21-1.39 ms.
+// decode): 1.45-1.65 -> 1.21-1.42 ms.
+// Registers the watched decode needs beside the sums and A rows: the B vector, the watch, and the
+// constants of the field mask, the watch's carry and the 2^8 scale.
+constexpr std::size_t kWatchedDecodeRegisters = 5;
 template <std::size_t R, std::size_t C, class TB = float>
 void tile_f32(std::size_t k, const float* a, std::size_t lda, const TB* b, std::size_t ldb, float* c,
               std::size_t ldc, bool accumulate) {
   F s[R][C];
   H watch = hsplat(0);
-  if constexpr (std::is_same_v<TB, std::uint8_t> && R * C + R + 5 <= kVectorRegisters) {
+  if constexpr (std::is_same_v<TB, std::uint8_t> && R * C + R + kWatchedDecodeRegisters <= kVectorRegisters) {
     tile_f32_sums<R, C, TB, true>(s, k, a, lda, b, ldb, watch);
     if (fp8_watch_saw_nan(watch)) tile_f32_sums<R, C, TB, false>(s, k, a, lda, b, ldb, watch);
   } else {
