@@ -246,32 +246,88 @@ inline void codes(__m256i w0, __m256i w1, std::size_t h, __m256i (&c)[2]) {
   c[1] = _mm256_unpackhi_epi8(lo, hi);
 }
 
-// One step of a decode row: word rows w and, when kTwo, w + ldw (else none: its products
-// skipped) of 8 columns against x (double_quads' layout at the rows' first element), into the
-// pairs' chains lo[q] (lanes 0-3 of columns q and q + 4) and hi[q] (lanes 4-7).
-template <bool kTwo>
-[[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
-                                            const ByteTables& t, F (&lo)[4], F (&hi)[4]) {
+// Pair q of code bytes `code` (codes' c[i] for q = 2h + i) looked up in the pair's tables: v[0]
+// holds elements 0-3 of the 16 (row r's codes 0-3) of column q in lane 0 and of column q + 4 in
+// lane 1, v[1] elements 4-7, v[2] 8-11, v[3] 12-15, as f32.
+[[gnu::always_inline]] inline void lookup_pair(const ByteTables& t, std::size_t q, __m256i code, __m256 (&v)[4]) {
   const __m256i zero = _mm256_setzero_si256();
+  const __m256i l = _mm256_shuffle_epi8(t.lo[q], code), h = _mm256_shuffle_epi8(t.hi[q], code);
+  // bf16 values (low byte from lo, high from hi), then each the upper half of an f32.
+  const __m256i v01 = _mm256_unpacklo_epi8(l, h), v23 = _mm256_unpackhi_epi8(l, h);
+  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v01));
+  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v01));
+  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v23));
+  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v23));
+}
+
+// Word rows w and, when kTwo, w + ldw (else none, its codes zero and unused) of 8 columns, each
+// pair q looked up and handed to use(q, v) (lookup_pair's v).
+template <bool kTwo, class Use>
+[[gnu::always_inline]] inline void pair_values(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, Use use) {
   const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m256i w1 = kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : zero;
+  const __m256i w1 = kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : _mm256_setzero_si256();
 #pragma GCC unroll 2
   for (std::size_t h = 0; h < 2; ++h) {
     __m256i code[2];
     codes(w0, w1, h, code);
 #pragma GCC unroll 2
     for (std::size_t i = 0; i < 2; ++i) {
-      const std::size_t q = 2 * h + i;
-      const __m256i l = _mm256_shuffle_epi8(t.lo[q], code[i]), hb = _mm256_shuffle_epi8(t.hi[q], code[i]);
-      // bf16 values (low byte from lo, high from hi), then each the upper half of an f32.
-      const __m256i v01 = _mm256_unpacklo_epi8(l, hb), v23 = _mm256_unpackhi_epi8(l, hb);
-      lo[q] = fmadd(fload(x), F{_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v01))}, lo[q]);
-      hi[q] = fmadd(fload(x + 8), F{_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v01))}, hi[q]);
-      if constexpr (kTwo) {
-        lo[q] = fmadd(fload(x + 16), F{_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v23))}, lo[q]);
-        hi[q] = fmadd(fload(x + 24), F{_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v23))}, hi[q]);
-      }
+      __m256 v[4];
+      lookup_pair(t, 2 * h + i, code[i], v);
+      use(2 * h + i, v);
     }
+  }
+}
+
+// One step of a decode row: pair_values' rows against x (double_quads' layout at the rows' first
+// element), into the pairs' chains lo[q] (lanes 0-3 of columns q and q + 4) and hi[q] (lanes 4-7).
+template <bool kTwo>
+[[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
+                                            const ByteTables& t, F (&lo)[4], F (&hi)[4]) {
+  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) [[gnu::always_inline]] {
+    lo[q] = fmadd(fload(x), F{v[0]}, lo[q]);
+    hi[q] = fmadd(fload(x + 8), F{v[1]}, hi[q]);
+    if constexpr (kTwo) {
+      lo[q] = fmadd(fload(x + 16), F{v[2]}, lo[q]);
+      hi[q] = fmadd(fload(x + 24), F{v[3]}, hi[q]);
+    }
+  });
+}
+
+// One step of an expansion: pair_values' rows written out as f32, column q's 8 or 16 elements at
+// out + q * ldk.
+template <bool kTwo>
+[[gnu::always_inline]] inline void expand_step(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, float* out,
+                                               std::size_t ldk) {
+  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) [[gnu::always_inline]] {
+    float* a = out + q * ldk;
+    float* b = out + (q + 4) * ldk;
+    _mm256_storeu_ps(a, _mm256_permute2f128_ps(v[0], v[1], 0x20));
+    _mm256_storeu_ps(b, _mm256_permute2f128_ps(v[0], v[1], 0x31));
+    if constexpr (kTwo) {
+      _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(v[2], v[3], 0x20));
+      _mm256_storeu_ps(b + 8, _mm256_permute2f128_ps(v[2], v[3], 0x31));
+    }
+  });
+}
+
+// The byte tables of 8 columns whose f32 tables (int4_tables' values) lie `stride` floats apart.
+inline void byte_tables(const float* tab, std::size_t stride, ByteTables& t) {
+  // Within a lane of eight 16-bit values: their low bytes, then their high bytes.
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m256i col[kRowCols];
+  for (std::size_t j = 0; j < kRowCols; ++j) {
+    const __m256i v0 = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tab + j * stride)), 16);
+    const __m256i v1 = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tab + j * stride + 8)), 16);
+    // packus works within lanes (values 0-3, 8-11 | 4-7, 12-15): the quadwords put back in order.
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(v0, v1), 0xD8);
+    // [low bytes 0-7, high bytes 0-7 | low 8-15, high 8-15] -> [low 0-15 | high 0-15].
+    col[j] = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);
+  }
+  for (std::size_t q = 0; q < 4; ++q) {
+    t.lo[q] = _mm256_permute2x128_si256(col[q], col[q + 4], 0x20);
+    t.hi[q] = _mm256_permute2x128_si256(col[q], col[q + 4], 0x31);
   }
 }
 
@@ -338,18 +394,41 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
     }
   }
 #elif defined(__AVX2__)
-  // A word (8 codes) at a time, looked up in its column's f32 table; the word rows kAhead on asked
-  // for (each row a page or more apart: GPTQ T 8 spent 21 % of its samples waiting on them).
+  // Whole blocks of 8 columns two word rows a step, through the decode row's byte tables; the
+  // rest a word (8 codes) at a time, looked up in its column's f32 table. The word rows kAhead on
+  // are asked for (each row a page or more apart: GPTQ T 8 spent 21 % of its samples waiting on
+  // them).
   if constexpr (std::is_same_v<CT, float>) {
-    for (; r < nrows; ++r) {
-      if (r + int4_step::kAhead < nrows) {
-        const std::uint32_t* ahead = b.words + (r + int4_step::kAhead) * b.ldw + j0;
-        _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + np - 1), _MM_HINT_T0);
+    constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
+    const std::size_t blocks = np / kC, group_rows = b.group_size / 8;
+    const auto ahead = [&](std::size_t ra) {
+      if (ra < nrows) {
+        const std::uint32_t* row = b.words + ra * b.ldw + j0;
+        _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + np - 1), _MM_HINT_T0);
       }
-      const float* t = b.tables + (j0 * groups + 8 * r / b.group_size) * 16;
-      for (std::size_t j = 0; j < np; ++j)
-        _mm256_storeu_ps(buf + j * ldk + 8 * r, int4_lookup8(b.words[r * b.ldw + j0 + j], t + j * groups * 16));
+    };
+    int4_step::ByteTables t[kInt4Panel / kC];
+    for (std::size_t g = 0; r < nrows; ++g) {
+      for (std::size_t i = 0; i < blocks; ++i)
+        int4_step::byte_tables(b.tables + ((j0 + kC * i) * groups + g) * 16, groups * 16, t[i]);
+      const float* tab = b.tables + (j0 * groups + g) * 16;
+      const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
+      for (; r < group_end; r += 2) {
+        ahead(r + kAhead);
+        ahead(r + kAhead + 1);
+        const bool two = r + 1 < group_end;
+        for (std::size_t i = 0; i < blocks; ++i) {
+          const std::uint32_t* w = b.words + r * b.ldw + j0 + kC * i;
+          float* out = buf + kC * i * ldk + 8 * r;
+          if (two) int4_step::expand_step<true>(w, b.ldw, t[i], out, ldk);
+          else int4_step::expand_step<false>(w, b.ldw, t[i], out, ldk);
+        }
+        for (std::size_t rr = r; rr < r + (two ? 2 : 1); ++rr)
+          for (std::size_t j = kC * blocks; j < np; ++j)
+            _mm256_storeu_ps(buf + j * ldk + 8 * rr, int4_lookup8(b.words[rr * b.ldw + j0 + j], tab + j * groups * 16));
+      }
+      r = group_end;
     }
   }
 #endif
