@@ -302,6 +302,38 @@ TEST_P(Gemm, FewRowsGiveTheBitsOfATallerCall) {
   check_few_rows<std::uint8_t, std::uint8_t>(table().f8_f8, mr, "f8_f8");
 }
 
+// A call of a few f32 rows against fp8 rows may carry the decode's 2^8 on its activations (exact
+// only while no |a| reaches 2^120): activations at that edge and past it (2^120, 2^121, the
+// largest float, infinities, NaN) beside ordinary ones, against codes of every magnitude (the
+// subnormal ones give finite products 2^8 times a would overflow), still give one row the bits of
+// the taller call, which decodes the codes themselves; so do ones just under the edge.
+TEST_P(Gemm, FewRowsFoldTheFp8ScaleOnlyWhereItIsExact) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& t = table();
+  constexpr std::uint32_t kEdges[] = {0x7B7FFFFFu, 0x7B800000u, 0xFC000000u, 0x7F7FFFFFu, 0x7F800000u, 0xFF800000u,
+                                      0x7FC00001u, 0x00000001u};
+  constexpr std::size_t n = 9, k = 40, m = 70;
+  Rng rng(71);
+  for (std::uint32_t edge : kEdges) {
+    std::vector<float> a(m * k);
+    for (auto& x : a) x = rng.uniform(-2.0f, 2.0f);
+    for (std::size_t i = 0; i < m; i += 3) a[i * k + (i % k)] = float_of(edge);
+    std::vector<std::uint8_t> b(n * k);
+    for (std::size_t e = 0; e < b.size(); ++e) b[e] = static_cast<std::uint8_t>((e * 37) % 256);
+    std::vector<float> tall(m * n);
+    t.f32_f8(m, n, k, a.data(), k, b.data(), k, tall.data(), n, false);
+    for (std::size_t i = 0; i < m; ++i) {
+      std::vector<float> c(n + 1, float_of(0x7FA5A5A5u));
+      t.f32_f8(1, n, k, a.data() + i * k, k, b.data(), k, c.data(), n, false);
+      for (std::size_t j = 0; j < n; ++j)
+        ASSERT_TRUE(bits_of(c[j]) == bits_of(tall[i * n + j]) || (std::isnan(c[j]) && std::isnan(tall[i * n + j])))
+            << "edge 0x" << std::hex << edge << std::dec << " row " << i << " column " << j << ": " << c[j]
+            << " against " << tall[i * n + j];
+      ASSERT_EQ(bits_of(c[n]), 0x7FA5A5A5u) << "wrote past the row";
+    }
+  }
+}
+
 // k = 0: C = 0 without accumulate, untouched with it.
 TEST_P(Gemm, EmptyReduction) {
   MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
