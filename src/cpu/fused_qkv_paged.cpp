@@ -24,8 +24,12 @@
 // * gptq: per chunk, each (column, group) of the tile gets a table of its 16 values, rounded as
 //   the spec does (bf16((q − z)·s), the product exact in f32), and the int4 kernels read the codes
 //   in place and look them up (as bf16, or widened exactly to f32 for f32 activations): the same
-//   tiles and bits as dequantizing W first. With g_idx (act-order) the chunk's weights are formed
-//   one element at a time into a thread scratch, then used by the same tiles.
+//   tiles and bits as dequantizing W first. With g_idx (act-order) whose groups each hold
+//   group_size channels (as GPTQ's act-order makes them), the own tiles take K in group order
+//   (k_order: stable by group), the tile's activations gathered in that order and each chunk's
+//   codes regrouped into word rows of that order, then the grouped paths above: the sums run in
+//   that order, not K's. With any other g_idx (and on the panel and library routes) the chunk's
+//   weights are formed one element at a time into a thread scratch, then used by the same tiles.
 //
 // Accuracy. Sums are f32: each kernel call's error is within its documented bound (at most
 // (2K/lanes + K/128 + log2 lanes + 1)·2^-24·Σ|x·w|), the per-chunk additions add one rounding each
@@ -125,7 +129,48 @@ struct Plan {
   std::size_t T, K, N;
   std::vector<std::int64_t> row_block, row_slot;  // cache block and page offset of each row
   const mlakit::detail::FusedQkvPackedState* pack = nullptr;  // the caller's packed weights, for this call's route
+  // GPTQ with a g_idx of group_size channels per group, on the own tiles: K's channels by group,
+  // in K's order within a group (empty otherwise).
+  std::vector<std::uint32_t> k_order;
 };
+
+// The channels of K sorted by their group (stable), when g_idx gives every group group_size
+// channels; else empty. (The validator has checked each entry lies in [0, K / group_size).)
+std::vector<std::uint32_t> group_order(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, std::size_t K) {
+  const auto gs = static_cast<std::size_t>(d.group_size);
+  const auto* gi = static_cast<const std::int32_t*>(a.g_idx.data);
+  std::vector<std::uint32_t> start(K / gs + 1, 0);
+  for (std::size_t k = 0; k < K; ++k) ++start[static_cast<std::size_t>(gi[k]) + 1];
+  for (std::size_t g = 0; g < K / gs; ++g) {
+    if (start[g + 1] != gs) return {};
+    start[g + 1] += start[g];
+  }
+  std::vector<std::uint32_t> order(K);
+  for (std::size_t k = 0; k < K; ++k) order[start[static_cast<std::size_t>(gi[k])]++] = static_cast<std::uint32_t>(k);
+  return order;
+}
+
+// Word rows of the group order's chunk [k0, k0 + kn) for columns [c0, c0 + n): nibble j of row r
+// holds the code of channel k_order[k0 + 8 r + j], rows n words apart.
+void grouped_words(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn, std::uint32_t* out) {
+  const auto* qw = static_cast<const std::uint32_t*>(p.a->qweight.data);
+  for (std::size_t r = 0; r < kn / 8; ++r) {
+    const std::uint32_t* src[8];
+    unsigned from[8];
+    for (std::size_t j = 0; j < 8; ++j) {
+      const std::size_t k = p.k_order[k0 + 8 * r + j];
+      src[j] = qw + (k / 8) * p.N + c0;
+      from[j] = 4 * static_cast<unsigned>(k % 8);
+    }
+    // A column's word built in a register from its eight sources (vectorized along the columns).
+    std::uint32_t* dst = out + r * n;
+    for (std::size_t c = 0; c < n; ++c) {
+      std::uint32_t w = 0;
+      for (unsigned j = 0; j < 8; ++j) w |= ((src[j][c] >> from[j]) & 0xFu) << (4 * j);
+      dst[c] = w;
+    }
+  }
+}
 
 // `len` sums of a row to their destination, rounded once to the dtype.
 void store_run(const float* v, std::size_t len, bool f32, void* base, std::int64_t at) {
@@ -240,11 +285,15 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   auto* acc = static_cast<float*>(thread_scratch(acc_floats * sizeof(float), 0));
   // GPTQ: the chunk's value tables (16 per column and group), or with g_idx its dequantized
   // weights (bf16).
-  const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr;
+  // With a g_idx in groups (k_order), K in group order: the activations gathered, the codes
+  // regrouped per chunk, then the paths without g_idx.
+  const bool grouped = fmt == WeightFormat::gptq && a.g_idx.data != nullptr && !p.k_order.empty();
+  const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr && !grouped;
   const std::size_t gs = fmt == WeightFormat::gptq ? static_cast<std::size_t>(p.d->group_size) : 1;
   auto* tables = static_cast<float*>(
       thread_scratch(fmt == WeightFormat::gptq && !act_order ? n * (chunk / gs) * 16 * sizeof(float) : 0, 1));
   auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? n * chunk * sizeof(std::uint16_t) : 0, 3));
+  auto* words = static_cast<std::uint32_t*>(thread_scratch(grouped ? n * (chunk / 8) * sizeof(std::uint32_t) : 0, 4));
   // The f32 operand of the f32 tile where the data is not used as stored: the chunk's activations
   // times their weight scales (fp8) or its dequantized weights (GPTQ with g_idx, f32 activations).
   const bool fp8_widened = fmt == WeightFormat::fp8_block && (p.f32 || !g.bf16_f8_block_scaled);
@@ -253,6 +302,16 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
 
   const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
   const auto* xf = static_cast<const float*>(a.hidden_state.data) + r0 * K;
+  if (grouped) {
+    // The tile's rows in group order (bf16 or f32 elements, moved as they are).
+    const std::size_t es = p.f32 ? sizeof(float) : sizeof(std::uint16_t);
+    auto* xg = static_cast<unsigned char*>(thread_scratch(m * K * es, 5));
+    const auto* x = static_cast<const unsigned char*>(a.hidden_state.data) + r0 * K * es;
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t k = 0; k < K; ++k) std::memcpy(xg + (i * K + k) * es, x + (i * K + p.k_order[k]) * es, es);
+    xb = reinterpret_cast<const std::uint16_t*>(xg);
+    xf = reinterpret_cast<const float*>(xg);
+  }
   const std::size_t kb_count = (K + chunk - 1) / chunk;
   const std::size_t fp8_blocks = (K + kFp8Block - 1) / kFp8Block;  // scale blocks along K
   for (std::size_t kb = 0; kb < kb_count; ++kb) {
@@ -292,10 +351,13 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
         break;
       }
       case WeightFormat::gptq:
+        if (grouped) grouped_words(p, c0, n, k0, kn, words);
         if (!act_order && m == 1 && (p.f32 ? g.int4_row_f32 != nullptr : g.int4_row_bf16 != nullptr)) {
           // A decode row forms each group's tables from the scales and zero points as it reaches them.
-          const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,
-                                    nullptr, gs};
+          const simd::Int4Columns w = grouped ? simd::Int4Columns{words, n, nullptr, gs}
+                                              : simd::Int4Columns{static_cast<const std::uint32_t*>(a.qweight.data) +
+                                                                      (k0 / 8) * p.N + c0,
+                                                                  p.N, nullptr, gs};
           const simd::Int4Groups q = gptq_groups(p, c0, k0);
           if (p.f32) g.int4_row_f32(n, kn, xf + k0, w, q, acc, !first);
           else g.int4_row_bf16(n, kn, xb + k0, w, q, acc, !first);
@@ -303,8 +365,10 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
         }
         if (!act_order) {
           gptq_tables(p, c0, c1, k0, kn, tables);
-          const simd::Int4Columns w{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,
-                                    tables, gs};
+          const simd::Int4Columns w =
+              grouped ? simd::Int4Columns{words, n, tables, gs}
+                      : simd::Int4Columns{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,
+                                          tables, gs};
           if (p.f32) g.int4_f32(m, n, kn, xf + k0, K, w, acc, n, !first);
           else g.int4_bf16(m, n, kn, xb + k0, K, w, acc, n, !first);
           break;
@@ -1024,6 +1088,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
     case Route::panel: return run_panels(p);
     case Route::own: break;
   }
+  if (d.weight_format == WeightFormat::gptq && a.g_idx.data != nullptr) p.k_order = group_order(d, a, p.K);
   parallel_for_tiles_2d(p.T, kRowTile, p.N, kColTile,
                         [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) { run_tile(p, r0, r1, c0, c1); });
   return Status::success();

@@ -6,7 +6,9 @@
 // golden-matrix case, through the BLAS library's GEMM and through the panel GEMM (each forced on
 // from one row): against the reference and bitwise identical for 1, 2 and 4 threads and under
 // concurrent callers; through the panel GEMM a decode call also gives each row its prefill bits.
-// GPTQ rows rerun one per call (T = 1, the int4 decode row) get the bits of the call of all rows.
+// GPTQ rows rerun one per call (T = 1, the int4 decode row) get the bits of the call of all rows,
+// act-order ones (K in group order) too; an act-order map of uneven groups takes the per-element
+// path, against the reference.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -161,6 +163,27 @@ TEST_P(FusedQkvCpu, DecodeEqualsPrefillRowByRow) {
 
 INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_every_level(big_cases())), level_case_name);
 
+// An act-order map whose groups do not all hold group_size channels (one channel moved from group
+// 1 to group 0) cannot be taken in group order: each weight element is formed on its own, against
+// the reference and bitwise the same for 1, 2 and 4 threads, decode calls (the int4 decode row
+// where the map is even) and prefills alike.
+TEST(FusedQkvActOrder, UnevenGroupsFormEachElementOnItsOwn) {
+  RouteModes own(RouteMode::off, RouteMode::off);
+  for (const json& lens : {json{{"seq_lens", {1, 1, 1}}, {"cache_lens", {0, 7, 30}}}, json{{"seq_lens", {20, 3}}, {"cache_lens", {0, 5}}}}) {
+    json knobs = {{"K", 256}, {"q_dim", 136}, {"num_kv_heads", 1}, {"head_dim", 64}, {"weight_format", "gptq"},
+                  {"group_size", 32}, {"has_zp", true}, {"g_idx", true}};
+    knobs.update(lens);
+    Bundle in = driver().generate(knobs, 21);
+    std::int32_t* gi = in.at("g_idx").data<std::int32_t>();
+    for (std::int64_t k = 0; k < in.at("g_idx").numel(); ++k)
+      if (gi[k] == 1) {
+        gi[k] = 0;
+        break;
+      }
+    expect_reference_match_and_thread_invariance(driver(), in, expect_same_outputs);
+  }
+}
+
 // Single-token calls (T = 1), which take the int4 decode row (each group's tables formed from the
 // scales and zero points as the row reaches it, none written for the call) and, for bf16 and fp8
 // weights on the f32 levels, tiles that widen the weights in registers: each row of a call of
@@ -170,7 +193,9 @@ INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_ev
 std::vector<BigCase> single_token_cases() {
   const json gptq = {{"seq_lens", {3, 2}}, {"cache_lens", {5, 40}}, {"K", 1280}, {"q_dim", 392},
                      {"num_kv_heads", 1}, {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128}};
-  json v1 = gptq, v2_bf16 = gptq, f32 = gptq;
+  json v1 = gptq, v2_bf16 = gptq, f32 = gptq, gidx = gptq;
+  gidx["has_zp"] = true;
+  gidx["g_idx"] = true;  // act-order: K taken in group order, the decode row on regrouped codes
   v1["has_zp"] = true;
   v1["zero_format"] = "v1";
   v2_bf16["has_zp"] = true;
@@ -183,6 +208,7 @@ std::vector<BigCase> single_token_cases() {
   fp8["weight_format"] = fp8_f32["weight_format"] = "fp8_block";
   dense_f32["dtype"] = fp8_f32["dtype"] = "f32";
   return {{"gptq_f16_no_zp", gptq}, {"gptq_f16_zp_v1", v1}, {"gptq_bf16_zp", v2_bf16}, {"gptq_f32_g64", f32},
+          {"gptq_g_idx", gidx},
           {"dense_bf16", dense}, {"dense_f32", dense_f32}, {"fp8_bf16", fp8}, {"fp8_f32", fp8_f32}};
 }
 
