@@ -282,6 +282,18 @@ class FusedQkvPagedDriver final : public OpDriver {
                      std::string(t <= 32 ? "decode" : "prefill") + ", T = " + std::to_string(t), k});
       }
     }
+    // Act-order GPTQ (zero points, a shuffled g_idx) at decode sizes, where calls take K in group order.
+    for (int t : {1, 8}) {
+      json k = llama;
+      k["weight_format"] = "gptq";
+      k["has_zp"] = true;
+      k["g_idx"] = true;
+      std::vector<std::int64_t> seq(t, 1), cache(t);
+      for (int i = 0; i < t; ++i) cache[i] = 512 + 37 * i;
+      k["seq_lens"] = seq;
+      k["cache_lens"] = cache;
+      v.push_back({"llama3_8b_gptq_zp_gidx_t" + std::to_string(t), "decode, act-order, T = " + std::to_string(t), k});
+    }
     return v;
   }
 
