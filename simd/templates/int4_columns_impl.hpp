@@ -401,13 +401,6 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
   if constexpr (std::is_same_v<CT, float>) {
     constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
     const std::size_t blocks = np / kC, group_rows = b.group_size / 8;
-    const auto ahead = [&](std::size_t ra) {
-      if (ra < nrows) {
-        const std::uint32_t* row = b.words + ra * b.ldw + j0;
-        _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(row + np - 1), _MM_HINT_T0);
-      }
-    };
     int4_step::ByteTables t[kInt4Panel / kC];
     for (std::size_t g = 0; r < nrows; ++g) {
       for (std::size_t i = 0; i < blocks; ++i)
@@ -415,8 +408,12 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
       const float* tab = b.tables + (j0 * groups + g) * 16;
       const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
       for (; r < group_end; r += 2) {
-        ahead(r + kAhead);
-        ahead(r + kAhead + 1);
+        // Written out here: through a lambda, GCC dropped the prefetches.
+        for (std::size_t ra = r + kAhead; ra < r + kAhead + 2 && ra < nrows; ++ra) {
+          const std::uint32_t* row = b.words + ra * b.ldw + j0;
+          _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(row + np - 1), _MM_HINT_T0);
+        }
         const bool two = r + 1 < group_end;
         for (std::size_t i = 0; i < blocks; ++i) {
           const std::uint32_t* w = b.words + r * b.ldw + j0 + kC * i;
