@@ -108,27 +108,23 @@ inline void write_tile(const F (&s)[R][C], float* c, std::size_t ldc, bool accum
 // B's elements as f32, fp8 codes decoded without the NaN patch when kWatched (the two NaN codes
 // come out as +-480 and mark `watch`; fp8_decode_impl.hpp), and times 2^-8 when kFolded (A then
 // holds its rows times 2^8: fold_2p8).
+template <bool kWatched, bool kFolded>
+inline F widen_fp8(H code, H& watch) {
+  F v;
+  if constexpr (kWatched) v = fp8_lanes_to_f32_scaled_watched(code, watch);
+  else v = fp8_lanes_to_f32_scaled(code);
+  if constexpr (kFolded) return v;
+  else return v * fsplat(256.0f);
+}
 template <bool kWatched, bool kFolded, class TB>
 inline F widen_b(const TB* p, H& watch) {
-  if constexpr (kFolded) {
-    if constexpr (kWatched) return fp8_lanes_to_f32_scaled_watched(hload_s8(p), watch);
-    else return fp8_lanes_to_f32_scaled(hload_s8(p));
-  } else if constexpr (kWatched) {
-    return fp8_lanes_to_f32_watched(hload_s8(p), watch);
-  } else {
-    return fload_as_f32(p);
-  }
+  if constexpr (std::is_same_v<TB, std::uint8_t>) return widen_fp8<kWatched, kFolded>(hload_s8(p), watch);
+  else return fload_as_f32(p);
 }
 template <bool kWatched, bool kFolded, class TB>
 inline F widen_b_n(const TB* p, std::size_t n, H& watch) {
-  if constexpr (kFolded) {
-    if constexpr (kWatched) return fp8_lanes_to_f32_scaled_watched(hload_s8_n(p, n), watch);
-    else return fp8_lanes_to_f32_scaled(hload_s8_n(p, n));
-  } else if constexpr (kWatched) {
-    return fp8_lanes_to_f32_watched(hload_s8_n(p, n), watch);
-  } else {
-    return fload_as_f32_n(p, n);
-  }
+  if constexpr (std::is_same_v<TB, std::uint8_t>) return widen_fp8<kWatched, kFolded>(hload_s8_n(p, n), watch);
+  else return fload_as_f32_n(p, n);
 }
 
 // s = the tile's dots, B in f32 or in its stored type widened in registers (the same values, so
