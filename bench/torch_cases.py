@@ -283,9 +283,9 @@ def op5_cases(small):
         for T in (1, 8, 32, 512, 2048):
             seq, cache = op5_rows(T)
             v.append(Case(5, f"{name}_t{T}", True, dict(m, seq=seq, cache=cache)))
-    # GPTQ with zero points and an act-order g_idx: the golden drivers' bench set has the decode
-    # sizes (1, 8), not the prefill.
-    for T in (1, 8, 2048):
+    # GPTQ with zero points and an act-order g_idx: the golden drivers' bench set has T 1, 8 and
+    # 512, not 2048.
+    for T in (1, 8, 512, 2048):
         seq, cache = op5_rows(T)
         v.append(Case(5, f"llama3_8b_gptq_zp_gidx_t{T}", T != 2048, dict(LLAMA3_8B, fmt="gptq", zp=True, gidx=True,
                                                                         seq=seq, cache=cache)))

@@ -25,10 +25,10 @@
 //   the spec does (bf16((q − z)·s), the product exact in f32), and the int4 kernels read the codes
 //   in place and look them up (as bf16, or widened exactly to f32 for f32 activations): the same
 //   tiles and bits as dequantizing W first. With g_idx (act-order) whose groups each hold
-//   group_size channels (as GPTQ's act-order makes them), the own tiles take K in group order
-//   (k_order: stable by group), the tile's activations gathered in that order and each chunk's
-//   codes regrouped into word rows of that order, then the grouped paths above: the sums run in
-//   that order, not K's. With any other g_idx (and on the panel and library routes) the chunk's
+//   group_size channels (as GPTQ's act-order makes them), every route takes K in group order
+//   (k_order: stable by group): the call's activations gathered in that order once, and each
+//   chunk's codes regrouped into word rows of that order where the route reads or forms them,
+//   then the grouped paths: the sums run in that order, not K's. With any other g_idx the chunk's
 //   weights are formed one element at a time into a thread scratch, then used by the same tiles.
 //
 // Accuracy. Sums are f32: each kernel call's error is within its documented bound (at most
@@ -54,7 +54,7 @@
 // register tiles' packed row groups before the tiles start, in blocks of rows whose packed rows stay
 // within kPackedActivationsMaxBytes (once per tile and chunk where one column tile covers N), and each
 // panel of weight columns (dense rows widened as they are packed, fp8 as code·scale rounded once
-// to f32, GPTQ expanded from its value tables, act-order formed element by element) is formed once
+// to f32, GPTQ expanded from its value tables, in group order or element by element as above) is formed once
 // per tile in a call of one row tile, or once per block into a buffer shared by the block's row
 // tiles; then outer-product register tiles run
 // one FMA chain per output over K in order. Its sums do not depend on the tile, the thread count
@@ -129,9 +129,14 @@ struct Plan {
   std::size_t T, K, N;
   std::vector<std::int64_t> row_block, row_slot;  // cache block and page offset of each row
   const mlakit::detail::FusedQkvPackedState* pack = nullptr;  // the caller's packed weights, for this call's route
-  // GPTQ with a g_idx of group_size channels per group, on the own tiles: K's channels by group,
-  // in K's order within a group (empty otherwise).
+  // GPTQ with a g_idx of group_size channels per group: K's channels by group, in K's order
+  // within a group (empty otherwise). Every route then takes K in this order.
   std::vector<std::uint32_t> k_order;
+  // The activations the routes read (T x K): hidden_state, or with a k_order its rows gathered
+  // in that order.
+  const void* x = nullptr;
+  const std::uint16_t* xb() const { return static_cast<const std::uint16_t*>(x); }
+  const float* xf() const { return static_cast<const float*>(x); }
 };
 
 // The channels of K sorted by their group (stable), when g_idx gives every group group_size
@@ -275,6 +280,24 @@ simd::Int4Groups gptq_groups(const Plan& p, std::size_t c0, std::size_t k0) {
                           N / 8, zero_bias(*p.d)};
 }
 
+// GPTQ codes of columns [c0, c0 + n) for the chunk [k0, k0 + kn) of the call's K order, their
+// values looked up in `tables` (gptq_tables of the same columns and chunk; null for the decode
+// row): read in place, or with a k_order regrouped into a thread scratch (slot 6).
+simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn,
+                             const float* tables) {
+  const auto gs = static_cast<std::size_t>(p.d->group_size);
+  if (p.k_order.empty())
+    return simd::Int4Columns{static_cast<const std::uint32_t*>(p.a->qweight.data) + (k0 / 8) * p.N + c0, p.N, tables, gs};
+  auto* words = static_cast<std::uint32_t*>(thread_scratch(n * (kn / 8) * sizeof(std::uint32_t), 6));
+  grouped_words(p, c0, n, k0, kn, words);
+  return simd::Int4Columns{words, n, tables, gs};
+}
+
+// GPTQ with a g_idx whose groups cannot be taken in group order: each element formed on its own.
+bool per_element(const Plan& p) {
+  return p.d->weight_format == WeightFormat::gptq && p.a->g_idx.data != nullptr && p.k_order.empty();
+}
+
 void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
   const FusedQkvPagedArgs& a = *p.a;
   const simd::GemmKernels& g = *p.g;
@@ -285,33 +308,21 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   auto* acc = static_cast<float*>(thread_scratch(acc_floats * sizeof(float), 0));
   // GPTQ: the chunk's value tables (16 per column and group), or with g_idx its dequantized
   // weights (bf16).
-  // With a g_idx in groups (k_order), K in group order: the activations gathered, the codes
-  // regrouped per chunk, then the paths without g_idx.
-  const bool grouped = fmt == WeightFormat::gptq && a.g_idx.data != nullptr && !p.k_order.empty();
-  const bool act_order = fmt == WeightFormat::gptq && a.g_idx.data != nullptr && !grouped;
+  // With a g_idx in groups (k_order), K in group order: the call's activations gathered (p.x),
+  // the codes regrouped per chunk, then the paths without g_idx.
+  const bool act_order = per_element(p);
   const std::size_t gs = fmt == WeightFormat::gptq ? static_cast<std::size_t>(p.d->group_size) : 1;
   auto* tables = static_cast<float*>(
       thread_scratch(fmt == WeightFormat::gptq && !act_order ? n * (chunk / gs) * 16 * sizeof(float) : 0, 1));
   auto* wq = static_cast<std::uint16_t*>(thread_scratch(act_order ? n * chunk * sizeof(std::uint16_t) : 0, 3));
-  auto* words = static_cast<std::uint32_t*>(thread_scratch(grouped ? n * (chunk / 8) * sizeof(std::uint32_t) : 0, 4));
   // The f32 operand of the f32 tile where the data is not used as stored: the chunk's activations
   // times their weight scales (fp8) or its dequantized weights (GPTQ with g_idx, f32 activations).
   const bool fp8_widened = fmt == WeightFormat::fp8_block && (p.f32 || !g.bf16_f8_block_scaled);
   const std::size_t widened_floats = fp8_widened ? m * chunk : act_order && p.f32 ? n * chunk : 0;
   auto* widened = static_cast<float*>(thread_scratch(widened_floats * sizeof(float), 2));
 
-  const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
-  const auto* xf = static_cast<const float*>(a.hidden_state.data) + r0 * K;
-  if (grouped) {
-    // The tile's rows in group order (bf16 or f32 elements, moved as they are).
-    const std::size_t es = p.f32 ? sizeof(float) : sizeof(std::uint16_t);
-    auto* xg = static_cast<unsigned char*>(thread_scratch(m * K * es, 5));
-    const auto* x = static_cast<const unsigned char*>(a.hidden_state.data) + r0 * K * es;
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t k = 0; k < K; ++k) std::memcpy(xg + (i * K + k) * es, x + (i * K + p.k_order[k]) * es, es);
-    xb = reinterpret_cast<const std::uint16_t*>(xg);
-    xf = reinterpret_cast<const float*>(xg);
-  }
+  const std::uint16_t* xb = p.xb() + r0 * K;
+  const float* xf = p.xf() + r0 * K;
   const std::size_t kb_count = (K + chunk - 1) / chunk;
   const std::size_t fp8_blocks = (K + kFp8Block - 1) / kFp8Block;  // scale blocks along K
   for (std::size_t kb = 0; kb < kb_count; ++kb) {
@@ -351,13 +362,9 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
         break;
       }
       case WeightFormat::gptq:
-        if (grouped) grouped_words(p, c0, n, k0, kn, words);
         if (!act_order && m == 1 && (p.f32 ? g.int4_row_f32 != nullptr : g.int4_row_bf16 != nullptr)) {
           // A decode row forms each group's tables from the scales and zero points as it reaches them.
-          const simd::Int4Columns w = grouped ? simd::Int4Columns{words, n, nullptr, gs}
-                                              : simd::Int4Columns{static_cast<const std::uint32_t*>(a.qweight.data) +
-                                                                      (k0 / 8) * p.N + c0,
-                                                                  p.N, nullptr, gs};
+          const simd::Int4Columns w = gptq_codes(p, c0, n, k0, kn, nullptr);
           const simd::Int4Groups q = gptq_groups(p, c0, k0);
           if (p.f32) g.int4_row_f32(n, kn, xf + k0, w, q, acc, !first);
           else g.int4_row_bf16(n, kn, xb + k0, w, q, acc, !first);
@@ -365,10 +372,7 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
         }
         if (!act_order) {
           gptq_tables(p, c0, c1, k0, kn, tables);
-          const simd::Int4Columns w =
-              grouped ? simd::Int4Columns{words, n, tables, gs}
-                      : simd::Int4Columns{static_cast<const std::uint32_t*>(a.qweight.data) + (k0 / 8) * p.N + c0, p.N,
-                                          tables, gs};
+          const simd::Int4Columns w = gptq_codes(p, c0, n, k0, kn, tables);
           if (p.f32) g.int4_f32(m, n, kn, xf + k0, K, w, acc, n, !first);
           else g.int4_bf16(m, n, kn, xb + k0, K, w, acc, n, !first);
           break;
@@ -403,7 +407,7 @@ constexpr std::size_t kLibraryColumns = 1024;
 constexpr std::size_t kLibraryGroup = 2048;
 // Call-buffer slots: the library path's operands and tables, the panel path's shared panels and
 // packed activations, the tile path's strips.
-enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles, kSlotRows };
+enum CallSlot { kSlotX, kSlotW, kSlotTables, kSlotPanels, kSlotTiles, kSlotRows, kSlotGathered };
 
 bool library_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const simd::GemmKernels& g) {
   const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]), K = static_cast<std::size_t>(a.hidden_state.shape[1]);
@@ -428,7 +432,7 @@ LibraryBuffers library_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedAr
   b.rows = items_within_budget(K * sizeof(float), T, 1);
   if (!f32) b.x = b.rows * K;
   if (!(d.weight_format == WeightFormat::dense && f32)) b.w = kLibraryGroup * K;
-  if (d.weight_format == WeightFormat::gptq && a.g_idx.data == nullptr) {
+  if (d.weight_format == WeightFormat::gptq) {  // with a g_idx too: the call may take K in group order
     const auto gs = static_cast<std::size_t>(d.group_size);
     b.groups = (K + gs - 1) / gs;
     b.tables = kLibraryGroup * b.groups * 16;
@@ -462,7 +466,7 @@ void weight_rows_f32(const Plan& p, std::size_t c0, std::size_t c1, float* w, co
     }
     case WeightFormat::gptq: {
       const auto* qw = static_cast<const std::uint32_t*>(a.qweight.data);
-      if (a.g_idx.data != nullptr) {  // act-order: each element's group from g_idx
+      if (per_element(p)) {  // act-order: each element's group from g_idx
         const auto* gi = static_cast<const std::int32_t*>(a.g_idx.data);
         const GptqColumn col{*p.d, a, N};
         for (std::size_t k = 0; k < K; ++k) {
@@ -472,14 +476,16 @@ void weight_rows_f32(const Plan& p, std::size_t c0, std::size_t c1, float* w, co
         }
         break;
       }
-      // tables[((c - c0) * groups + g) * 16 + q], as gptq_tables lays them out (bf16 values held as f32)
+      // tables[((c - c0) * groups + g) * 16 + q], as gptq_tables lays them out (bf16 values held as
+      // f32); the codes in the call's K order (gptq_codes)
       const std::size_t gs = static_cast<std::size_t>(p.d->group_size), groups = (K + gs - 1) / gs;
+      const simd::Int4Columns codes = gptq_codes(p, c0, c1 - c0, 0, K, tables);
       for (std::size_t kw = 0; kw < K / 8; ++kw) {
-        const std::uint32_t* qrow = qw + kw * N;
+        const std::uint32_t* qrow = codes.words + kw * codes.ldw;
         const std::size_t grp = (kw * 8) / gs;
         for (std::size_t c = c0; c < c1; ++c) {
           const float* t = tables + ((c - c0) * groups + grp) * 16;
-          const std::uint32_t word = qrow[c];
+          const std::uint32_t word = qrow[c - c0];
           float* dst = w + (c - c0) * K + kw * 8;
           for (std::size_t i = 0; i < 8; ++i) dst[i] = t[nibble(word, i)];
         }
@@ -501,9 +507,9 @@ Status run_library(Plan& p) {
   const library_gemm::SingleThreaded one_thread_per_tile;
   for (std::size_t t0 = 0; t0 < T; t0 += rows) {
     const std::size_t tn = std::min(rows, T - t0);
-    const float* x = static_cast<const float*>(a.hidden_state.data) + t0 * K;
+    const float* x = p.xf() + t0 * K;
     if (x32) {
-      const auto* xb = static_cast<const std::uint16_t*>(a.hidden_state.data) + t0 * K;
+      const std::uint16_t* xb = p.xb() + t0 * K;
       parallel_for_tiles(tn, 64, [&](std::size_t r0, std::size_t r1) {
         for (std::size_t i = r0 * K; i < r1 * K; ++i) x32[i] = bf16_to_f32(xb[i]);
       });
@@ -513,7 +519,7 @@ Status run_library(Plan& p) {
       const std::size_t g1 = std::min(N, g0 + kLibraryGroup);
       const float* w = static_cast<const float*>(a.weight.data) + g0 * K;
       if (wp) {
-        if (tables) gptq_tables(p, g0, g1, 0, K, tables);
+        if (tables && !per_element(p)) gptq_tables(p, g0, g1, 0, K, tables);
         parallel_for_tiles(g1 - g0, kColumnsPerTask, [&](std::size_t j0, std::size_t j1) {
           weight_rows_f32(p, g0 + j0, g0 + j1, wp + j0 * K, tables ? tables + j0 * groups * 16 : nullptr);
         });
@@ -569,13 +575,6 @@ bool panel_path(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, const si
   return panel_gemm::use_for(T, panel_min_rows(d.weight_format, a.hidden_state.dtype == DType::f32, g));
 }
 
-// GPTQ weight columns from c0 (without g_idx) for k from k0, their values looked up in `tables`
-// (gptq_tables of the same columns and chunk).
-simd::Int4Columns gptq_columns(const Plan& p, std::size_t c0, std::size_t k0, const float* tables) {
-  return simd::Int4Columns{static_cast<const std::uint32_t*>(p.a->qweight.data) + (k0 / 8) * p.N + c0, p.N, tables,
-                           static_cast<std::size_t>(p.d->group_size)};
-}
-
 // The weight panel of columns [c, c + cols) for k in [k0, k0 + kn): panel[k * panel_cols + j].
 void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, std::size_t kn, float* panel) {
   const FusedQkvPagedArgs& a = *p.a;
@@ -597,7 +596,7 @@ void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, 
       return;
     }
     case WeightFormat::gptq:
-      if (a.g_idx.data != nullptr) {
+      if (per_element(p)) {
         auto* wq = static_cast<std::uint16_t*>(thread_scratch(pc * kn * sizeof(std::uint16_t), 5));
         dequantize_gptq_act_order(p, c, c + cols, k0, kn, wq);
         g.pack_panel_bf16(wq, kn, cols, kn, panel);
@@ -605,7 +604,7 @@ void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, 
         const std::size_t gs = static_cast<std::size_t>(p.d->group_size);
         auto* tables = static_cast<float*>(thread_scratch(pc * (kn / gs) * 16 * sizeof(float), 4));
         gptq_tables(p, c, c + cols, k0, kn, tables);
-        g.pack_panel_int4(gptq_columns(p, c, k0, tables), cols, kn, panel);
+        g.pack_panel_int4(gptq_codes(p, c, cols, k0, kn, tables), cols, kn, panel);
       }
       return;
   }
@@ -617,7 +616,7 @@ void form_panel(const Plan& p, std::size_t c, std::size_t cols, std::size_t k0, 
 void prefetch_row(const Plan& p, std::size_t row, std::size_t k0, std::size_t kn) {
   if (row >= p.T) return;
   const std::size_t bytes = p.f32 ? sizeof(float) : sizeof(std::uint16_t);
-  const char* at = static_cast<const char*>(p.a->hidden_state.data) + (row * p.K + k0) * bytes;
+  const char* at = static_cast<const char*>(p.x) + (row * p.K + k0) * bytes;
   for (std::size_t b = 0; b < kn * bytes; b += 64) __builtin_prefetch(at + b);
 }
 
@@ -629,8 +628,8 @@ void pack_activations(const Plan& p, std::size_t r0, std::size_t r1, std::size_t
   for (std::size_t i = 0; i < m; i += pr) {
     const std::size_t rows = std::min(pr, m - i);
     for (std::size_t e = 0; e < rows; ++e) prefetch_row(p, r0 + i + pr + e, k0, kn);
-    if (p.f32) g.pack_rows_f32(static_cast<const float*>(p.a->hidden_state.data) + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
-    else g.pack_rows_bf16(static_cast<const std::uint16_t*>(p.a->hidden_state.data) + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
+    if (p.f32) g.pack_rows_f32(p.xf() + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
+    else g.pack_rows_bf16(p.xb() + (r0 + i) * K + k0, K, rows, kn, xs + i * kn);
   }
 }
 
@@ -859,14 +858,14 @@ void form_tiles(const Plan& p, std::size_t c, std::size_t cols, std::uint16_t* p
       auto* wq = static_cast<std::uint16_t*>(thread_scratch(cols * chunk * sizeof(std::uint16_t), 5));
       for (std::size_t k0 = 0; k0 < K; k0 += chunk) {
         const std::size_t kn = std::min(chunk, K - k0);
-        if (a.g_idx.data != nullptr) {
+        if (per_element(p)) {
           dequantize_gptq_act_order(p, c, c + cols, k0, kn, wq);
         } else {
           // Table values are bf16 values held as f32: the rounding back to bf16 is exact.
           auto* rows = static_cast<float*>(thread_scratch(cols * kn * sizeof(float), 3));
           auto* tables = static_cast<float*>(thread_scratch(cols * (kn / gs) * 16 * sizeof(float), 4));
           gptq_tables(p, c, c + cols, k0, kn, tables);
-          g.int4_rows_f32(gptq_columns(p, c, k0, tables), cols, kn, rows, kn);
+          g.int4_rows_f32(gptq_codes(p, c, cols, k0, kn, tables), cols, kn, rows, kn);
           g.round_bf16(rows, wq, cols * kn);
         }
         g.pack_tiles_bf16(wq, kn, cols, kn, packed + 16 * k0, ldp);
@@ -889,7 +888,7 @@ void run_tiles_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c
     form_tiles(p, c0, n, own, ldp);
     packed = own;
   }
-  const auto* x = static_cast<const std::uint16_t*>(a.hidden_state.data) + r0 * K;
+  const std::uint16_t* x = p.xb() + r0 * K;
   const bool fp8 = p.d->weight_format == WeightFormat::fp8_block;
   const std::size_t kblocks = num_tiles(K, kFp8Block);
   const float* scales = fp8 ? static_cast<const float*>(a.weight_scale.data) + (c0 / kFp8Block) * kblocks : nullptr;
@@ -961,6 +960,27 @@ const mlakit::detail::FusedQkvPackedState* pack_for(const FusedQkvPagedArgs& a, 
   return nullptr;
 }
 
+// ---- act-order GPTQ in group order ------------------------------------------------------------------
+
+// The call's activations with K in the plan's k_order, into a call buffer: every route then reads
+// the weights and the activations in one order, each row gathered once per call.
+const void* gather_in_group_order(const Plan& p) {
+  constexpr std::size_t kGatherRows = 16;  // rows per task
+  auto gather = [&](auto* dst, const auto* src) {
+    parallel_for_tiles(p.T, kGatherRows, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t t = r0; t < r1; ++t)
+        for (std::size_t k = 0; k < p.K; ++k) dst[t * p.K + k] = src[t * p.K + p.k_order[k]];
+    });
+    return static_cast<const void*>(dst);
+  };
+  if (p.f32) return gather(call_buffer_of<float>(p.T * p.K, kSlotGathered), p.xf());
+  return gather(call_buffer_of<std::uint16_t>(p.T * p.K, kSlotGathered), p.xb());
+}
+
+bool act_order_map(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
+  return d.weight_format == WeightFormat::gptq && a.g_idx.data != nullptr;
+}
+
 }  // namespace
 
 Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, mlakit::detail::FusedQkvPackedState* out) {
@@ -972,6 +992,7 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   p.T = 0;
   p.K = static_cast<std::size_t>(out->K);
   p.N = static_cast<std::size_t>(out->N);
+  if (act_order_map(d, a)) p.k_order = group_order(d, a, p.K);  // panels and strips in the calls' K order
   const simd::GemmKernels& g = *p.g;
   out->kernels = &g;
   out->kind = pack_kind(d, a, g);
@@ -1032,6 +1053,11 @@ void set_panel_packed_activations_bound(std::size_t bytes) { packed_activations_
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   CallBufferSizes sizes;
   const Route route = route_of(d, a, gemm_kernels());
+  if (act_order_map(d, a)) {  // the activations in group order (gather_in_group_order), on every route
+    const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
+    const auto K = static_cast<std::size_t>(a.hidden_state.shape[1]);
+    sizes.grow(kSlotGathered, T * K * dtype_size(a.hidden_state.dtype));
+  }
   if (route == Route::tiles) {
     const auto T = static_cast<std::size_t>(a.hidden_state.shape[0]);
     const auto K = static_cast<std::size_t>(a.hidden_state.shape[1]);
@@ -1080,6 +1106,11 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
       p.row_slot[t] = pos % ps;
     }
 
+  p.x = a.hidden_state.data;
+  if (act_order_map(d, a)) {
+    p.k_order = group_order(d, a, p.K);
+    if (!p.k_order.empty()) p.x = gather_in_group_order(p);
+  }
   const Route route = route_of(d, a, *p.g);
   p.pack = pack_for(a, route, *p.g);
   switch (route) {
@@ -1088,7 +1119,6 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
     case Route::panel: return run_panels(p);
     case Route::own: break;
   }
-  if (d.weight_format == WeightFormat::gptq && a.g_idx.data != nullptr) p.k_order = group_order(d, a, p.K);
   parallel_for_tiles_2d(p.T, kRowTile, p.N, kColTile,
                         [&](std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) { run_tile(p, r0, r1, c0, c1); });
   return Status::success();

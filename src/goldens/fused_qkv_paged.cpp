@@ -282,17 +282,24 @@ class FusedQkvPagedDriver final : public OpDriver {
                      std::string(t <= 32 ? "decode" : "prefill") + ", T = " + std::to_string(t), k});
       }
     }
-    // Act-order GPTQ (zero points, a shuffled g_idx) at decode sizes, where calls take K in group order.
-    for (int t : {1, 8}) {
+    // Act-order GPTQ (zero points, a shuffled g_idx), where calls take K in group order: decode
+    // sizes and a prefill.
+    for (int t : {1, 8, 512}) {
       json k = llama;
       k["weight_format"] = "gptq";
       k["has_zp"] = true;
       k["g_idx"] = true;
-      std::vector<std::int64_t> seq(t, 1), cache(t);
-      for (int i = 0; i < t; ++i) cache[i] = 512 + 37 * i;
-      k["seq_lens"] = seq;
-      k["cache_lens"] = cache;
-      v.push_back({"llama3_8b_gptq_zp_gidx_t" + std::to_string(t), "decode, act-order, T = " + std::to_string(t), k});
+      if (t <= 32) {
+        std::vector<std::int64_t> seq(t, 1), cache(t);
+        for (int i = 0; i < t; ++i) cache[i] = 512 + 37 * i;
+        k["seq_lens"] = seq;
+        k["cache_lens"] = cache;
+      } else {
+        k["seq_lens"] = std::vector<std::int64_t>{t};
+        k["cache_lens"] = std::vector<std::int64_t>{0};
+      }
+      v.push_back({"llama3_8b_gptq_zp_gidx_t" + std::to_string(t),
+                   std::string(t <= 32 ? "decode" : "prefill") + ", act-order, T = " + std::to_string(t), k});
     }
     return v;
   }

@@ -7,8 +7,8 @@
 // from one row): against the reference and bitwise identical for 1, 2 and 4 threads and under
 // concurrent callers; through the panel GEMM a decode call also gives each row its prefill bits.
 // GPTQ rows rerun one per call (T = 1, the int4 decode row) get the bits of the call of all rows,
-// act-order ones (K in group order) too; an act-order map of uneven groups takes the per-element
-// path, against the reference.
+// act-order ones (K in group order, on every route) too; an act-order map of uneven groups takes
+// the per-element path on every route, against the reference.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -80,6 +80,11 @@ std::vector<BigCase> big_cases() {
       {"gptq_bf16_tall",
        {{"seq_lens", {200, 90}}, {"cache_lens", {0, 3}}, {"K", 320}, {"q_dim", 136}, {"num_kv_heads", 1},
         {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 64}, {"has_zp", true}}},
+      // Act-order in group order on every route: more than one row tile, K chunks of 256 and 128 on
+      // the panel GEMM, three groups.
+      {"gptq_bf16_zp_gidx_tall",
+       {{"seq_lens", {200, 90}}, {"cache_lens", {0, 3}}, {"K", 384}, {"q_dim", 136}, {"num_kv_heads", 1},
+        {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128}, {"has_zp", true}, {"g_idx", true}}},
       {"gptq_bf16_decode",
        {{"seq_lens", {1, 1, 1, 1, 1, 1, 1, 1, 1}}, {"cache_lens", {0, 1, 15, 16, 31, 32, 200, 5, 9}}, {"K", 512},
         {"q_dim", 128}, {"num_kv_heads", 2}, {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128},
@@ -166,22 +171,31 @@ INSTANTIATE_TEST_SUITE_P(fused_qkv_paged, FusedQkvCpu, ::testing::ValuesIn(at_ev
 // An act-order map whose groups do not all hold group_size channels (one channel moved from group
 // 1 to group 0) cannot be taken in group order: each weight element is formed on its own, against
 // the reference and bitwise the same for 1, 2 and 4 threads, decode calls (the int4 decode row
-// where the map is even) and prefills alike.
+// where the map is even) and prefills alike, on the own tiles, the panel GEMM and the library's.
 TEST(FusedQkvActOrder, UnevenGroupsFormEachElementOnItsOwn) {
-  RouteModes own(RouteMode::off, RouteMode::off);
-  for (const json& lens : {json{{"seq_lens", {1, 1, 1}}, {"cache_lens", {0, 7, 30}}}, json{{"seq_lens", {20, 3}}, {"cache_lens", {0, 5}}}}) {
-    json knobs = {{"K", 256}, {"q_dim", 136}, {"num_kv_heads", 1}, {"head_dim", 64}, {"weight_format", "gptq"},
-                  {"group_size", 32}, {"has_zp", true}, {"g_idx", true}};
-    knobs.update(lens);
-    Bundle in = driver().generate(knobs, 21);
-    std::int32_t* gi = in.at("g_idx").data<std::int32_t>();
-    for (std::int64_t k = 0; k < in.at("g_idx").numel(); ++k)
-      if (gi[k] == 1) {
-        gi[k] = 0;
-        break;
+  for (const RouteMode panel : {RouteMode::off, RouteMode::on})
+    for (const RouteMode library : {RouteMode::off, RouteMode::on}) {
+      if (panel == RouteMode::on && library == RouteMode::on) continue;
+      if (library == RouteMode::on && !cpu::library_gemm::available()) continue;
+      RouteModes modes(library, panel);
+      for (const json& rows : {json{{"seq_lens", {1, 1, 1}}, {"cache_lens", {0, 7, 30}}, {"dtype", "bf16"}},
+                               json{{"seq_lens", {20, 3}}, {"cache_lens", {0, 5}}, {"dtype", "bf16"}},
+                               json{{"seq_lens", {20, 3}}, {"cache_lens", {0, 5}}, {"dtype", "f32"}}}) {
+        SCOPED_TRACE(std::string("panel ") + (panel == RouteMode::on ? "on" : "off") + ", library " +
+                     (library == RouteMode::on ? "on" : "off") + ", " + rows.dump());
+        json knobs = {{"K", 256}, {"q_dim", 136}, {"num_kv_heads", 1}, {"head_dim", 64}, {"weight_format", "gptq"},
+                      {"group_size", 32}, {"has_zp", true}, {"g_idx", true}};
+        knobs.update(rows);
+        Bundle in = driver().generate(knobs, 21);
+        std::int32_t* gi = in.at("g_idx").data<std::int32_t>();
+        for (std::int64_t k = 0; k < in.at("g_idx").numel(); ++k)
+          if (gi[k] == 1) {
+            gi[k] = 0;
+            break;
+          }
+        expect_reference_match_and_thread_invariance(driver(), in, expect_same_outputs);
       }
-    expect_reference_match_and_thread_invariance(driver(), in, expect_same_outputs);
-  }
+    }
 }
 
 // Single-token calls (T = 1), which take the int4 decode row (each group's tables formed from the
@@ -348,7 +362,7 @@ TEST(FusedQkvPanelGemmMatrix, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
   expect_planned_runs_fit_their_workspace(12, [](const Bundle& in) {
     const bool bf16_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && in.at("hidden_state").dtype() == DType::bf16;
     const std::int64_t columns = in.has("qweight") ? in.at("qweight").shape()[1] : in.at("weight").shape()[0];
-    return (in.at("hidden_state").shape()[0] > 256 || columns > 256) && !bf16_dot;
+    return ((in.at("hidden_state").shape()[0] > 256 || columns > 256) && !bf16_dot) || in.has("g_idx");
   });
 }
 
@@ -401,7 +415,7 @@ TEST_P(FusedQkvTileGemm, PlannedRunsFitTheWorkspaceThePlanAskedFor) {
   TileScope scope(GetParam());
   expect_planned_runs_fit_their_workspace(14, [](const Bundle& in) {
     const bool f32 = in.at("hidden_state").dtype() == DType::f32;
-    return in.at("hidden_state").shape()[0] > 256 && !f32;
+    return (in.at("hidden_state").shape()[0] > 256 && !f32) || in.has("g_idx");
   });
 }
 
