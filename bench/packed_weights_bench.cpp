@@ -1,6 +1,7 @@
 // Op 5's prefills with the layer's weights packed once (pack_weights) and named by every call, as a
 // serving engine keeps them beside each layer: packed_weights/fused_qkv_paged/<case> at the CPU's
-// own level, for the driver's prefill bench cases. Counters as the operator rows (gflops, pct_peak,
+// own level, for the driver's prefill bench cases and its act-order GPTQ decode cases (whose pack
+// holds the codes in group order, read by decode calls too). Counters as the operator rows (gflops, pct_peak,
 // pct_f32_peak, pct_of_library, pct_of_onednn: the library bars against the packed call) and
 //   x_unpacked  the same call without the pack, in time, over the packed call: the median of five
 //               pairs timed back to back (above 1: the pack saves that much);
@@ -65,7 +66,7 @@ void register_packed_weights_benchmarks() {
   const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
   if (driver == nullptr) return;
   for (const goldens::CaseSpec& spec : driver->bench_cases()) {
-    if (spec.what.rfind("prefill", 0) != 0) continue;
+    if (spec.what.rfind("prefill", 0) != 0 && spec.what.find("act-order") == std::string::npos) continue;
     benchmark::RegisterBenchmark(("packed_weights/fused_qkv_paged/" + spec.name).c_str(),
                                  [driver, spec](benchmark::State& st) { run_packed_case(st, *driver, spec); })
         ->Unit(benchmark::kMillisecond);

@@ -309,7 +309,8 @@ def pack_weights(*, weight=None, weight_scale=None, qweight=None, scales=None, q
                  group_size=128, zero_format="v2", activations="bf16"):
     """Packs one layer's fused_qkv_paged weights (the same arguments as the call's) for activations
     of dtype `activations` ("bf16" or "f32"): prefills that name the pack stop laying out the
-    weights in every call, with the same bits (docs/fused_qkv_paged.md, "Packed weights")."""
+    weights in every call, and act-order GPTQ calls (g_idx) of any size stop regrouping its codes,
+    with the same bits (docs/fused_qkv_paged.md, "Packed weights")."""
     if activations not in ("bf16", "f32"):
         raise ValueError(f"pack_weights: activations={activations!r} (expected 'bf16' or 'f32')")
     weights = (weight, weight_scale, qweight, scales, qzeros, g_idx)

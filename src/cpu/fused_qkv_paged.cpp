@@ -132,6 +132,9 @@ struct Plan {
   // GPTQ with a g_idx of group_size channels per group: K's channels by group, in K's order
   // within a group (empty otherwise). Every route then takes K in this order.
   std::vector<std::uint32_t> k_order;
+  // With k_order, the codes in that order from the caller's pack (qweight's layout), or null to
+  // regroup them where they are read.
+  const std::uint32_t* regrouped = nullptr;
   // The activations the routes read (T x K): hidden_state, or with a k_order its rows gathered
   // in that order.
   const void* x = nullptr;
@@ -156,8 +159,9 @@ std::vector<std::uint32_t> group_order(const FusedQkvPagedDesc& d, const FusedQk
 }
 
 // Word rows of the group order's chunk [k0, k0 + kn) for columns [c0, c0 + n): nibble j of row r
-// holds the code of channel k_order[k0 + 8 r + j], rows n words apart.
-void grouped_words(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn, std::uint32_t* out) {
+// holds the code of channel k_order[k0 + 8 r + j], rows ldo words apart.
+void grouped_words(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn, std::uint32_t* out,
+                   std::size_t ldo) {
   const auto* qw = static_cast<const std::uint32_t*>(p.a->qweight.data);
   for (std::size_t r = 0; r < kn / 8; ++r) {
     const std::uint32_t* src[8];
@@ -168,7 +172,7 @@ void grouped_words(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0,
       from[j] = 4 * static_cast<unsigned>(k % 8);
     }
     // A column's word built in a register from its eight sources (vectorized along the columns).
-    std::uint32_t* dst = out + r * n;
+    std::uint32_t* dst = out + r * ldo;
     for (std::size_t c = 0; c < n; ++c) {
       std::uint32_t w = 0;
       for (unsigned j = 0; j < 8; ++j) w |= ((src[j][c] >> from[j]) & 0xFu) << (4 * j);
@@ -282,14 +286,17 @@ simd::Int4Groups gptq_groups(const Plan& p, std::size_t c0, std::size_t k0) {
 
 // GPTQ codes of columns [c0, c0 + n) for the chunk [k0, k0 + kn) of the call's K order, their
 // values looked up in `tables` (gptq_tables of the same columns and chunk; null for the decode
-// row): read in place, or with a k_order regrouped into a thread scratch (slot 6).
+// row): read in place (from the pack's regrouped copy with a k_order), or with a k_order and no
+// such copy regrouped into a thread scratch (slot 6).
 simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn,
                              const float* tables) {
   const auto gs = static_cast<std::size_t>(p.d->group_size);
-  if (p.k_order.empty())
-    return simd::Int4Columns{static_cast<const std::uint32_t*>(p.a->qweight.data) + (k0 / 8) * p.N + c0, p.N, tables, gs};
+  if (p.k_order.empty() || p.regrouped != nullptr) {
+    const auto* codes = p.regrouped ? p.regrouped : static_cast<const std::uint32_t*>(p.a->qweight.data);
+    return simd::Int4Columns{codes + (k0 / 8) * p.N + c0, p.N, tables, gs};
+  }
   auto* words = static_cast<std::uint32_t*>(thread_scratch(n * (kn / 8) * sizeof(std::uint32_t), 6));
-  grouped_words(p, c0, n, k0, kn, words);
+  grouped_words(p, c0, n, k0, kn, words, n);
   return simd::Int4Columns{words, n, tables, gs};
 }
 
@@ -993,6 +1000,22 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   p.K = static_cast<std::size_t>(out->K);
   p.N = static_cast<std::size_t>(out->N);
   if (act_order_map(d, a)) p.k_order = group_order(d, a, p.K);  // panels and strips in the calls' K order
+  if (!p.k_order.empty()) {
+    // The codes in group order, once: every call naming the pack reads them in place.
+    const std::size_t words = p.K / 8 * p.N;
+    auto* mem = new (std::nothrow) std::uint32_t[words];
+    if (mem == nullptr)
+      return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
+                           "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(words * 4) +
+                               " bytes for the regrouped codes failed");
+    constexpr std::size_t kRegroupCols = 64;  // columns per task
+    parallel_for_tiles(p.N, kRegroupCols, [&](std::size_t c0, std::size_t c1) {
+      grouped_words(p, c0, c1 - c0, 0, p.K, mem + c0, p.N);
+    });
+    out->regrouped = std::shared_ptr<const std::uint32_t>(mem, std::default_delete<std::uint32_t[]>());
+    out->k_order = p.k_order;
+    p.regrouped = mem;
+  }
   const simd::GemmKernels& g = *p.g;
   out->kernels = &g;
   out->kind = pack_kind(d, a, g);
@@ -1043,6 +1066,11 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
     case PackKind::none:
       out->layout = "none: prefills at the " + level + " level read these weights in place";
       break;
+  }
+  if (out->regrouped) {
+    out->bytes += K / 8 * N * sizeof(std::uint32_t);
+    out->layout += "; GPTQ codes in the act-order map's group order (" + std::to_string(K / 8) + " rows of " +
+                   std::to_string(N) + " words), for every call";
   }
   return Status::success();
 }
@@ -1107,10 +1135,14 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
     }
 
   p.x = a.hidden_state.data;
-  if (act_order_map(d, a)) {
+  const mlakit::detail::FusedQkvPackedState* packed = a.packed_weights ? a.packed_weights->state() : nullptr;
+  if (packed != nullptr && packed->regrouped) {  // the pack's codes in its group order
+    p.k_order = packed->k_order;
+    p.regrouped = packed->regrouped.get();
+  } else if (act_order_map(d, a)) {
     p.k_order = group_order(d, a, p.K);
-    if (!p.k_order.empty()) p.x = gather_in_group_order(p);
   }
+  if (!p.k_order.empty()) p.x = gather_in_group_order(p);
   const Route route = route_of(d, a, *p.g);
   p.pack = pack_for(a, route, *p.g);
   switch (route) {

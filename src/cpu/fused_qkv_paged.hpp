@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cpu/common/parallel.hpp"
 #include "mlakit/dtype.hpp"
@@ -32,7 +33,12 @@ struct FusedQkvPackedState {
   // columns at q * stride floats, chunk k0 at + k0 * panel_cols.
   std::size_t stride = 0;
   std::shared_ptr<void> data;
-  std::size_t bytes = 0;
+  // GPTQ with an act-order map of whole groups: K's channels in group order, and the codes
+  // regrouped in that order (K/8 rows of N words, qweight's layout), read by every call that names
+  // the pack, whatever its route or level (empty / null otherwise).
+  std::vector<std::uint32_t> k_order;
+  std::shared_ptr<const std::uint32_t> regrouped;
+  std::size_t bytes = 0;  // data and regrouped
   std::string layout;
 };
 

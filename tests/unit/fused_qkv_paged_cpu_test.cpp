@@ -471,20 +471,25 @@ bool bf16_activations(const BigCase& c) { return !c.knobs.contains("dtype") || c
 
 using FusedQkvPacked = CpuLevelTest;
 
+// GPTQ with an act-order map (the generator's maps hold whole groups): the pack keeps the codes in
+// group order, which every call naming it reads.
+bool act_order(const BigCase& c) { return c.knobs.contains("g_idx") && c.knobs.at("g_idx").get<bool>(); }
+
 // On the panel GEMM (forced on from one row) the pack holds its panels, except where bf16
-// activations stay on the bf16 pair dot (no pack is laid out there).
+// activations stay on the bf16 pair dot (no panels are laid out there).
 TEST_P(FusedQkvPacked, PanelRouteReadsThePackWithTheSameBits) {
   IsaCap cap(GetParam().level);
   RouteModes on(RouteMode::off, RouteMode::on);
   const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
-  expect_packed_call_bits(GetParam().c.knobs, 21, !pair_dot, "panel route");
+  expect_packed_call_bits(GetParam().c.knobs, 21, !pair_dot || act_order(GetParam().c), "panel route");
 }
 
-// The own tiles read the weights as stored: a pack named by their calls is checked, not read.
-TEST_P(FusedQkvPacked, OwnTilesLeaveThePackUnread) {
+// The own tiles read the weights as stored: a pack named by their calls is checked, not read, but
+// for its act-order codes in group order.
+TEST_P(FusedQkvPacked, OwnTilesReadOnlyTheRegroupedCodes) {
   IsaCap cap(GetParam().level);
   RouteModes off(RouteMode::off, RouteMode::off);
-  expect_packed_call_bits(GetParam().c.knobs, 22, false, "own tiles");
+  expect_packed_call_bits(GetParam().c.knobs, 22, act_order(GetParam().c), "own tiles");
 }
 
 // A plan's runs (the plan made without the pack, as an engine plans a step once for all layers)
@@ -493,7 +498,7 @@ TEST_P(FusedQkvPacked, PlannedRunsReadThePack) {
   IsaCap cap(GetParam().level);
   RouteModes on(RouteMode::off, RouteMode::on);
   const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
-  expect_packed_call_bits(GetParam().c.knobs, 25, !pair_dot, "planned run",
+  expect_packed_call_bits(GetParam().c.knobs, 25, !pair_dot || act_order(GetParam().c), "planned run",
                           [](const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
                             FusedQkvPagedArgs step = a;
                             step.packed_weights = nullptr;
