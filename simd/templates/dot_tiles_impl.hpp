@@ -105,33 +105,32 @@ inline void write_tile(const F (&s)[R][C], float* c, std::size_t ldc, bool accum
   }
 }
 
-// B's elements as f32, fp8 codes decoded without the NaN patch when kWatched (the two NaN codes
-// come out as +-480 and mark `watch`; fp8_decode_impl.hpp), and times 2^-8 when kFolded (A then
-// holds its rows times 2^8: fold_2p8).
-template <bool kWatched, bool kFolded>
-inline F widen_fp8(H code, H& watch) {
+// B's elements as f32, fp8 codes decoded without the NaN patch when kUnpatched (the two NaN codes
+// come out as +-480: fp8_decode_impl.hpp), and times 2^-8 when kFolded (A then holds its rows
+// times 2^8: fold_2p8).
+template <bool kUnpatched, bool kFolded>
+inline F widen_fp8(H code) {
   F v;
-  if constexpr (kWatched) v = fp8_lanes_to_f32_scaled_watched(code, watch);
+  if constexpr (kUnpatched) v = fp8_lanes_to_f32_scaled_unpatched(code);
   else v = fp8_lanes_to_f32_scaled(code);
   if constexpr (kFolded) return v;
   else return v * fsplat(256.0f);
 }
-template <bool kWatched, bool kFolded, class TB>
-inline F widen_b(const TB* p, H& watch) {
-  if constexpr (std::is_same_v<TB, std::uint8_t>) return widen_fp8<kWatched, kFolded>(hload_s8(p), watch);
+template <bool kUnpatched, bool kFolded, class TB>
+inline F widen_b(const TB* p) {
+  if constexpr (std::is_same_v<TB, std::uint8_t>) return widen_fp8<kUnpatched, kFolded>(hload_s8(p));
   else return fload_as_f32(p);
 }
-template <bool kWatched, bool kFolded, class TB>
-inline F widen_b_n(const TB* p, std::size_t n, H& watch) {
-  if constexpr (std::is_same_v<TB, std::uint8_t>) return widen_fp8<kWatched, kFolded>(hload_s8_n(p, n), watch);
+template <bool kUnpatched, bool kFolded, class TB>
+inline F widen_b_n(const TB* p, std::size_t n) {
+  if constexpr (std::is_same_v<TB, std::uint8_t>) return widen_fp8<kUnpatched, kFolded>(hload_s8_n(p, n));
   else return fload_as_f32_n(p, n);
 }
 
 // s = the tile's dots, B in f32 or in its stored type widened in registers (the same values, so
 // the same chains).
-template <std::size_t R, std::size_t C, class TB, bool kWatched, bool kFolded>
-void tile_f32_sums(F (&s)[R][C], std::size_t k, const float* a, std::size_t lda, const TB* b, std::size_t ldb,
-                   H& watch) {
+template <std::size_t R, std::size_t C, class TB, bool kUnpatched, bool kFolded>
+void tile_f32_sums(F (&s)[R][C], std::size_t k, const float* a, std::size_t lda, const TB* b, std::size_t ldb) {
   for (auto& row : s)
     for (auto& x : row) x = fzero();
   std::size_t p = 0;
@@ -150,7 +149,7 @@ void tile_f32_sums(F (&s)[R][C], std::size_t k, const float* a, std::size_t lda,
       F av[R];
       for (std::size_t r = 0; r < R; ++r) av[r] = fload(a + r * lda + p);
       for (std::size_t j = 0; j < C; ++j) {
-        const F bv = widen_b<kWatched, kFolded>(b + j * ldb + p, watch);
+        const F bv = widen_b<kUnpatched, kFolded>(b + j * ldb + p);
         for (std::size_t r = 0; r < R; ++r) s[r][j] = fmadd(av[r], bv, s[r][j]);
       }
     }
@@ -158,7 +157,7 @@ void tile_f32_sums(F (&s)[R][C], std::size_t k, const float* a, std::size_t lda,
   if (p < k) {
     const std::size_t rest = k - p;
     F bv[C];
-    for (std::size_t j = 0; j < C; ++j) bv[j] = widen_b_n<kWatched, kFolded>(b + j * ldb + p, rest, watch);
+    for (std::size_t j = 0; j < C; ++j) bv[j] = widen_b_n<kUnpatched, kFolded>(b + j * ldb + p, rest);
     for (std::size_t r = 0; r < R; ++r) {
       const F av = fload_n(a + r * lda + p, rest);
       for (std::size_t j = 0; j < C; ++j) s[r][j] = fmadd(av, bv[j], s[r][j]);
@@ -166,31 +165,22 @@ void tile_f32_sums(F (&s)[R][C], std::size_t k, const float* a, std::size_t lda,
   }
 }
 
-// Vector registers of the level: what a tile's sums, A rows, B vector and constants share.
-#if defined(MLAKIT_SIMD_LEVEL_generic) || defined(MLAKIT_SIMD_LEVEL_avx2)
-constexpr std::size_t kVectorRegisters = 16;
-#else
-constexpr std::size_t kVectorRegisters = 32;
-#endif
-
 // fp8 rows are decoded without their NaN patch (two of the decode's operations per vector), and
-// the tile is computed again with it where a NaN code showed: the same chains, so the same bits.
-// Where the watch and its constant would push sums out of the registers (3 x 4 on avx2: three
-// sums on the stack instead of two), the patched decode runs alone. One row on avx2 (op 5's fp8
-// decode): 1.45-1.65 -> 1.21-1.42 ms.
-// Registers the watched decode needs beside the sums and A rows: the B vector, the watch, and the
-// constants of the field mask, the watch's carry and the 2^8 scale.
-constexpr std::size_t kWatchedDecodeRegisters = 5;
+// the tile is computed again with it where its rows hold a NaN code: the same chains, so the same
+// bits. The codes are looked at in their bytes after the sums (a compare per 32 or 64 codes, the
+// rows still in L1), not watched in the decoded lanes (two more operations per vector, and on
+// avx2 a register a 3 x 4 tile lacked): one row of 512 against 128 fp8 rows on AMD Zen 3,
+// 7.0 -> 6.2 us (the watch in the lanes, since e26d061, had taken op 5's fp8 decode on avx2 from
+// 1.45-1.65 to 1.21-1.42 ms).
 template <std::size_t R, std::size_t C, class TB = float, bool kFolded = false>
 void tile_f32(std::size_t k, const float* a, std::size_t lda, const TB* b, std::size_t ldb, float* c,
               std::size_t ldc, bool accumulate) {
   F s[R][C];
-  H watch = hsplat(0);
-  if constexpr (std::is_same_v<TB, std::uint8_t> && R * C + R + kWatchedDecodeRegisters <= kVectorRegisters) {
-    tile_f32_sums<R, C, TB, true, kFolded>(s, k, a, lda, b, ldb, watch);
-    if (fp8_watch_saw_nan(watch)) tile_f32_sums<R, C, TB, false, kFolded>(s, k, a, lda, b, ldb, watch);
+  if constexpr (std::is_same_v<TB, std::uint8_t>) {
+    tile_f32_sums<R, C, TB, true, kFolded>(s, k, a, lda, b, ldb);
+    if (fp8_rows_have_nan(b, ldb, C, k)) tile_f32_sums<R, C, TB, false, kFolded>(s, k, a, lda, b, ldb);
   } else {
-    tile_f32_sums<R, C, TB, false, kFolded>(s, k, a, lda, b, ldb, watch);
+    tile_f32_sums<R, C, TB, false, kFolded>(s, k, a, lda, b, ldb);
   }
   write_tile<R, C>(s, c, ldc, accumulate);
 }

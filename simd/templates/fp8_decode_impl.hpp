@@ -45,6 +45,17 @@ inline F fp8_lanes_to_f32_watched(H sext_code, H& watch) {
 }
 inline bool fp8_watch_saw_nan(H watch) { return any_set(watch & hsplat(0x4000)); }
 
+// The same with no watch: for callers that look for the NaN codes in the bytes instead
+// (fp8_rows_have_nan: a compare per 32 or 64 codes, where the watch costs two operations per
+// vector of decoded lanes).
+inline F fp8_lanes_to_f32_scaled_unpatched(H sext_code) { return f16_to_f32(fp8_as_scaled_f16(sext_code)); }
+// Whether any of `rows` rows of n codes, ld apart, holds a NaN code (0x7F, 0xFF).
+inline bool fp8_rows_have_nan(const std::uint8_t* p, std::size_t ld, std::size_t rows, std::size_t n) {
+  for (std::size_t r = 0; r < rows; ++r)
+    if (any_byte_masked_eq(p + r * ld, n, 0x7F, 0x7F)) return true;
+  return false;
+}
+
 inline void fp8_to_f32(const std::uint8_t* src, float* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 4 * kLanes <= n; i += 4 * kLanes) {

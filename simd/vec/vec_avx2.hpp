@@ -168,6 +168,17 @@ inline H operator+(H a, H b) { return {_mm_add_epi16(a.v, b.v)}; }
 template <int S> inline H shl(H a) { return {_mm_slli_epi16(a.v, S)}; }
 inline H hcmpeq(H a, H b) { return {_mm_cmpeq_epi16(a.v, b.v)}; }
 inline bool any_set(H a) { return !_mm_testz_si128(a.v, a.v); }
+// Whether any of the n bytes at p has (byte & mask) == value: 32 bytes a step.
+inline bool any_byte_masked_eq(const std::uint8_t* p, std::size_t n, std::uint8_t mask, std::uint8_t value) {
+  const __m256i m = _mm256_set1_epi8(static_cast<char>(mask)), v = _mm256_set1_epi8(static_cast<char>(value));
+  __m256i seen = _mm256_setzero_si256();
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    seen = _mm256_or_si256(seen, _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), m), v));
+  bool any = !_mm256_testz_si256(seen, seen);
+  for (; i < n; ++i) any |= (p[i] & mask) == value;
+  return any;
+}
 inline F f16_to_f32(H a) { return {_mm256_cvtph_ps(a.v)}; }
 inline std::uint32_t movemask(M m) {
   return static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m.v)));

@@ -149,6 +149,18 @@ inline H operator+(H a, H b) { return {_mm256_add_epi16(a.v, b.v)}; }
 template <int S> inline H shl(H a) { return {_mm256_slli_epi16(a.v, S)}; }
 inline H hcmpeq(H a, H b) { return {_mm256_cmpeq_epi16(a.v, b.v)}; }
 inline bool any_set(H a) { return !_mm256_testz_si256(a.v, a.v); }
+// Whether any of the n bytes at p has (byte & mask) == value: 64 bytes a step.
+inline bool any_byte_masked_eq(const std::uint8_t* p, std::size_t n, std::uint8_t mask, std::uint8_t value) {
+  const __m512i m = _mm512_set1_epi8(static_cast<char>(mask)), v = _mm512_set1_epi8(static_cast<char>(value));
+  __mmask64 seen = 0;
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) seen |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p + i), m), v);
+  if (i < n) {
+    const __mmask64 rest = ~__mmask64{0} >> (64 - (n - i));
+    seen |= _mm512_mask_cmpeq_epi8_mask(rest, _mm512_and_si512(_mm512_maskz_loadu_epi8(rest, p + i), m), v);
+  }
+  return seen != 0;
+}
 inline F f16_to_f32(H a) { return {_mm512_cvtph_ps(a.v)}; }
 inline std::uint32_t movemask(M m) { return static_cast<std::uint32_t>(m.v); }
 

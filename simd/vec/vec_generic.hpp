@@ -132,6 +132,12 @@ template <int S> inline H shl(H a) {
 }
 inline H hcmpeq(H a, H b) { return {a.v == b.v}; }
 inline bool any_set(H a) { return (a.v[0] | a.v[1] | a.v[2] | a.v[3]) != 0; }
+// Whether any of the n bytes at p has (byte & mask) == value.
+inline bool any_byte_masked_eq(const std::uint8_t* p, std::size_t n, std::uint8_t mask, std::uint8_t value) {
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) any |= (p[i] & mask) == value;
+  return any;
+}
 // No converter at this level: the f16 fields moved by hand. Subnormals (exponent 0) go through an
 // exact int -> f32 conversion, so no f32 subnormal is ever an operand.
 inline F f16_to_f32(H a) {
