@@ -170,8 +170,8 @@ void tile_f32_sums(F (&s)[R][C], std::size_t k, const float* a, std::size_t lda,
 // bits. The codes are looked at in their bytes after the sums (a compare per 32 or 64 codes, the
 // rows still in L1), not watched in the decoded lanes (two more operations per vector, and on
 // avx2 a register a 3 x 4 tile lacked): one row of 512 against 128 fp8 rows on AMD Zen 3,
-// 7.0 -> 6.2 us (the watch in the lanes, since e26d061, had taken op 5's fp8 decode on avx2 from
-// 1.45-1.65 to 1.21-1.42 ms).
+// 6.98-7.02 -> 6.65-6.68 us (the watch in the lanes, since e26d061, had taken op 5's fp8 decode
+// on avx2 from 1.45-1.65 to 1.21-1.42 ms).
 template <std::size_t R, std::size_t C, class TB = float, bool kFolded = false>
 void tile_f32(std::size_t k, const float* a, std::size_t lda, const TB* b, std::size_t ldb, float* c,
               std::size_t ldc, bool accumulate) {
