@@ -295,7 +295,7 @@ class PackedWeights:
     every fused_qkv_paged call of that layer (packed_weights=). It keeps the weight arrays it was
     made from, which the calls still pass and which must not change while it is used.
     nbytes: memory it holds (0 where this CPU's prefills read the weights in place); layout: what."""
-    __slots__ = ("_handle", "_weights", "nbytes", "layout")
+    __slots__ = ("_handle", "_weights", "nbytes", "layout", "__weakref__")
 
     def __init__(self, handle, weights):
         self._handle, self._weights = handle, weights

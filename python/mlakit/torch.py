@@ -12,12 +12,15 @@ mlakit.set_num_threads() set them.
     cache = mlakit.PagedKVCache(blocks, lookup_table, cache_lengths, scales)
     idx = mt.lightning_indexer(q, q_s, offsets, cache, top_k=2048, layer_idx=l)
 """
+import itertools
 import math
+import weakref
 
 import torch
 
 from . import _threads, ops
-from .ops import PagedKVCache
+from ._errors import InvalidArgument
+from .ops import PackedWeights, PagedKVCache
 
 _LIB = torch.library.Library("mlakit", "DEF")
 
@@ -48,8 +51,42 @@ _SCHEMAS = {
         "(Tensor hidden_state, Tensor input_row_offsets, Tensor(a!) kv_blocks, Tensor kv_lookup_table, "
         "Tensor kv_cache_lengths, Tensor? weight, Tensor? weight_scale, Tensor? qweight, Tensor? scales, "
         "Tensor? qzeros, Tensor? g_idx, int q_dim, int group_size, str zero_format, int layer_idx, "
-        "Tensor(b!) out) -> ()",
+        "Tensor(b!) out, int packed_weights=0) -> ()",
 }
+
+# A layer's pack (mlakit.pack_weights) reaches the op as an int key: an int passes the dispatcher,
+# opcheck and torch.compile (a constant of the graph, as the layer's weights are), a Python object
+# does not. The keys hold their packs weakly, as the packs' owner (the layer) decides how long they
+# live; a key whose pack is gone is refused.
+_PACKS = weakref.WeakValueDictionary()
+_PACK_KEYS = weakref.WeakKeyDictionary()
+_next_key = itertools.count(1)
+
+
+def pack_key(packed_weights):
+    """The int that names `packed_weights` (from mlakit.pack_weights) in torch.ops.mlakit.fused_qkv_paged
+    calls; 0 for None. The same pack always gets the same key."""
+    if packed_weights is None:
+        return 0
+    if not isinstance(packed_weights, PackedWeights):
+        raise TypeError("fused_qkv_paged: packed_weights must come from mlakit.pack_weights")
+    key = _PACK_KEYS.get(packed_weights)
+    if key is None:
+        key = next(_next_key)
+        _PACK_KEYS[packed_weights] = key
+        _PACKS[key] = packed_weights
+    return key
+
+
+def _pack_of(key):
+    if key == 0:
+        return None
+    pack = _PACKS.get(key)
+    if pack is None:
+        raise InvalidArgument(f"fused_qkv_paged: packed_weights={key} (expected 0 or the key of a live pack from "
+                              "mlakit.torch.pack_key; this one was never given out or its pack was dropped)",
+                              "fused_qkv_paged", "packed_weights")
+    return pack
 
 
 def _lightning_indexer(q, q_s, input_row_offsets, k_blocks, k_lookup_table, k_cache_lengths, k_scales,
@@ -90,11 +127,12 @@ def _sparse_mla_prefill(q, kv_blocks, kv_lookup_table, kv_cache_lengths, kv_scal
 
 
 def _fused_qkv_paged(hidden_state, input_row_offsets, kv_blocks, kv_lookup_table, kv_cache_lengths, weight,
-                     weight_scale, qweight, scales, qzeros, g_idx, q_dim, group_size, zero_format, layer_idx, out):
+                     weight_scale, qweight, scales, qzeros, g_idx, q_dim, group_size, zero_format, layer_idx, out,
+                     packed_weights=0):
     cache = PagedKVCache(kv_blocks, kv_lookup_table, kv_cache_lengths)
     ops.fused_qkv_paged(hidden_state, input_row_offsets, cache, q_dim=q_dim, weight=weight, weight_scale=weight_scale,
                         qweight=qweight, scales=scales, qzeros=qzeros, g_idx=g_idx, group_size=group_size,
-                        zero_format=zero_format, layer_idx=layer_idx, out=out)
+                        zero_format=zero_format, layer_idx=layer_idx, out=out, packed_weights=_pack_of(packed_weights))
 
 
 def _register(name, kernel):
@@ -179,14 +217,17 @@ def sparse_mla_prefill(q, kv_cache, indices, *, topk_lengths=None, attn_sink=Non
 
 
 def fused_qkv_paged(hidden_state, input_row_offsets, kv_cache, *, q_dim, weight=None, weight_scale=None, qweight=None,
-                    scales=None, qzeros=None, g_idx=None, group_size=128, zero_format="v2", layer_idx=0):
-    """Op 5: [T, q_dim] Q columns; the K/V columns are written INTO kv_cache (in place)."""
+                    scales=None, qzeros=None, g_idx=None, group_size=128, zero_format="v2", layer_idx=0,
+                    packed_weights=None):
+    """Op 5: [T, q_dim] Q columns; the K/V columns are written INTO kv_cache (in place).
+    packed_weights: this layer's mlakit.pack_weights(...) of the same weight tensors (optional; the
+    same bits), passed to the op as pack_key(packed_weights)."""
     out = torch.empty((hidden_state.shape[0], q_dim), dtype=hidden_state.dtype, device=hidden_state.device)
     _OPS.fused_qkv_paged(hidden_state, input_row_offsets, kv_cache.blocks, kv_cache.lookup_table,
                          kv_cache.cache_lengths, weight, weight_scale, qweight, scales, qzeros, g_idx, q_dim,
-                         group_size, zero_format, layer_idx, out)
+                         group_size, zero_format, layer_idx, out, pack_key(packed_weights))
     return out
 
 
-__all__ = ["PagedKVCache", "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
+__all__ = ["PagedKVCache", "pack_key", "lightning_indexer", "remap_indices_to_rows", "msa_block_indexer", "mla_prefill_fp8",
            "sparse_mla_prefill", "fused_qkv_paged"]

@@ -1,7 +1,8 @@
 """mlakit.torch: the torch ops over every golden file (bit-identical to the NumPy API on the same
 back-end, outputs poisoned first), torch.library.opcheck of every op, torch.compile(fullgraph=True)
 of a DeepSeek-V3.2-style step that writes the cache in place with no copy of it, refusals through
-the dispatcher, threads following torch's, and CUDA tensors where a GPU is present.
+the dispatcher, op 5 naming a layer's pack by its key, threads following torch's, and CUDA tensors
+where a GPU is present.
 
 Skipped, with the reason, where torch is not installed (scripts/test.sh installs it in a venv of its
 own when the disk has room)."""
@@ -182,6 +183,52 @@ def test_a_refusal_propagates_through_the_dispatcher_and_writes_nothing():
         op(*args)
     assert e.value.op == "lightning_indexer" and e.value.field.startswith("input_row_offsets")
     assert np.array_equal(bits(outs["out.output_indices"]), before)
+
+
+def test_fused_qkv_paged_takes_the_layers_pack_by_key():
+    """The op named with pack_key(pack) of the layer's own weight tensors gives the bits of the call
+    without it (every golden file of op 5: dense, fp8, GPTQ, act-order), the functional wrapper too;
+    a key whose pack was dropped, one never given out, and one of a pack of other tensors are refused
+    with the field named and write nothing."""
+    import gc
+    files = [p for p in golden_files() if p.name.startswith("fused_qkv_paged.")]
+    assert any("gidx" in p.name for p in files)
+    for path in files:
+        g = golden.load(path)
+        op, args, outs = op_args(g)
+        op(*args)
+        plain = {name: bits(t).copy() for name, t in outs.items()}
+        op, args, outs = op_args(g)
+        names = ("weight", "weight_scale", "qweight", "scales", "qzeros", "g_idx")
+        weights = {n: a for n, a in zip(names, args[5:11]) if a is not None}
+        pack = mlakit.pack_weights(**weights, group_size=args[12], zero_format=args[13],
+                                   activations="f32" if args[0].dtype == torch.float32 else "bf16")
+        key = mt.pack_key(pack)
+        assert key > 0 and mt.pack_key(pack) == key and mt.pack_key(None) == 0
+        assert op(*args, key) is None
+        for name, t in outs.items():
+            assert np.array_equal(bits(t), plain[name]), f"{path.name}: {name} with the pack"
+        x, offsets, blocks, lut, lens = args[:5]
+        cache = mlakit.PagedKVCache(blocks.clone(), lut, lens)
+        got = mt.fused_qkv_paged(x, offsets, cache, q_dim=args[11], **weights, group_size=args[12],
+                                 zero_format=args[13], layer_idx=args[14], packed_weights=pack)
+        assert np.array_equal(bits(got), plain["out.output"]), f"{path.name}: the functional wrapper with the pack"
+
+        # The key reaches the library: a pack of copies of the weights is another layer's.
+        other = mlakit.pack_weights(**{n: a.clone() for n, a in weights.items()}, group_size=args[12],
+                                    zero_format=args[13], activations="f32" if args[0].dtype == torch.float32 else "bf16")
+        del pack
+        gc.collect()
+        for dead in (key, 10**9, mt.pack_key(other)):
+            op, args, outs = op_args(g)
+            before = {name: bits(t).copy() for name, t in outs.items()}
+            with pytest.raises(mlakit.InvalidArgument) as e:
+                op(*args, dead)
+            assert e.value.op == "fused_qkv_paged" and e.value.field == "packed_weights", str(e.value)
+            for name, t in outs.items():
+                assert np.array_equal(bits(t), before[name]), f"{path.name}: {name} written by a refused call"
+    with pytest.raises(TypeError, match="pack_weights"):
+        mt.pack_key("not a pack")
 
 
 @pytest.mark.skipif("MLAKIT_NUM_THREADS" in os.environ, reason="MLAKIT_NUM_THREADS fixes the thread count")
