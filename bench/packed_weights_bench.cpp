@@ -1,7 +1,8 @@
 // Op 5's prefills with the layer's weights packed once (pack_weights) and named by every call, as a
 // serving engine keeps them beside each layer: packed_weights/fused_qkv_paged/<case> at the CPU's
 // own level, for the driver's prefill bench cases and its act-order GPTQ decode cases (whose pack
-// holds the codes in group order, read by decode calls too). Counters as the operator rows (gflops, pct_peak,
+// holds the codes in group order, read by decode calls too); packed_codes/fused_qkv_paged/<case>
+// for those act-order cases with a pack of the codes alone (prefill_layout = false). Counters as the operator rows (gflops, pct_peak,
 // pct_f32_peak, pct_of_library, pct_of_onednn: the library bars against the packed call) and
 //   x_unpacked  the same call without the pack, in time, over the packed call: the median of five
 //               pairs timed back to back (above 1: the pack saves that much);
@@ -26,14 +27,15 @@ double seconds_of(const std::function<Status()>& call) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run_packed_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec) {
+void run_packed_case(benchmark::State& state, const goldens::OpDriver& driver, const goldens::CaseSpec& spec,
+                     const FusedQkvPackOptions& options) {
   goldens::Bundle b = driver.generate(spec.knobs, 1);
   driver.prepare_outputs(b);
   const FusedQkvPagedDesc d = goldens::fused_qkv_paged_desc(b);
   FusedQkvPagedArgs a = goldens::fused_qkv_paged_args(b);
   FusedQkvPackedWeights w;
   const auto t0 = std::chrono::steady_clock::now();
-  const Status packed = pack_weights(d, a, &w);
+  const Status packed = pack_weights(d, a, &w, options);
   const double pack_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!packed.ok()) {
     state.SkipWithError(packed.message.c_str());
@@ -68,7 +70,13 @@ void register_packed_weights_benchmarks() {
   for (const goldens::CaseSpec& spec : driver->bench_cases()) {
     if (spec.what.rfind("prefill", 0) != 0 && spec.what.find("act-order") == std::string::npos) continue;
     benchmark::RegisterBenchmark(("packed_weights/fused_qkv_paged/" + spec.name).c_str(),
-                                 [driver, spec](benchmark::State& st) { run_packed_case(st, *driver, spec); })
+                                 [driver, spec](benchmark::State& st) { run_packed_case(st, *driver, spec, {}); })
+        ->Unit(benchmark::kMillisecond);
+    if (spec.what.find("act-order") == std::string::npos) continue;
+    FusedQkvPackOptions codes;
+    codes.prefill_layout = false;
+    benchmark::RegisterBenchmark(("packed_codes/fused_qkv_paged/" + spec.name).c_str(),
+                                 [driver, spec, codes](benchmark::State& st) { run_packed_case(st, *driver, spec, codes); })
         ->Unit(benchmark::kMillisecond);
   }
 }

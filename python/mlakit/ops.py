@@ -306,15 +306,20 @@ class PackedWeights:
 
 
 def pack_weights(*, weight=None, weight_scale=None, qweight=None, scales=None, qzeros=None, g_idx=None,
-                 group_size=128, zero_format="v2", activations="bf16"):
+                 group_size=128, zero_format="v2", activations="bf16", prefill_layout=True):
     """Packs one layer's fused_qkv_paged weights (the same arguments as the call's) for activations
     of dtype `activations` ("bf16" or "f32"): prefills that name the pack stop laying out the
     weights in every call, and act-order GPTQ calls (g_idx) of any size stop regrouping its codes,
-    with the same bits (docs/fused_qkv_paged.md, "Packed weights")."""
+    with the same bits (docs/fused_qkv_paged.md, "Packed weights"). prefill_layout=False keeps
+    only the act-order codes (N·K/2 bytes; nothing for other weights), not the prefill GEMM's
+    layout (4 or 2 bytes a weight)."""
     if activations not in ("bf16", "f32"):
         raise ValueError(f"pack_weights: activations={activations!r} (expected 'bf16' or 'f32')")
+    if not isinstance(prefill_layout, bool):
+        raise TypeError(f"pack_weights: prefill_layout={prefill_layout!r} (expected True or False)")
     weights = (weight, weight_scale, qweight, scales, qzeros, g_idx)
     fmt, params, views = _weights("pack_weights", view, activations, *weights, group_size, zero_format)
+    params["prefill_layout"] = prefill_layout
     K = int(qweight.shape[0]) * 8 if fmt == "gptq" else int(weight.shape[1])
     views.append(("hidden_state", (0, activations, [0, K], [K, 1], False)))
     handle = _core.PackedWeightsHandle()

@@ -125,11 +125,13 @@ std::optional<Refusal> unlocked_status(const std::string& op, Body&& body) {
 struct PackedWeightsHandle {
   FusedQkvPackedWeights packed;
 
-  // `params`: weight_format, group_size, has_zp, zero_format (golden-format keys, JSON text);
+  // `params`: weight_format, group_size, has_zp, zero_format (golden-format keys, JSON text) and
+  // prefill_layout (FusedQkvPackOptions);
   // `views`: the weight tensors by their argument names and hidden_state (its dtype and K).
   std::optional<Refusal> pack(const std::string& params, const std::vector<NamedView>& views) {
     const std::string op = "fused_qkv_paged.pack_weights";
     FusedQkvPagedDesc d;
+    FusedQkvPackOptions options;
     try {
       const goldens::json p = goldens::json::parse(params);
       const std::string f = p.value("weight_format", "dense");
@@ -137,6 +139,7 @@ struct PackedWeightsHandle {
       d.group_size = p.value("group_size", std::int64_t{128});
       d.has_zp = p.value("has_zp", false);
       d.zero_format = p.value("zero_format", std::string("v2")) == "v1" ? ZeroFormat::v1 : ZeroFormat::v2;
+      options.prefill_layout = p.value("prefill_layout", true);
     } catch (const std::exception& e) {
       return refuse(op, "params", e.what());
     }
@@ -153,7 +156,7 @@ struct PackedWeightsHandle {
       if (slot == nullptr) return refuse(op, name, "not a weight of the operator");
       if (auto r = to_view(op, name, spec, slot)) return r;
     }
-    return unlocked_status(op, [&] { return pack_weights(d, a, &packed); });
+    return unlocked_status(op, [&] { return pack_weights(d, a, &packed, options); });
   }
   std::size_t bytes() const { return packed.bytes(); }
   std::string layout() const { return packed.layout(); }

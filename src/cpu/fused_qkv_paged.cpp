@@ -990,7 +990,8 @@ bool act_order_map(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
 
 }  // namespace
 
-Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, mlakit::detail::FusedQkvPackedState* out) {
+Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, bool prefill_layout,
+                              mlakit::detail::FusedQkvPackedState* out) {
   Plan p;
   p.d = &d;
   p.a = &a;
@@ -1018,7 +1019,7 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   }
   const simd::GemmKernels& g = *p.g;
   out->kernels = &g;
-  out->kind = pack_kind(d, a, g);
+  out->kind = prefill_layout ? pack_kind(d, a, g) : PackKind::none;
   const std::size_t K = p.K, N = p.N;
   std::size_t elems = 0, elem_bytes = 0;
   if (out->kind == PackKind::tiles) {
@@ -1064,7 +1065,8 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
       break;
     }
     case PackKind::none:
-      out->layout = "none: prefills at the " + level + " level read these weights in place";
+      out->layout = prefill_layout ? "none: prefills at the " + level + " level read these weights in place"
+                                   : "no prefill layout (not asked for)";
       break;
   }
   if (out->regrouped) {

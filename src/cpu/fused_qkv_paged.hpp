@@ -59,8 +59,9 @@ CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& desc, cons
 std::size_t panel_packed_activations_bound();
 void set_panel_packed_activations_bound(std::size_t bytes);
 // Lays out validated weights (pack_weights) for the kernels in force, with out's K and N (set by
-// the caller, as its desc, activations and tensors); fills the rest.
-Status pack_fused_qkv_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights,
+// the caller, as its desc, activations and tensors); fills the rest. prefill_layout: false keeps
+// only the act-order codes in group order (FusedQkvPackOptions).
+Status pack_fused_qkv_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights, bool prefill_layout,
                               mlakit::detail::FusedQkvPackedState* out);
 
 }  // namespace mlakit::cpu

@@ -361,7 +361,8 @@ Status validate_pack_input(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& 
 }  // namespace
 }  // namespace core
 
-Status pack_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, FusedQkvPackedWeights* out) {
+Status pack_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, FusedQkvPackedWeights* out,
+                    const FusedQkvPackOptions& options) {
   if (Status s = core::validate_pack_input(d, a, out); !s.ok()) return s;
   try {
     auto state = std::make_shared<detail::FusedQkvPackedState>();
@@ -372,7 +373,7 @@ Status pack_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, Fuse
     const core::WeightViews w(a);
     for (int i = 0; i < 6; ++i) state->tensors[i] = w.views[i].second->data;
     state->scales_dtype = a.scales.dtype;
-    if (Status s = cpu::pack_fused_qkv_weights(d, a, state.get()); !s.ok()) return s;
+    if (Status s = cpu::pack_fused_qkv_weights(d, a, options.prefill_layout, state.get()); !s.ok()) return s;
     detail::FusedQkvPackedAccess::set(out, std::move(state));
   } catch (const std::bad_alloc&) {
     return Status::error(StatusCode::internal, core::kPackOp, "out",

@@ -353,12 +353,12 @@ def weights_of(t):
     return {k: t.get(k) for k in ("weight", "weight_scale", "qweight", "scales", "qzeros", "g_idx")}
 
 
-def pack_of(g):
+def pack_of(g, prefill_layout=True):
     t, p = g.inputs, g.params
     x = t["hidden_state"]
     return mlakit.pack_weights(**weights_of(t), group_size=p.get("group_size", 128),
                                zero_format=p.get("zero_format", "v2"),
-                               activations="f32" if x.dtype == np.float32 else "bf16")
+                               activations="f32" if x.dtype == np.float32 else "bf16", prefill_layout=prefill_layout)
 
 
 def call_fused(g, packed=None, weights=None):
@@ -376,12 +376,16 @@ def call_fused(g, packed=None, weights=None):
 @pytest.mark.parametrize("path", fused_files(), ids=lambda p: p.name[: -len(".safetensors")])
 def test_packed_weights_give_the_same_bits(path):
     g = golden.load(path)
-    pack = pack_of(g)
-    assert pack.layout and pack.nbytes >= 0
     plain = call_fused(g)
-    packed = call_fused(g, pack)
-    for a, b in zip(plain, packed):
-        assert same_bits(a, b)
+    for prefill_layout in (True, False):
+        pack = pack_of(g, prefill_layout)
+        assert pack.layout and pack.nbytes >= 0
+        if not prefill_layout:  # the act-order codes in group order alone, or nothing
+            codes = g.inputs["qweight"].nbytes if "g_idx" in g.inputs else 0
+            assert pack.nbytes == codes, pack
+        packed = call_fused(g, pack)
+        for a, b in zip(plain, packed):
+            assert same_bits(a, b)
 
 
 @pytest.mark.skipif("cpu" not in mlakit.backends(), reason="no cpu back-end")
@@ -414,6 +418,8 @@ def test_pack_weights_checks_its_arguments():
     assert e.value.op == "fused_qkv_paged.pack_weights" and e.value.field == "weight_scale.shape", str(e.value)
     with pytest.raises(TypeError, match="pack_weights"):
         call_fused(g, packed="not a pack")
+    with pytest.raises(TypeError, match="prefill_layout"):
+        mlakit.pack_weights(**w, prefill_layout="no")
 
 
 @pytest.mark.skipif("cpu" not in mlakit.backends(), reason="no cpu back-end")

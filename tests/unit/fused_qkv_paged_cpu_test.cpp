@@ -438,7 +438,7 @@ using PackedCall = std::function<Status(const FusedQkvPagedDesc&, const FusedQkv
 Status one_shot(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) { return fused_qkv_paged(d, a, RunOptions{Backend::cpu}); }
 
 void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, const std::string& what,
-                             const PackedCall& call = one_shot) {
+                             const PackedCall& call = one_shot, const FusedQkvPackOptions& options = {}) {
   const Bundle in = driver().generate(knobs, seed);
   const Bundle plain = run_cpu(in);
   Bundle changed_in = in;
@@ -451,8 +451,12 @@ void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, 
   const FusedQkvPagedDesc d = goldens::fused_qkv_paged_desc(b);
   FusedQkvPagedArgs a = goldens::fused_qkv_paged_args(b);
   FusedQkvPackedWeights w;
-  const Status packed = pack_weights(d, a, &w);
+  const Status packed = pack_weights(d, a, &w, options);
   ASSERT_TRUE(packed.ok()) << packed.message;
+  if (!options.prefill_layout) {  // the act-order codes alone, or nothing
+    const std::size_t codes = in.has("g_idx") ? in.at("qweight").nbytes() : 0;
+    EXPECT_EQ(w.bytes(), codes) << what << ": " << w.layout();
+  }
   a.packed_weights = &w;
   Status s = call(d, a);
   ASSERT_TRUE(s.ok()) << s.message;
@@ -490,6 +494,20 @@ TEST_P(FusedQkvPacked, OwnTilesReadOnlyTheRegroupedCodes) {
   IsaCap cap(GetParam().level);
   RouteModes off(RouteMode::off, RouteMode::off);
   expect_packed_call_bits(GetParam().c.knobs, 22, act_order(GetParam().c), "own tiles");
+}
+
+// A pack without the prefill layout holds the act-order codes alone (nothing for other weights),
+// which the panel route and the own tiles read; the panels are formed per call.
+TEST_P(FusedQkvPacked, APackOfCodesAloneIsReadForThem) {
+  IsaCap cap(GetParam().level);
+  FusedQkvPackOptions codes_only;
+  codes_only.prefill_layout = false;
+  for (const RouteMode panel : {RouteMode::off, RouteMode::on}) {
+    RouteModes modes(RouteMode::off, panel);
+    expect_packed_call_bits(GetParam().c.knobs, 26, act_order(GetParam().c),
+                            panel == RouteMode::on ? "codes alone, panel route" : "codes alone, own tiles", one_shot,
+                            codes_only);
+  }
 }
 
 // A plan's runs (the plan made without the pack, as an engine plans a step once for all layers)

@@ -129,7 +129,15 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& a
 // codes on the cpu back-end). Either way the results are
 // bit for bit those of the call without the pack. The weights must not change while a pack made
 // from them is used (the pack is a copy and cannot tell).
-Status pack_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights, FusedQkvPackedWeights* out);
+// What pack_weights lays out.
+struct FusedQkvPackOptions {
+  // The prefill GEMM's layout (the strips or panels above). false: only what every call reads
+  // (GPTQ's act-order codes in group order; nothing for the other formats), for callers that keep
+  // decode-sized memory per layer: prefills then lay out their weights per call.
+  bool prefill_layout = true;
+};
+Status pack_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights, FusedQkvPackedWeights* out,
+                    const FusedQkvPackOptions& options = {});
 
 // Plan once per step, run per layer (mlakit/plan.hpp): `step` is a call of the step (any layer);
 // its metadata is checked once, here.
