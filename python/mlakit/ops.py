@@ -291,10 +291,12 @@ def _weights(op, view, x_dtype, weight, weight_scale, qweight, scales, qzeros, g
 
 
 class PackedWeights:
-    """A layer's op 5 weights laid out once for this CPU's prefill GEMM (pack_weights): name it in
-    every fused_qkv_paged call of that layer (packed_weights=). It keeps the weight arrays it was
-    made from, which the calls still pass and which must not change while it is used.
-    nbytes: memory it holds (0 where this CPU's prefills read the weights in place); layout: what."""
+    """A layer's op 5 weights laid out once for this CPU's prefill GEMM, and act-order GPTQ's codes
+    sorted by group (pack_weights): name it in every fused_qkv_paged call of that layer
+    (packed_weights=). It keeps the weight arrays it was made from, which the calls still pass and
+    which must not change while it is used. nbytes: memory it holds (0 where nothing needs laying
+    out: this CPU's prefills read the weights in place, or prefill_layout=False without a g_idx);
+    layout: what."""
     __slots__ = ("_handle", "_weights", "nbytes", "layout", "__weakref__")
 
     def __init__(self, handle, weights):

@@ -73,14 +73,15 @@ struct FusedQkvPackedState;
 struct FusedQkvPackedAccess;
 }  // namespace detail
 
-// A layer's weights laid out once for this CPU's prefill GEMM (pack_weights), kept by the caller
-// beside the weights and named by every call of that layer (FusedQkvPagedArgs::packed_weights),
-// so that prefills stop laying out the weights in every call (docs/fused_qkv_paged.md §9 has what
-// it saves where). Copies share one immutable state: many threads may use one pack at once.
+// A layer's weights laid out once for this CPU's prefill GEMM, and act-order GPTQ's codes sorted
+// by group (pack_weights), kept by the caller beside the weights and named by every call of that
+// layer (FusedQkvPagedArgs::packed_weights), so that calls stop laying out the weights each time
+// (docs/fused_qkv_paged.md §9 has what it saves where). Copies share one immutable state: many
+// threads may use one pack at once.
 class FusedQkvPackedWeights {
  public:
   bool valid() const { return state_ != nullptr; }
-  std::size_t bytes() const;          // memory held: 0 where the CPU's kernels read the weights in place
+  std::size_t bytes() const;          // memory held: 0 where nothing is laid out
   const std::string& layout() const;  // what it holds, for which kernels (empty when not valid)
   const detail::FusedQkvPackedState* state() const { return state_.get(); }
 
