@@ -130,8 +130,9 @@ struct Plan {
   std::vector<std::int64_t> row_block, row_slot;  // cache block and page offset of each row
   const mlakit::detail::FusedQkvPackedState* pack = nullptr;  // the caller's packed weights, for this call's route
   // GPTQ with a g_idx of group_size channels per group: K's channels by group, in K's order
-  // within a group (empty otherwise). Every route then takes K in this order.
-  std::vector<std::uint32_t> k_order;
+  // within a group (null otherwise; the pack's, or own_order). Every route then takes K in it.
+  const std::uint32_t* k_order = nullptr;
+  std::vector<std::uint32_t> own_order;
   // With k_order, the codes in that order from the caller's pack (qweight's layout), or null to
   // regroup them where they are read.
   const std::uint32_t* regrouped = nullptr;
@@ -291,7 +292,7 @@ simd::Int4Groups gptq_groups(const Plan& p, std::size_t c0, std::size_t k0) {
 simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn,
                              const float* tables) {
   const auto gs = static_cast<std::size_t>(p.d->group_size);
-  if (p.k_order.empty() || p.regrouped != nullptr) {
+  if (p.k_order == nullptr || p.regrouped != nullptr) {
     const auto* codes = p.regrouped ? p.regrouped : static_cast<const std::uint32_t*>(p.a->qweight.data);
     return simd::Int4Columns{codes + (k0 / 8) * p.N + c0, p.N, tables, gs};
   }
@@ -302,7 +303,7 @@ simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::
 
 // GPTQ with a g_idx whose groups cannot be taken in group order: each element formed on its own.
 bool per_element(const Plan& p) {
-  return p.d->weight_format == WeightFormat::gptq && p.a->g_idx.data != nullptr && p.k_order.empty();
+  return p.d->weight_format == WeightFormat::gptq && p.a->g_idx.data != nullptr && p.k_order == nullptr;
 }
 
 void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std::size_t c1) {
@@ -316,7 +317,7 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
   // GPTQ: the chunk's value tables (16 per column and group), or with g_idx its dequantized
   // weights (bf16).
   // With a g_idx in groups (k_order), K in group order: the call's activations gathered (p.x),
-  // the codes regrouped per chunk, then the paths without g_idx.
+  // the codes regrouped per chunk (or the pack's, regrouped once), then the paths without g_idx.
   const bool act_order = per_element(p);
   const std::size_t gs = fmt == WeightFormat::gptq ? static_cast<std::size_t>(p.d->group_size) : 1;
   auto* tables = static_cast<float*>(
@@ -1000,8 +1001,9 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   p.T = 0;
   p.K = static_cast<std::size_t>(out->K);
   p.N = static_cast<std::size_t>(out->N);
-  if (act_order_map(d, a)) p.k_order = group_order(d, a, p.K);  // panels and strips in the calls' K order
-  if (!p.k_order.empty()) {
+  if (act_order_map(d, a)) p.own_order = group_order(d, a, p.K);  // panels and strips in the calls' K order
+  if (!p.own_order.empty()) {
+    p.k_order = p.own_order.data();
     // The codes in group order, once: every call naming the pack reads them in place.
     const std::size_t words = p.K / 8 * p.N;
     auto* mem = new (std::nothrow) std::uint32_t[words];
@@ -1014,7 +1016,7 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
       grouped_words(p, c0, c1 - c0, 0, p.K, mem + c0, p.N);
     });
     out->regrouped = std::shared_ptr<const std::uint32_t>(mem, std::default_delete<std::uint32_t[]>());
-    out->k_order = p.k_order;
+    out->k_order = p.own_order;
     p.regrouped = mem;
   }
   const simd::GemmKernels& g = *p.g;
@@ -1139,12 +1141,13 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   p.x = a.hidden_state.data;
   const mlakit::detail::FusedQkvPackedState* packed = a.packed_weights ? a.packed_weights->state() : nullptr;
   if (packed != nullptr && packed->regrouped) {  // the pack's codes in its group order
-    p.k_order = packed->k_order;
+    p.k_order = packed->k_order.data();
     p.regrouped = packed->regrouped.get();
   } else if (act_order_map(d, a)) {
-    p.k_order = group_order(d, a, p.K);
+    p.own_order = group_order(d, a, p.K);
+    if (!p.own_order.empty()) p.k_order = p.own_order.data();
   }
-  if (!p.k_order.empty()) p.x = gather_in_group_order(p);
+  if (p.k_order != nullptr) p.x = gather_in_group_order(p);
   const Route route = route_of(d, a, *p.g);
   p.pack = pack_for(a, route, *p.g);
   switch (route) {

@@ -52,7 +52,8 @@ namespace mlakit::cpu {
 
 // Assumes a validated call; runs every one.
 Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
-// The call buffers it takes (the library GEMM's f32 operands; none on the own tiles).
+// The call buffers it takes (the library GEMM's f32 operands, the panel and tile GEMMs' shared
+// layouts, act-order GPTQ's activations in group order).
 CallBufferSizes fused_qkv_paged_call_buffers(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& args);
 // The panel route's bound on a call's packed activations, in bytes (larger calls run in blocks of
 // rows within it); tests lower it to reach several blocks with small shapes.
