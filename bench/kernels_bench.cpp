@@ -203,6 +203,22 @@ void register_int4(Isa level) {
             }
             set_rate(st, "gflops", 2.0 * kN * kK, (g->bf16_dot ? peak().bf16_gflops_1t : peak().f32_gflops_1t) * 1e9);
           });
+  // Act-order GPTQ taken in group order: a chunk's codes (64 word rows of 128 columns out of
+  // qweight's 6144) regrouped by a shuffled order of its 512 channels; bytes written and read once.
+  add("gemm/int4_regroup_k512n128/" + lv, level, [=](benchmark::State& st) {
+    std::vector<std::uint32_t> words((kK / 8) * kLdw), out((kK / 8) * kN);
+    std::uint64_t seed = 7;
+    for (auto& w : words) w = static_cast<std::uint32_t>(mix(seed) >> 32);
+    std::vector<std::uint32_t> order(kK);
+    for (std::size_t i = 0; i < kK; ++i) order[i] = static_cast<std::uint32_t>(i);
+    for (std::size_t i = kK - 1; i > 0; --i) std::swap(order[i], order[mix(seed) % (i + 1)]);
+    for (auto _ : st) {
+      g->int4_regroup(words.data(), kLdw, order.data(), kK / 8, kN, out.data(), kN);
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    }
+    set_rate(st, "gbps", 2.0 * 4 * (kK / 8) * kN, peak().dram_gbps_1t * 1e9);
+  });
   add("gemm/int4_tables_n128/" + lv, level, [=](benchmark::State& st) {
     std::vector<std::uint16_t> scales(kN);
     std::vector<std::uint32_t> zeros(kN / 8);

@@ -235,6 +235,12 @@ struct GemmKernels {
   // straight from the codes and tables: panel[p*panel_cols + j] = B[j][p], the values
   // int4_rows_f32 gives, so pack_panel_f32 over those rows gives the same panel.
   void (*pack_panel_int4)(const Int4Columns& b, std::size_t cols, std::size_t k, float* panel);
+  // int4 word rows regrouped into another order of k (act-order GPTQ taken in group order): out
+  // row r's column j holds in nibble i the code of channel order[8r + i] of column j of `words`
+  // (channel k's code in nibble k % 8 of word row k / 8; rows ldw words apart), for r < rows and
+  // j < n; out rows ldo words apart, nothing else written.
+  void (*int4_regroup)(const std::uint32_t* words, std::size_t ldw, const std::uint32_t* order, std::size_t rows,
+                       std::size_t n, std::uint32_t* out, std::size_t ldo);
 
   // Tile GEMM, where the level has AMX tiles (zero and null elsewhere): bf16 activation rows
   // against weights packed once into the pair layout of the tile unit's B operand.

@@ -71,6 +71,7 @@ constexpr GemmKernels make_gemm_kernels() {
                      &gemm_panel_packed,
                      &int4_rows_f32,
                      &pack_panel_int4,
+                     &int4_regroup,
                      0,
                      0,
                      0,

@@ -163,23 +163,7 @@ std::vector<std::uint32_t> group_order(const FusedQkvPagedDesc& d, const FusedQk
 // holds the code of channel k_order[k0 + 8 r + j], rows ldo words apart.
 void grouped_words(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn, std::uint32_t* out,
                    std::size_t ldo) {
-  const auto* qw = static_cast<const std::uint32_t*>(p.a->qweight.data);
-  for (std::size_t r = 0; r < kn / 8; ++r) {
-    const std::uint32_t* src[8];
-    unsigned from[8];
-    for (std::size_t j = 0; j < 8; ++j) {
-      const std::size_t k = p.k_order[k0 + 8 * r + j];
-      src[j] = qw + (k / 8) * p.N + c0;
-      from[j] = 4 * static_cast<unsigned>(k % 8);
-    }
-    // A column's word built in a register from its eight sources (vectorized along the columns).
-    std::uint32_t* dst = out + r * ldo;
-    for (std::size_t c = 0; c < n; ++c) {
-      std::uint32_t w = 0;
-      for (unsigned j = 0; j < 8; ++j) w |= ((src[j][c] >> from[j]) & 0xFu) << (4 * j);
-      dst[c] = w;
-    }
-  }
+  p.g->int4_regroup(static_cast<const std::uint32_t*>(p.a->qweight.data) + c0, p.N, p.k_order + k0, kn / 8, n, out, ldo);
 }
 
 // `len` sums of a row to their destination, rounded once to the dtype.

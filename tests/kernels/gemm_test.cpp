@@ -1518,6 +1518,39 @@ TEST_P(Gemm, PanelPackersAndInt4RowsFollowTheirDefinitions) {
       }
 }
 
+// int4_regroup: every out nibble is the code of the channel its order names, for column counts
+// around the vector widths (1 .. 33) and orders that are permutations of K (act-order GPTQ's) or
+// repeat channels; the words past n in each out row are left as they were.
+TEST_P(Gemm, Int4RegroupTakesEachCodeFromTheChannelItsOrderNames) {
+  MLAKIT_SKIP_UNLESS_CPU_RUNS(GetParam());
+  const simd::GemmKernels& g = table();
+  ASSERT_NE(g.int4_regroup, nullptr);
+  Rng rng(41);
+  for (std::size_t n : {1, 7, 8, 9, 16, 17, 33})
+    for (std::size_t k : {8, 64, 136})
+      for (bool permutation : {true, false}) {
+        const std::size_t ldw = n + 3, ldo = n + 2, rows = k / 8;
+        std::vector<std::uint32_t> words(rows * ldw);
+        for (auto& w : words) w = static_cast<std::uint32_t>(rng.below(1u << 16)) << 16 | static_cast<std::uint32_t>(rng.below(1u << 16));
+        std::vector<std::uint32_t> order(k);
+        for (std::size_t i = 0; i < k; ++i) order[i] = static_cast<std::uint32_t>(permutation ? i : rng.below(static_cast<std::uint32_t>(k)));
+        if (permutation)
+          for (std::size_t i = k - 1; i > 0; --i) std::swap(order[i], order[rng.below(static_cast<std::uint32_t>(i + 1))]);
+        std::vector<std::uint32_t> out(rows * ldo, 0xA5A5A5A5u);
+        g.int4_regroup(words.data(), ldw, order.data(), rows, n, out.data(), ldo);
+        for (std::size_t r = 0; r < rows; ++r) {
+          for (std::size_t j = 0; j < n; ++j)
+            for (std::size_t i = 0; i < 8; ++i) {
+              const std::uint32_t c = order[8 * r + i];
+              const std::uint32_t want = (words[(c / 8) * ldw + j] >> (4 * (c % 8))) & 0xFu;
+              ASSERT_EQ((out[r * ldo + j] >> (4 * i)) & 0xFu, want)
+                  << "n=" << n << " k=" << k << " row " << r << " column " << j << " nibble " << i;
+            }
+          for (std::size_t j = n; j < ldo; ++j) ASSERT_EQ(out[r * ldo + j], 0xA5A5A5A5u) << "wrote past n";
+        }
+      }
+}
+
 TEST_P(Gemm, TableDescribesItself) {
   const simd::GemmKernels& t = table();
   EXPECT_STREQ(t.level, isa_name(GetParam()));
