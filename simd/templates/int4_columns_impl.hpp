@@ -284,7 +284,7 @@ template <bool kTwo, class Use>
 template <bool kTwo>
 [[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
                                             const ByteTables& t, F (&lo)[4], F (&hi)[4]) {
-  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) [[gnu::always_inline]] {
+  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) __attribute__((always_inline)) {
     lo[q] = fmadd(fload(x), F{v[0]}, lo[q]);
     hi[q] = fmadd(fload(x + 8), F{v[1]}, hi[q]);
     if constexpr (kTwo) {
@@ -299,7 +299,7 @@ template <bool kTwo>
 template <bool kTwo>
 [[gnu::always_inline]] inline void expand_step(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, float* out,
                                                std::size_t ldk) {
-  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) [[gnu::always_inline]] {
+  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) __attribute__((always_inline)) {
     float* a = out + q * ldk;
     float* b = out + (q + 4) * ldk;
     _mm256_storeu_ps(a, _mm256_permute2f128_ps(v[0], v[1], 0x20));
