@@ -56,6 +56,21 @@ class Scratch {
   T* p_;
 };
 
+// Scratch on the stack up to N elements, on the heap beyond: for the per-call buffers of decode
+// kernels, which an operator calls hundreds of times per call (a tile and chunk each).
+template <class T, std::size_t N>
+class LocalScratch {
+ public:
+  explicit LocalScratch(std::size_t n) : heap_(n > N ? n : 0) {}
+  LocalScratch(const LocalScratch&) = delete;
+  LocalScratch& operator=(const LocalScratch&) = delete;
+  T* get() { return heap_.get() ? heap_.get() : local_; }
+
+ private:
+  alignas(64) T local_[N];
+  Scratch<T> heap_;
+};
+
 inline std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
 // ---- conversion of operand rows into the compute type ----------------------------------------
@@ -445,7 +460,7 @@ void gemm(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t 
     // that runs beside the FMAs.
     if (m <= kMr || (std::is_same_v<TB, std::uint16_t> && m <= kWidenBf16Rows)) {
       if constexpr (std::is_same_v<TA, float> && std::is_same_v<TB, std::uint8_t>) {
-        Scratch<float> folded(m * k);
+        LocalScratch<float, 4096> folded(m * k);
         if (fold_2p8(a, lda, m, k, folded.get())) {
           gemm_blocks<float>(m, n, k, folded.get(), k, ElementRows<float, TB, true>{b, ldb}, c, ldc, accumulate,
                              DotTiles<float, TB, true>{});

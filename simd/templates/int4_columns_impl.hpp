@@ -612,7 +612,7 @@ void int4_row_panels(std::size_t full, std::size_t k, const TA* a, const Int4Col
     ac = a_buf.get();
   }
 #if !defined(__AVX512BW__)
-  Scratch<float> doubled(2 * k);
+  LocalScratch<float, 4096> doubled(2 * k);
   int4_step::double_quads(ac, k, doubled.get());
   ac = doubled.get();
 #endif
