@@ -32,16 +32,13 @@ inline F fp8_lanes_to_f32_scaled(H sext_code) {
 inline F fp8_lanes_to_f32(H sext_code) { return fp8_lanes_to_f32_scaled(sext_code) * fsplat(256.0f); }
 
 // The same without the NaN fix: exact for every code but the two NaNs (0x7F, 0xFF), which come out
-// as +-480 (times 2^-8 when scaled) and set bit 14 of `watch`. For callers that redo their work
-// exactly when a NaN shows. Lane bits 13..7 hold code bits 6..0 and bit 14 is clear, so adding one
-// at bit 7 carries into bit 14 for the NaN codes only.
-inline F fp8_lanes_to_f32_scaled_watched(H sext_code, H& watch) {
+// as +-480 and set bit 14 of `watch`. For callers that redo their work exactly when a NaN shows.
+// Lane bits 13..7 hold code bits 6..0 and bit 14 is clear, so adding one at bit 7 carries into bit
+// 14 for the NaN codes only.
+inline F fp8_lanes_to_f32_watched(H sext_code, H& watch) {
   const H h = fp8_as_scaled_f16(sext_code);
   watch = watch | (h + hsplat(0x80));
-  return f16_to_f32(h);
-}
-inline F fp8_lanes_to_f32_watched(H sext_code, H& watch) {
-  return fp8_lanes_to_f32_scaled_watched(sext_code, watch) * fsplat(256.0f);
+  return f16_to_f32(h) * fsplat(256.0f);
 }
 inline bool fp8_watch_saw_nan(H watch) { return any_set(watch & hsplat(0x4000)); }
 
