@@ -2,8 +2,9 @@
 // serving engine keeps them beside each layer: packed_weights/fused_qkv_paged/<case> at the CPU's
 // own level, for the driver's prefill bench cases and its act-order GPTQ decode cases (whose pack
 // holds the codes in group order, read by decode calls too); packed_codes/fused_qkv_paged/<case>
-// for those act-order cases with a pack of the codes alone (prefill_layout = false). Counters as the operator rows (gflops, pct_peak,
-// pct_f32_peak, pct_of_library, pct_of_onednn: the library bars against the packed call) and
+// for those act-order cases with a pack of the codes alone (prefill_layout = false). Counters as
+// the operator rows (gflops, pct_peak, pct_f32_peak, pct_of_library, pct_of_onednn: the library
+// bars against the packed call) and
 //   x_unpacked  the same call without the pack, in time, over the packed call: the median of five
 //               pairs timed back to back (above 1: the pack saves that much);
 //   pack_mib    the pack's memory; pack_ms the one pack_weights call that made it.

@@ -259,6 +259,19 @@ class FusedQkvPagedDriver final : public OpDriver {
       const char* name;
       json knobs;
     };
+    // T rows: a decode batch (one row per sequence, various cache lengths) up to 32, else a
+    // prefill (one sequence up to 512 rows, two of 1024 beyond).
+    const auto set_rows = [](json& k, int t) {
+      if (t <= 32) {
+        std::vector<std::int64_t> seq(t, 1), cache(t);
+        for (int i = 0; i < t; ++i) cache[i] = 512 + 37 * i;
+        k["seq_lens"] = seq;
+        k["cache_lens"] = cache;
+      } else {
+        k["seq_lens"] = t <= 512 ? std::vector<std::int64_t>{t} : std::vector<std::int64_t>{1024, 1024};
+        k["cache_lens"] = t <= 512 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 256};
+      }
+    };
     const Model models[] = {{"llama3_8b_dense", llama},
                             {"llama3_8b_gptq", [&] {
                                json j = llama;
@@ -269,15 +282,7 @@ class FusedQkvPagedDriver final : public OpDriver {
     for (const Model& m : models) {
       for (int t : {1, 8, 32, 128, 512, 2048}) {
         json k = m.knobs;
-        if (t <= 32) {  // decode: one row per sequence, various cache lengths
-          std::vector<std::int64_t> seq(t, 1), cache(t);
-          for (int i = 0; i < t; ++i) cache[i] = 512 + 37 * i;
-          k["seq_lens"] = seq;
-          k["cache_lens"] = cache;
-        } else {  // prefill
-          k["seq_lens"] = t <= 512 ? std::vector<std::int64_t>{t} : std::vector<std::int64_t>{1024, 1024};
-          k["cache_lens"] = t <= 512 ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 256};
-        }
+        set_rows(k, t);
         v.push_back({std::string(m.name) + "_t" + std::to_string(t),
                      std::string(t <= 32 ? "decode" : "prefill") + ", T = " + std::to_string(t), k});
       }
@@ -289,15 +294,7 @@ class FusedQkvPagedDriver final : public OpDriver {
       k["weight_format"] = "gptq";
       k["has_zp"] = true;
       k["g_idx"] = true;
-      if (t <= 32) {
-        std::vector<std::int64_t> seq(t, 1), cache(t);
-        for (int i = 0; i < t; ++i) cache[i] = 512 + 37 * i;
-        k["seq_lens"] = seq;
-        k["cache_lens"] = cache;
-      } else {
-        k["seq_lens"] = std::vector<std::int64_t>{t};
-        k["cache_lens"] = std::vector<std::int64_t>{0};
-      }
+      set_rows(k, t);
       v.push_back({"llama3_8b_gptq_zp_gidx_t" + std::to_string(t),
                    std::string(t <= 32 ? "decode" : "prefill") + ", act-order, T = " + std::to_string(t), k});
     }
