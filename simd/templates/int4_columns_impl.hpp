@@ -279,19 +279,42 @@ template <bool kTwo, class Use>
   }
 }
 
-// One step of a decode row: pair_values' rows against x (double_quads' layout at the rows' first
-// element), into the pairs' chains lo[q] (lanes 0-3 of columns q and q + 4) and hi[q] (lanes 4-7).
+// One step of a decode row: word rows w and, when kTwo, w + ldw of 8 columns against x
+// (parity_quads' layout at the rows' first element). A pair's bf16 values come out of the lookup as
+// 16-bit words, two to a dword: shifted up by 16 a dword is its even element as f32, masked it is
+// its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
+// one per lane) and od[q] (the odd ones), and a vector of values costs an integer operation where
+// widening the words took a shuffle (the shuffles bound this loop on Zen 3).
 template <bool kTwo>
 [[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
-                                            const ByteTables& t, F (&lo)[4], F (&hi)[4]) {
-  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) __attribute__((always_inline)) {
-    lo[q] = fmadd(fload(x), F{v[0]}, lo[q]);
-    hi[q] = fmadd(fload(x + 8), F{v[1]}, hi[q]);
-    if constexpr (kTwo) {
-      lo[q] = fmadd(fload(x + 16), F{v[2]}, lo[q]);
-      hi[q] = fmadd(fload(x + 24), F{v[3]}, hi[q]);
+                                            const ByteTables& t, F (&ev)[4], F (&od)[4]) {
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i w1 = kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : _mm256_setzero_si256();
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const auto even = [](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))}; };
+  const auto odd = [&](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_and_si256(v, high))}; };
+#pragma GCC unroll 2
+  for (std::size_t h = 0; h < 2; ++h) {
+    __m256i code[2];
+    codes(w0, w1, h, code);
+#pragma GCC unroll 2
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::size_t q = 2 * h + i;
+      // x read again for every pair, as the FMAs' memory operands: held in registers across the
+      // pairs, it pushed two chains onto the stack.
+      const float* xs = x;
+      asm volatile("" : "+r"(xs));
+      const __m256i l = _mm256_shuffle_epi8(t.lo[q], code[i]), hb = _mm256_shuffle_epi8(t.hi[q], code[i]);
+      const __m256i v0 = _mm256_unpacklo_epi8(l, hb);  // row r's 8 values of column q | q + 4
+      ev[q] = fmadd(fload(xs), even(v0), ev[q]);
+      od[q] = fmadd(fload(xs + 8), odd(v0), od[q]);
+      if constexpr (kTwo) {
+        const __m256i v1 = _mm256_unpackhi_epi8(l, hb);  // row r + 1's
+        ev[q] = fmadd(fload(xs + 16), even(v1), ev[q]);
+        od[q] = fmadd(fload(xs + 24), odd(v1), od[q]);
+      }
     }
-  });
+  }
 }
 
 // One step of an expansion: pair_values' rows written out as f32, column q's 8 or 16 elements at
@@ -331,12 +354,15 @@ inline void byte_tables(const float* tab, std::size_t stride, ByteTables& t) {
   }
 }
 
-// The row a decode row reads: each quad of elements twice, [x 4d .. 4d + 3, x 4d .. 4d + 3] at
-// 8d, the layout of the pairs' values (four elements of one column per lane).
-inline void double_quads(const float* a, std::size_t k, float* out) {
-  for (std::size_t d = 0; 4 * d < k; ++d) {
-    const __m128 x = _mm_loadu_ps(a + 4 * d);  // k is a multiple of 8
-    _mm256_storeu_ps(out + 8 * d, _mm256_set_m128(x, x));
+// The row a decode row reads (k a multiple of 8): per 8 elements their even ones twice, then their
+// odd ones twice, [x0 x2 x4 x6 x0 x2 x4 x6 x1 x3 x5 x7 x1 x3 x5 x7], the lanes of row_step's chains.
+inline void parity_quads(const float* a, std::size_t k, float* out) {
+  for (std::size_t r = 0; 8 * r < k; ++r) {
+    const __m256 x = _mm256_loadu_ps(a + 8 * r);
+    const __m256 e = _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    const __m256 o = _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+    _mm256_storeu_ps(out + 16 * r, e);
+    _mm256_storeu_ps(out + 16 * r + 8, o);
   }
 }
 
@@ -554,11 +580,11 @@ constexpr std::size_t kInt4RowCols = kInt4Panel;
 #elif defined(__AVX2__)
 constexpr std::size_t kInt4RowCols = int4_step::kRowCols;
 
-// One row of A (as double_quads lays it out) against 8 int4 columns, straight from the codes into
+// One row of A (as parity_quads lays it out) against 8 int4 columns, straight from the codes into
 // the chains: per column the chain of tile_f32 over the expanded rows (k a multiple of 8, so
 // every step is a whole word) and write_tile's reduction, so the bits of the buffered path. The
-// chains of a column pair are two vectors, lo[q] with lanes 0-3 of column q's chain and of column
-// q + 4's, hi[q] with lanes 4-7 of each, put back together at the end. `next`: 8 more columns
+// chains of a column pair are two vectors, ev[q] with the even lanes of column q's chain and of
+// column q + 4's, od[q] with the odd lanes of each, put back together at the end. `next`: 8 more columns
 // follow at j0 + 8, whose first rows are fetched while this block ends.
 template <class CT, class Src>
 void int4_row_panel(std::size_t k, const float* a2, const Int4Columns& b, const Src& src, std::size_t j0, float* c,
@@ -566,9 +592,9 @@ void int4_row_panel(std::size_t k, const float* a2, const Int4Columns& b, const 
   static_assert(std::is_same_v<CT, float>, "AVX2 has no bf16 dot");
   constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
   const std::size_t nrows = k / 8, group_rows = b.group_size / 8;  // group_rows: even
-  F lo[4], hi[4];
+  F ev[4], od[4];
 #pragma GCC unroll 4
-  for (std::size_t q = 0; q < 4; ++q) lo[q] = hi[q] = fzero();
+  for (std::size_t q = 0; q < 4; ++q) ev[q] = od[q] = fzero();
   int4_step::ByteTables t;
   for (std::size_t g = 0, r = 0; r < nrows; ++g) {
     src.form(g, t);
@@ -579,15 +605,17 @@ void int4_row_panel(std::size_t k, const float* a2, const Int4Columns& b, const 
         else if (next && ra < 2 * nrows)
           _mm_prefetch(reinterpret_cast<const char*>(b.words + (ra - nrows) * b.ldw + j0 + kC), _MM_HINT_T0);
       }
-      int4_step::row_step<true>(b.words + r * b.ldw + j0, b.ldw, a2 + 16 * r, t, lo, hi);
+      int4_step::row_step<true>(b.words + r * b.ldw + j0, b.ldw, a2 + 16 * r, t, ev, od);
     }
-    if (r < group_end) int4_step::row_step<false>(b.words + r * b.ldw + j0, b.ldw, a2 + 16 * r, t, lo, hi);
+    if (r < group_end) int4_step::row_step<false>(b.words + r * b.ldw + j0, b.ldw, a2 + 16 * r, t, ev, od);
     r = group_end;
   }
   F acc[kC];
   for (std::size_t q = 0; q < 4; ++q) {
-    acc[q] = F{_mm256_permute2f128_ps(lo[q].v, hi[q].v, 0x20)};
-    acc[q + 4] = F{_mm256_permute2f128_ps(lo[q].v, hi[q].v, 0x31)};
+    // Lanes 0-3 and 4-7 of columns q (low half) and q + 4 (high half).
+    const __m256 lo = _mm256_unpacklo_ps(ev[q].v, od[q].v), hi = _mm256_unpackhi_ps(ev[q].v, od[q].v);
+    acc[q] = F{_mm256_permute2f128_ps(lo, hi, 0x20)};
+    acc[q + 4] = F{_mm256_permute2f128_ps(lo, hi, 0x31)};
   }
   for (std::size_t q = 0; q < kC / 4; ++q) {
     float out[4];
@@ -612,9 +640,9 @@ void int4_row_panels(std::size_t full, std::size_t k, const TA* a, const Int4Col
     ac = a_buf.get();
   }
 #if !defined(__AVX512BW__)
-  LocalScratch<float, 4096> doubled(2 * k);
-  int4_step::double_quads(ac, k, doubled.get());
-  ac = doubled.get();
+  LocalScratch<float, 4096> split(2 * k);
+  int4_step::parity_quads(ac, k, split.get());
+  ac = split.get();
 #endif
   for (std::size_t j0 = 0; j0 < full; j0 += kInt4RowCols)
     int4_row_panel<CT>(k, ac, b, src_of(j0), j0, c + j0, accumulate, j0 + kInt4RowCols < full);
