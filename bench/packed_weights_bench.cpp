@@ -2,7 +2,8 @@
 // serving engine keeps them beside each layer: packed_weights/fused_qkv_paged/<case> at the CPU's
 // own level, for the driver's prefill bench cases and its act-order GPTQ decode cases (whose pack
 // holds the codes in group order, read by decode calls too); packed_codes/fused_qkv_paged/<case>
-// for those act-order cases with a pack of the codes alone (prefill_layout = false). Counters as
+// for those act-order cases and the GPTQ decode cases with a pack of the codes alone
+// (prefill_layout = false: rows padded apart, read by every call). Counters as
 // the operator rows (gflops, pct_peak, pct_f32_peak, pct_of_library, pct_of_onednn: the library
 // bars against the packed call) and
 //   x_unpacked  the same call without the pack, in time, over the packed call: the median of five
@@ -69,11 +70,13 @@ void register_packed_weights_benchmarks() {
   const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
   if (driver == nullptr) return;
   for (const goldens::CaseSpec& spec : driver->bench_cases()) {
-    if (spec.what.rfind("prefill", 0) != 0 && spec.what.find("act-order") == std::string::npos) continue;
-    benchmark::RegisterBenchmark(("packed_weights/fused_qkv_paged/" + spec.name).c_str(),
-                                 [driver, spec](benchmark::State& st) { run_packed_case(st, *driver, spec, {}); })
-        ->Unit(benchmark::kMillisecond);
-    if (spec.what.find("act-order") == std::string::npos) continue;
+    const bool act_order = spec.what.find("act-order") != std::string::npos;
+    const bool gptq_decode = spec.name.find("gptq") != std::string::npos && spec.what.rfind("decode", 0) == 0;
+    if (spec.what.rfind("prefill", 0) == 0 || act_order)
+      benchmark::RegisterBenchmark(("packed_weights/fused_qkv_paged/" + spec.name).c_str(),
+                                   [driver, spec](benchmark::State& st) { run_packed_case(st, *driver, spec, {}); })
+          ->Unit(benchmark::kMillisecond);
+    if (!act_order && !gptq_decode) continue;
     FusedQkvPackOptions codes;
     codes.prefill_layout = false;
     benchmark::RegisterBenchmark(("packed_codes/fused_qkv_paged/" + spec.name).c_str(),

@@ -311,10 +311,11 @@ def pack_weights(*, weight=None, weight_scale=None, qweight=None, scales=None, q
                  group_size=128, zero_format="v2", activations="bf16", prefill_layout=True):
     """Packs one layer's fused_qkv_paged weights (the same arguments as the call's) for activations
     of dtype `activations` ("bf16" or "f32"): prefills that name the pack stop laying out the
-    weights in every call, and act-order GPTQ calls (g_idx) of any size stop regrouping its codes,
-    with the same bits (docs/fused_qkv_paged.md, "Packed weights"). prefill_layout=False keeps
-    only the act-order codes (N·K/2 bytes; nothing for other weights), not the prefill GEMM's
-    layout (4 or 2 bytes a weight)."""
+    weights in every call, and GPTQ calls of any size read the pack's copy of the codes (rows
+    padded apart; in group order with an act-order g_idx, which they then stop regrouping), with
+    the same bits (docs/fused_qkv_paged.md, "Packed weights"). prefill_layout=False keeps only
+    GPTQ's codes (about N·K/2 bytes; nothing for other weights), not the prefill GEMM's layout (4
+    or 2 bytes a weight)."""
     if activations not in ("bf16", "f32"):
         raise ValueError(f"pack_weights: activations={activations!r} (expected 'bf16' or 'f32')")
     if not isinstance(prefill_layout, bool):

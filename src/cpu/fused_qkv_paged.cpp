@@ -133,9 +133,11 @@ struct Plan {
   // within a group (null otherwise; the pack's, or own_order). Every route then takes K in it.
   const std::uint32_t* k_order = nullptr;
   std::vector<std::uint32_t> own_order;
-  // With k_order, the codes in that order from the caller's pack (qweight's layout), or null to
-  // regroup them where they are read.
-  const std::uint32_t* regrouped = nullptr;
+  // GPTQ codes from the caller's pack (qweight's layout, rows codes_ldw words apart; with a
+  // k_order, in that order), or null: qweight read in place, or with a k_order regrouped where
+  // they are read.
+  const std::uint32_t* codes = nullptr;
+  std::size_t codes_ldw = 0;
   // The activations the routes read (T x K): hidden_state, or with a k_order its rows gathered
   // in that order.
   const void* x = nullptr;
@@ -271,15 +273,14 @@ simd::Int4Groups gptq_groups(const Plan& p, std::size_t c0, std::size_t k0) {
 
 // GPTQ codes of columns [c0, c0 + n) for the chunk [k0, k0 + kn) of the call's K order, their
 // values looked up in `tables` (gptq_tables of the same columns and chunk; null for the decode
-// row): read in place (from the pack's regrouped copy with a k_order), or with a k_order and no
-// such copy regrouped into a thread scratch (slot 6).
+// row): read in place (the pack's copy, or qweight without a k_order), or with a k_order and no
+// pack regrouped into a thread scratch (slot 6).
 simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn,
                              const float* tables) {
   const auto gs = static_cast<std::size_t>(p.d->group_size);
-  if (p.k_order == nullptr || p.regrouped != nullptr) {
-    const auto* codes = p.regrouped ? p.regrouped : static_cast<const std::uint32_t*>(p.a->qweight.data);
-    return simd::Int4Columns{codes + (k0 / 8) * p.N + c0, p.N, tables, gs};
-  }
+  if (p.codes != nullptr) return simd::Int4Columns{p.codes + (k0 / 8) * p.codes_ldw + c0, p.codes_ldw, tables, gs};
+  if (p.k_order == nullptr)
+    return simd::Int4Columns{static_cast<const std::uint32_t*>(p.a->qweight.data) + (k0 / 8) * p.N + c0, p.N, tables, gs};
   auto* words = static_cast<std::uint32_t*>(thread_scratch(n * (kn / 8) * sizeof(std::uint32_t), 6));
   grouped_words(p, c0, n, k0, kn, words, n);
   return simd::Int4Columns{words, n, tables, gs};
@@ -986,22 +987,37 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
   p.K = static_cast<std::size_t>(out->K);
   p.N = static_cast<std::size_t>(out->N);
   if (act_order_map(d, a)) p.own_order = group_order(d, a, p.K);  // panels and strips in the calls' K order
-  if (!p.own_order.empty()) {
-    p.k_order = p.own_order.data();
-    // The codes in group order, once: every call naming the pack reads them in place.
-    const std::size_t words = p.K / 8 * p.N;
-    auto* mem = new (std::nothrow) std::uint32_t[words];
+  if (!p.own_order.empty()) p.k_order = p.own_order.data();
+  if (d.weight_format == WeightFormat::gptq && (p.k_order != nullptr || !act_order_map(d, a))) {
+    // The codes once (in group order with a k_order), every call naming the pack reads them in
+    // place: rows padded to 16 words past a multiple of 128 lie an odd number of lines apart
+    // modulo 4 KiB, so a decode row's word rows spread over the cache sets instead of sharing one
+    // (qweight's rows of N = 6144 words lie 24 KiB apart).
+    const std::size_t ldw = (p.N + 111) / 128 * 128 + 16, words = p.K / 8 * ldw;
+    void* mem = ::operator new(words * sizeof(std::uint32_t), std::align_val_t(64), std::nothrow);
     if (mem == nullptr)
       return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
                            "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(words * 4) +
-                               " bytes for the regrouped codes failed");
-    constexpr std::size_t kRegroupCols = 64;  // columns per task
-    parallel_for_tiles(p.N, kRegroupCols, [&](std::size_t c0, std::size_t c1) {
-      grouped_words(p, c0, c1 - c0, 0, p.K, mem + c0, p.N);
+                               " bytes for the GPTQ codes failed");
+    auto* codes = static_cast<std::uint32_t*>(mem);
+    constexpr std::size_t kCodeCols = 64;  // columns per task
+    parallel_for_tiles(p.N, kCodeCols, [&](std::size_t c0, std::size_t c1) {
+      if (p.k_order != nullptr) {
+        grouped_words(p, c0, c1 - c0, 0, p.K, codes + c0, ldw);
+      } else {
+        const auto* qw = static_cast<const std::uint32_t*>(a.qweight.data);
+        for (std::size_t r = 0; r < p.K / 8; ++r)
+          std::memcpy(codes + r * ldw + c0, qw + r * p.N + c0, (c1 - c0) * sizeof(std::uint32_t));
+      }
     });
-    out->regrouped = std::shared_ptr<const std::uint32_t>(mem, std::default_delete<std::uint32_t[]>());
+    // The padding is never read; zeroed, so the pack's bytes are all defined.
+    for (std::size_t r = 0; r < p.K / 8; ++r) std::fill(codes + r * ldw + p.N, codes + (r + 1) * ldw, 0u);
+    out->codes = std::shared_ptr<const std::uint32_t>(
+        codes, [](const std::uint32_t* m) { ::operator delete(const_cast<std::uint32_t*>(m), std::align_val_t(64)); });
+    out->codes_ldw = ldw;
     out->k_order = p.own_order;
-    p.regrouped = mem;
+    p.codes = codes;
+    p.codes_ldw = ldw;
   }
   const simd::GemmKernels& g = *p.g;
   out->kernels = &g;
@@ -1055,10 +1071,11 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
                                    : "no prefill layout (not asked for)";
       break;
   }
-  if (out->regrouped) {
-    out->bytes += K / 8 * N * sizeof(std::uint32_t);
-    out->layout += "; GPTQ codes in the act-order map's group order (" + std::to_string(K / 8) + " rows of " +
-                   std::to_string(N) + " words), for every call";
+  if (out->codes) {
+    out->bytes += K / 8 * out->codes_ldw * sizeof(std::uint32_t);
+    out->layout += std::string("; GPTQ codes") + (out->k_order.empty() ? "" : " in the act-order map's group order") +
+                   " (" + std::to_string(K / 8) + " rows of " + std::to_string(N) + " words, " +
+                   std::to_string(out->codes_ldw) + " apart), for every call";
   }
   return Status::success();
 }
@@ -1124,9 +1141,10 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
 
   p.x = a.hidden_state.data;
   const mlakit::detail::FusedQkvPackedState* packed = a.packed_weights ? a.packed_weights->state() : nullptr;
-  if (packed != nullptr && packed->regrouped) {  // the pack's codes in its group order
-    p.k_order = packed->k_order.data();
-    p.regrouped = packed->regrouped.get();
+  if (packed != nullptr && packed->codes) {  // the pack's codes (in its group order with a k_order)
+    if (!packed->k_order.empty()) p.k_order = packed->k_order.data();
+    p.codes = packed->codes.get();
+    p.codes_ldw = packed->codes_ldw;
   } else if (act_order_map(d, a)) {
     p.own_order = group_order(d, a, p.K);
     if (!p.own_order.empty()) p.k_order = p.own_order.data();

@@ -33,12 +33,15 @@ struct FusedQkvPackedState {
   // columns at q * stride floats, chunk k0 at + k0 * panel_cols.
   std::size_t stride = 0;
   std::shared_ptr<void> data;
-  // GPTQ with an act-order map of whole groups: K's channels in group order, and the codes
-  // regrouped in that order (K/8 rows of N words, qweight's layout), read by every call that names
-  // the pack, whatever its route or level (empty / null otherwise).
+  // GPTQ: the codes, K/8 rows of codes_ldw words (qweight's layout, each row padded past N so that
+  // rows do not lie a multiple of 4 KiB apart), read by every call that names the pack, whatever
+  // its route or level; with an act-order map of whole groups, K's channels in group order
+  // (k_order) and the codes regrouped in that order. Empty / null where there are none (other
+  // formats, maps of uneven groups).
   std::vector<std::uint32_t> k_order;
-  std::shared_ptr<const std::uint32_t> regrouped;
-  std::size_t bytes = 0;  // data and regrouped
+  std::shared_ptr<const std::uint32_t> codes;
+  std::size_t codes_ldw = 0;
+  std::size_t bytes = 0;  // data and codes
   std::string layout;
 };
 
@@ -61,7 +64,7 @@ std::size_t panel_packed_activations_bound();
 void set_panel_packed_activations_bound(std::size_t bytes);
 // Lays out validated weights (pack_weights) for the kernels in force, with out's K and N (set by
 // the caller, as its desc, activations and tensors); fills the rest. prefill_layout: false keeps
-// only the act-order codes in group order (FusedQkvPackOptions).
+// only GPTQ's codes (FusedQkvPackOptions).
 Status pack_fused_qkv_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights, bool prefill_layout,
                               mlakit::detail::FusedQkvPackedState* out);
 

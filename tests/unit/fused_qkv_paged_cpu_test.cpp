@@ -453,8 +453,13 @@ void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, 
   FusedQkvPackedWeights w;
   const Status packed = pack_weights(d, a, &w, options);
   ASSERT_TRUE(packed.ok()) << packed.message;
-  if (!options.prefill_layout) {  // the act-order codes alone, or nothing
-    const std::size_t codes = in.has("g_idx") ? in.at("qweight").nbytes() : 0;
+  if (!options.prefill_layout) {  // GPTQ's codes alone (rows padded to 16 words past a multiple of 128), or nothing
+    std::size_t codes = 0;
+    if (in.has("qweight")) {
+      const auto& shape = in.at("qweight").shape();
+      const auto rows = static_cast<std::size_t>(shape[0]), n = static_cast<std::size_t>(shape[1]);
+      codes = rows * ((n + 111) / 128 * 128 + 16) * sizeof(std::uint32_t);
+    }
     EXPECT_EQ(w.bytes(), codes) << what << ": " << w.layout();
   }
   a.packed_weights = &w;
@@ -475,9 +480,9 @@ bool bf16_activations(const BigCase& c) { return !c.knobs.contains("dtype") || c
 
 using FusedQkvPacked = CpuLevelTest;
 
-// GPTQ with an act-order map (the generator's maps hold whole groups): the pack keeps the codes in
-// group order, which every call naming it reads.
-bool act_order(const BigCase& c) { return c.knobs.contains("g_idx") && c.knobs.at("g_idx").get<bool>(); }
+// GPTQ packs keep the codes (the big cases' act-order maps are of whole groups), which every call
+// naming the pack reads.
+bool keeps_codes(const BigCase& c) { return c.knobs.contains("weight_format") && c.knobs.at("weight_format") == "gptq"; }
 
 // On the panel GEMM (forced on from one row) the pack holds its panels, except where bf16
 // activations stay on the bf16 pair dot (no panels are laid out there).
@@ -485,26 +490,26 @@ TEST_P(FusedQkvPacked, PanelRouteReadsThePackWithTheSameBits) {
   IsaCap cap(GetParam().level);
   RouteModes on(RouteMode::off, RouteMode::on);
   const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
-  expect_packed_call_bits(GetParam().c.knobs, 21, !pair_dot || act_order(GetParam().c), "panel route");
+  expect_packed_call_bits(GetParam().c.knobs, 21, !pair_dot || keeps_codes(GetParam().c), "panel route");
 }
 
 // The own tiles read the weights as stored: a pack named by their calls is checked, not read, but
-// for its act-order codes in group order.
-TEST_P(FusedQkvPacked, OwnTilesReadOnlyTheRegroupedCodes) {
+// for its GPTQ codes (in group order with an act-order map).
+TEST_P(FusedQkvPacked, OwnTilesReadOnlyThePacksCodes) {
   IsaCap cap(GetParam().level);
   RouteModes off(RouteMode::off, RouteMode::off);
-  expect_packed_call_bits(GetParam().c.knobs, 22, act_order(GetParam().c), "own tiles");
+  expect_packed_call_bits(GetParam().c.knobs, 22, keeps_codes(GetParam().c), "own tiles");
 }
 
-// A pack without the prefill layout holds the act-order codes alone (nothing for other weights),
-// which the panel route and the own tiles read; the panels are formed per call.
+// A pack without the prefill layout holds GPTQ's codes alone (nothing for other weights), which
+// the panel route and the own tiles read; the panels are formed per call.
 TEST_P(FusedQkvPacked, APackOfCodesAloneIsReadForThem) {
   IsaCap cap(GetParam().level);
   FusedQkvPackOptions codes_only;
   codes_only.prefill_layout = false;
   for (const RouteMode panel : {RouteMode::off, RouteMode::on}) {
     RouteModes modes(RouteMode::off, panel);
-    expect_packed_call_bits(GetParam().c.knobs, 26, act_order(GetParam().c),
+    expect_packed_call_bits(GetParam().c.knobs, 26, keeps_codes(GetParam().c),
                             panel == RouteMode::on ? "codes alone, panel route" : "codes alone, own tiles", one_shot,
                             codes_only);
   }
@@ -516,7 +521,7 @@ TEST_P(FusedQkvPacked, PlannedRunsReadThePack) {
   IsaCap cap(GetParam().level);
   RouteModes on(RouteMode::off, RouteMode::on);
   const bool pair_dot = cpu::bf16_dot::use(cpu::gemm_kernels()) && bf16_activations(GetParam().c);
-  expect_packed_call_bits(GetParam().c.knobs, 25, !pair_dot || act_order(GetParam().c), "planned run",
+  expect_packed_call_bits(GetParam().c.knobs, 25, !pair_dot || keeps_codes(GetParam().c), "planned run",
                           [](const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
                             FusedQkvPagedArgs step = a;
                             step.packed_weights = nullptr;

@@ -73,8 +73,8 @@ struct FusedQkvPackedState;
 struct FusedQkvPackedAccess;
 }  // namespace detail
 
-// A layer's weights laid out once for this CPU's prefill GEMM, and act-order GPTQ's codes sorted
-// by group (pack_weights), kept by the caller beside the weights and named by every call of that
+// A layer's weights laid out once for this CPU's prefill GEMM, and GPTQ's codes in rows that do
+// not alias in the caches (sorted by group for act-order; pack_weights), kept by the caller beside the weights and named by every call of that
 // layer (FusedQkvPagedArgs::packed_weights), so that calls stop laying out the weights each time
 // (docs/fused_qkv_paged.md §9 has what it saves where). Copies share one immutable state: many
 // threads may use one pack at once.
@@ -120,21 +120,22 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& a
 // on the amx level with bf16 activations, about 2·N·K bytes; the panel GEMM's f32 panels elsewhere,
 // 4·N·K bytes, fp8 as code·scale and GPTQ as its bf16 values, both exact in f32), formed by the very
 // code that forms them in a call. Where this CPU's prefills read the weights in place (bf16
-// activations on the bf16 pair dot of AMD CPUs) the pack holds no panels. GPTQ with an act-order
-// g_idx of whole groups: the pack also holds the codes in the map's group order (N·K/2 bytes),
-// which every call naming it reads, decode calls included. A call that names the pack
+// activations on the bf16 pair dot of AMD CPUs) the pack holds no panels. GPTQ: the pack also
+// holds the codes (about N·K/2 bytes, rows padded so that they do not lie a multiple of 4 KiB
+// apart; in the map's group order with an act-order g_idx of whole groups), which every cpu call
+// naming it reads, decode calls included. A call that names the pack
 // checks it against its own desc and weight tensors (the same tensors, by data pointer, shape and
 // dtype): a pack of other weights is an error. Prefills on the route the pack was made for read it
 // instead of laying out the weights; every other call (rows below the route's threshold, another
-// ISA level, the reference or cuda back-end) reads the weight tensors (but for the regrouped GPTQ
-// codes on the cpu back-end). Either way the results are
+// ISA level, the reference or cuda back-end) reads the weight tensors (but for the GPTQ codes on
+// the cpu back-end). Either way the results are
 // bit for bit those of the call without the pack. The weights must not change while a pack made
 // from them is used (the pack is a copy and cannot tell).
 // What pack_weights lays out.
 struct FusedQkvPackOptions {
   // The prefill GEMM's layout (the strips or panels above). false: only what every call reads
-  // (GPTQ's act-order codes in group order; nothing for the other formats), for callers that keep
-  // decode-sized memory per layer: prefills then lay out their weights per call.
+  // (GPTQ's codes; nothing for the other formats), for callers that keep decode-sized memory per
+  // layer: prefills then lay out their weights per call.
   bool prefill_layout = true;
 };
 Status pack_weights(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& weights, FusedQkvPackedWeights* out,
