@@ -56,6 +56,11 @@ struct Int4Groups {
   const std::uint32_t* zero_words;
   std::size_t ldz;
   int zero_bias;
+  // A decode row's tables formed ahead by int4_row_tables of the same level (below), block b's
+  // group g at row_tables + b * ldt + g * int4_row_table_bytes; null: the row forms them from the
+  // scales and zero points as it goes. Either way the same bits.
+  const std::uint8_t* row_tables = nullptr;
+  std::size_t ldt = 0;
 };
 template <class TA>
 using Int4RowFn = void (*)(std::size_t n, std::size_t k, const TA* a, const Int4Columns& b, const Int4Groups& q,
@@ -241,6 +246,13 @@ struct GemmKernels {
   // j < n; out rows ldo words apart, nothing else written.
   void (*int4_regroup)(const std::uint32_t* words, std::size_t ldw, const std::uint32_t* order, std::size_t rows,
                        std::size_t n, std::uint32_t* out, std::size_t ldo);
+  // The decode row's tables (int4_row_bf16 / int4_row_f32) formed ahead, for callers that keep
+  // them beside the codes (a layer's pack): int4_row_table_bytes per block of int4_row_table_cols
+  // columns and group, exactly as the row forms them as its groups begin. Block b < n / cols
+  // and group g < groups of q at out + b * ldt + g * bytes. Zero and null where a level forms its
+  // tables in registers alone (generic, AVX-512).
+  unsigned int4_row_table_cols, int4_row_table_bytes;
+  void (*int4_row_tables)(const Int4Groups& q, std::size_t n, std::size_t groups, std::uint8_t* out, std::size_t ldt);
 
   // Tile GEMM, where the level has AMX tiles (zero and null elsewhere): bf16 activation rows
   // against weights packed once into the pair layout of the tile unit's B operand.

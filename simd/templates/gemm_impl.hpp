@@ -72,6 +72,15 @@ constexpr GemmKernels make_gemm_kernels() {
                      &int4_rows_f32,
                      &pack_panel_int4,
                      &int4_regroup,
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+                     static_cast<unsigned>(int4_step::kRowCols),
+                     static_cast<unsigned>(sizeof(int4_step::ByteTables)),
+                     &int4_row_tables,
+#else
+                     0,
+                     0,
+                     nullptr,
+#endif
                      0,
                      0,
                      0,

@@ -186,6 +186,17 @@ struct FromGroups {
   const Int4Groups& q;
   std::size_t j0;
   void form(std::size_t g, ByteTables& t) const {
+    if (q.row_tables != nullptr) {  // formed ahead by int4_row_tables (below)
+      const auto* src = reinterpret_cast<const __m256i*>(q.row_tables + j0 / kRowCols * q.ldt + g * sizeof(ByteTables));
+      for (std::size_t i = 0; i < 4; ++i) {
+        t.lo[i] = _mm256_loadu_si256(src + i);
+        t.hi[i] = _mm256_loadu_si256(src + 4 + i);
+      }
+      return;
+    }
+    form_from_groups(g, t);
+  }
+  void form_from_groups(std::size_t g, ByteTables& t) const {
     const std::uint16_t* sp = q.scales + g * q.lds + j0;
     const __m128i sw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp));
     const F s = q.scales_f16 ? f16_to_f32(H{sw}) : F{_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(sw), 16))};
@@ -686,6 +697,24 @@ void int4_tables(const std::uint16_t* scales, bool scales_f16, const std::uint32
     }
   }
 }
+
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+// simd/gemm.hpp int4_row_tables: each block's group tables as the decode row forms them, stored.
+void int4_row_tables(const Int4Groups& q, std::size_t n, std::size_t groups, std::uint8_t* out, std::size_t ldt) {
+  Int4Groups from = q;
+  from.row_tables = nullptr;
+  for (std::size_t b = 0; b < n / int4_step::kRowCols; ++b)
+    for (std::size_t g = 0; g < groups; ++g) {
+      int4_step::ByteTables t;
+      int4_step::FromGroups{from, b * int4_step::kRowCols}.form(g, t);
+      auto* dst = reinterpret_cast<__m256i*>(out + b * ldt + g * sizeof(t));
+      for (std::size_t i = 0; i < 4; ++i) {
+        _mm256_storeu_si256(dst + i, t.lo[i]);
+        _mm256_storeu_si256(dst + 4 + i, t.hi[i]);
+      }
+    }
+}
+#endif
 
 #if defined(__AVX512BW__) || defined(__AVX2__)
 // int4_row_bf16 / int4_row_f32 (simd/gemm.hpp): gemm_int4's decode row with each panel's tables

@@ -41,7 +41,12 @@ struct FusedQkvPackedState {
   std::vector<std::uint32_t> k_order;
   std::shared_ptr<const std::uint32_t> codes;
   std::size_t codes_ldw = 0;
-  std::size_t bytes = 0;  // data and codes
+  // With the codes, where the packing level's kernels have them (kernels->int4_row_tables): the
+  // decode row's tables of every block of columns and group, blocks row_tables_ld bytes apart,
+  // read by calls at that level.
+  std::shared_ptr<const std::uint8_t> row_tables;
+  std::size_t row_tables_ld = 0;
+  std::size_t bytes = 0;  // data, codes and row_tables
   std::string layout;
 };
 

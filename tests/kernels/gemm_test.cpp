@@ -563,6 +563,32 @@ TEST_P(Gemm, Int4RowFromGroupsMatchesTheTablesPath) {
               ASSERT_TRUE(same(got16[e], want16[e])) << "int4_row_bf16 at " << e << ": " << got16[e] << " against " << want16[e];
               ASSERT_TRUE(same(got32[e], want32[e])) << "int4_row_f32 at " << e << ": " << got32[e] << " against " << want32[e];
             }
+            if (t.int4_row_tables == nullptr) continue;
+            // The same row over tables formed ahead (int4_row_tables, blocks 32 bytes apart past
+            // their groups, nothing written there), its scales scrambled: they must not be read.
+            const std::size_t cols = t.int4_row_table_cols, ldt = groups * t.int4_row_table_bytes + 32;
+            constexpr std::uint8_t kByte = 0xA5;
+            std::vector<std::uint8_t> ahead(n / cols * ldt + 64, kByte);
+            t.int4_row_tables(rg.q, n, groups, ahead.data(), ldt);
+            for (std::size_t b = 0; b <= n / cols; ++b)
+              for (std::size_t i = b * ldt + groups * t.int4_row_table_bytes; i < std::min((b + 1) * ldt, ahead.size()); ++i)
+                ASSERT_EQ(ahead[i], kByte) << "int4_row_tables wrote byte " << i;
+            std::vector<std::uint16_t> scrambled(rg.scales.size());
+            for (std::size_t i = 0; i < scrambled.size(); ++i) scrambled[i] = static_cast<std::uint16_t>(rg.scales[i] ^ 0x1234);
+            simd::Int4Groups qa = rg.q;
+            qa.scales = scrambled.data();
+            qa.row_tables = ahead.data();
+            qa.ldt = ldt;
+            // Columns past the last full block read their scales (the buffered path): those as drawn.
+            for (std::size_t g = 0; g < std::max<std::size_t>(groups, 1); ++g)
+              for (std::size_t j = n / cols * cols; j < rg.q.lds; ++j) scrambled[g * rg.q.lds + j] = rg.scales[g * rg.q.lds + j];
+            auto ahead16 = start, ahead32 = start;
+            t.int4_row_bf16(n, k, a16.data(), codes_only, qa, ahead16.data(), acc);
+            t.int4_row_f32(n, k, a32.data(), codes_only, qa, ahead32.data(), acc);
+            for (std::size_t e = 0; e < start.size(); ++e) {
+              ASSERT_TRUE(same(ahead16[e], want16[e])) << "int4_row_bf16 over tables formed ahead at " << e;
+              ASSERT_TRUE(same(ahead32[e], want32[e])) << "int4_row_f32 over tables formed ahead at " << e;
+            }
           }
         }
 }

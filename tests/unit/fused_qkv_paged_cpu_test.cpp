@@ -85,6 +85,11 @@ std::vector<BigCase> big_cases() {
       {"gptq_bf16_zp_gidx_tall",
        {{"seq_lens", {200, 90}}, {"cache_lens", {0, 3}}, {"K", 384}, {"q_dim", 136}, {"num_kv_heads", 1},
         {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128}, {"has_zp", true}, {"g_idx", true}}},
+      // One row: the int4 decode row, over a pack's tables where the level forms them ahead; three
+      // column tiles and two K chunks.
+      {"gptq_f32_zp_row",
+       {{"seq_lens", {1}}, {"cache_lens", {7}}, {"K", 1024}, {"q_dim", 256}, {"num_kv_heads", 1}, {"head_dim", 64},
+        {"dtype", "f32"}, {"weight_format", "gptq"}, {"group_size", 128}, {"has_zp", true}}},
       {"gptq_bf16_decode",
        {{"seq_lens", {1, 1, 1, 1, 1, 1, 1, 1, 1}}, {"cache_lens", {0, 1, 15, 16, 31, 32, 200, 5, 9}}, {"K", 512},
         {"q_dim", 128}, {"num_kv_heads", 2}, {"head_dim", 64}, {"weight_format", "gptq"}, {"group_size", 128},
@@ -453,12 +458,17 @@ void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, 
   FusedQkvPackedWeights w;
   const Status packed = pack_weights(d, a, &w, options);
   ASSERT_TRUE(packed.ok()) << packed.message;
-  if (!options.prefill_layout) {  // GPTQ's codes alone (rows padded to 16 words past a multiple of 128), or nothing
+  if (!options.prefill_layout) {
+    // GPTQ's codes alone (rows padded to 16 words past a multiple of 128) and, where the level
+    // has them, the decode row's tables of every block and group; nothing for other formats.
     std::size_t codes = 0;
     if (in.has("qweight")) {
       const auto& shape = in.at("qweight").shape();
       const auto rows = static_cast<std::size_t>(shape[0]), n = static_cast<std::size_t>(shape[1]);
       codes = rows * ((n + 111) / 128 * 128 + 16) * sizeof(std::uint32_t);
+      const simd::GemmKernels& g = cpu::gemm_kernels();
+      if (g.int4_row_tables != nullptr)
+        codes += n / g.int4_row_table_cols * static_cast<std::size_t>(in.at("scales").shape()[0]) * g.int4_row_table_bytes;
     }
     EXPECT_EQ(w.bytes(), codes) << what << ": " << w.layout();
   }
