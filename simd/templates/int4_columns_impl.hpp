@@ -257,53 +257,14 @@ inline void codes(__m256i w0, __m256i w1, std::size_t h, __m256i (&c)[2]) {
   c[1] = _mm256_unpackhi_epi8(lo, hi);
 }
 
-// Pair q of code bytes `code` (codes' c[i] for q = 2h + i) looked up in the pair's tables: v[0]
-// holds elements 0-3 of the 16 (row r's codes 0-3) of column q in lane 0 and of column q + 4 in
-// lane 1, v[1] elements 4-7, v[2] 8-11, v[3] 12-15, as f32.
-[[gnu::always_inline]] inline void lookup_pair(const ByteTables& t, std::size_t q, __m256i code, __m256 (&v)[4]) {
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i l = _mm256_shuffle_epi8(t.lo[q], code), h = _mm256_shuffle_epi8(t.hi[q], code);
-  // bf16 values (low byte from lo, high from hi), then each the upper half of an f32.
-  const __m256i v01 = _mm256_unpacklo_epi8(l, h), v23 = _mm256_unpackhi_epi8(l, h);
-  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v01));
-  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v01));
-  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v23));
-  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v23));
-}
-
 // Word rows w and, when kTwo, w + ldw (else none, its codes zero and unused) of 8 columns, each
-// pair q looked up and handed to use(q, v) (lookup_pair's v).
+// pair q of code bytes (codes' c[i] for q = 2h + i) looked up in the pair's tables and handed to
+// use(q, v0, v1): v0 holds row r's 8 bf16 values of column q in lane 0 and of column q + 4 in lane
+// 1 as 16-bit words (low byte from lo, high from hi), v1 row r + 1's.
 template <bool kTwo, class Use>
-[[gnu::always_inline]] inline void pair_values(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, Use use) {
+[[gnu::always_inline]] inline void pair_words(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, Use use) {
   const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   const __m256i w1 = kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : _mm256_setzero_si256();
-#pragma GCC unroll 2
-  for (std::size_t h = 0; h < 2; ++h) {
-    __m256i code[2];
-    codes(w0, w1, h, code);
-#pragma GCC unroll 2
-    for (std::size_t i = 0; i < 2; ++i) {
-      __m256 v[4];
-      lookup_pair(t, 2 * h + i, code[i], v);
-      use(2 * h + i, v);
-    }
-  }
-}
-
-// One step of a decode row: word rows w and, when kTwo, w + ldw of 8 columns against x
-// (parity_quads' layout at the rows' first element). A pair's bf16 values come out of the lookup as
-// 16-bit words, two to a dword: shifted up by 16 a dword is its even element as f32, masked it is
-// its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
-// one per lane) and od[q] (the odd ones), and a vector of values costs an integer operation where
-// widening the words took a shuffle (the shuffles bound this loop on Zen 3).
-template <bool kTwo>
-[[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
-                                            const ByteTables& t, F (&ev)[4], F (&od)[4]) {
-  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m256i w1 = kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : _mm256_setzero_si256();
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const auto even = [](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))}; };
-  const auto odd = [&](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_and_si256(v, high))}; };
 #pragma GCC unroll 2
   for (std::size_t h = 0; h < 2; ++h) {
     __m256i code[2];
@@ -311,36 +272,56 @@ template <bool kTwo>
 #pragma GCC unroll 2
     for (std::size_t i = 0; i < 2; ++i) {
       const std::size_t q = 2 * h + i;
-      // x read again for every pair, as the FMAs' memory operands: held in registers across the
-      // pairs, it pushed two chains onto the stack.
-      const float* xs = x;
-      asm volatile("" : "+r"(xs));
       const __m256i l = _mm256_shuffle_epi8(t.lo[q], code[i]), hb = _mm256_shuffle_epi8(t.hi[q], code[i]);
-      const __m256i v0 = _mm256_unpacklo_epi8(l, hb);  // row r's 8 values of column q | q + 4
-      ev[q] = fmadd(fload(xs), even(v0), ev[q]);
-      od[q] = fmadd(fload(xs + 8), odd(v0), od[q]);
-      if constexpr (kTwo) {
-        const __m256i v1 = _mm256_unpackhi_epi8(l, hb);  // row r + 1's
-        ev[q] = fmadd(fload(xs + 16), even(v1), ev[q]);
-        od[q] = fmadd(fload(xs + 24), odd(v1), od[q]);
-      }
+      use(q, _mm256_unpacklo_epi8(l, hb), _mm256_unpackhi_epi8(l, hb));
     }
   }
 }
 
-// One step of an expansion: pair_values' rows written out as f32, column q's 8 or 16 elements at
-// out + q * ldk.
+// One step of a decode row: pair_words' rows against x (parity_quads' layout at the rows' first
+// element). A dword of a pair's words shifted up by 16 is its even element as f32, masked it is
+// its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
+// one per lane) and od[q] (the odd ones), and a vector of values costs an integer operation where
+// widening the words took a shuffle (the shuffles bound this loop on Zen 3).
+template <bool kTwo>
+[[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
+                                            const ByteTables& t, F (&ev)[4], F (&od)[4]) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const auto even = [](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))}; };
+  const auto odd = [&](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_and_si256(v, high))}; };
+  pair_words<kTwo>(w, ldw, t, [&](std::size_t q, __m256i v0, __m256i v1) __attribute__((always_inline)) {
+    // x read again for every pair, as the FMAs' memory operands: held in registers across the
+    // pairs, it pushed two chains onto the stack.
+    const float* xs = x;
+    asm volatile("" : "+r"(xs));
+    ev[q] = fmadd(fload(xs), even(v0), ev[q]);
+    od[q] = fmadd(fload(xs + 8), odd(v0), od[q]);
+    if constexpr (kTwo) {
+      ev[q] = fmadd(fload(xs + 16), even(v1), ev[q]);
+      od[q] = fmadd(fload(xs + 24), odd(v1), od[q]);
+    }
+  });
+}
+
+// One step of an expansion: pair_words' rows written out as f32 (each word the upper half of an
+// f32), column q's 8 or 16 elements at out + q * ldk.
 template <bool kTwo>
 [[gnu::always_inline]] inline void expand_step(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, float* out,
                                                std::size_t ldk) {
-  pair_values<kTwo>(w, ldw, t, [&](std::size_t q, const __m256 (&v)[4]) __attribute__((always_inline)) {
+  const __m256i zero = _mm256_setzero_si256();
+  pair_words<kTwo>(w, ldw, t, [&](std::size_t q, __m256i v0, __m256i v1) __attribute__((always_inline)) {
+    // Elements 0-3 and 4-7 of a row of columns q (lane 0) and q + 4 (lane 1).
+    const __m256 e03 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v0));
+    const __m256 e47 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v0));
     float* a = out + q * ldk;
     float* b = out + (q + 4) * ldk;
-    _mm256_storeu_ps(a, _mm256_permute2f128_ps(v[0], v[1], 0x20));
-    _mm256_storeu_ps(b, _mm256_permute2f128_ps(v[0], v[1], 0x31));
+    _mm256_storeu_ps(a, _mm256_permute2f128_ps(e03, e47, 0x20));
+    _mm256_storeu_ps(b, _mm256_permute2f128_ps(e03, e47, 0x31));
     if constexpr (kTwo) {
-      _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(v[2], v[3], 0x20));
-      _mm256_storeu_ps(b + 8, _mm256_permute2f128_ps(v[2], v[3], 0x31));
+      const __m256 f03 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v1));
+      const __m256 f47 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v1));
+      _mm256_storeu_ps(a + 8, _mm256_permute2f128_ps(f03, f47, 0x20));
+      _mm256_storeu_ps(b + 8, _mm256_permute2f128_ps(f03, f47, 0x31));
     }
   });
 }
