@@ -178,6 +178,15 @@ struct ByteTables {
   __m256i lo[4], hi[4];
 };
 
+// Tables formed ahead (int4_row_tables), as stored.
+inline void load(const std::uint8_t* src, ByteTables& t) {
+  const auto* v = reinterpret_cast<const __m256i*>(src);
+  for (std::size_t i = 0; i < 4; ++i) {
+    t.lo[i] = _mm256_loadu_si256(v + i);
+    t.hi[i] = _mm256_loadu_si256(v + 4 + i);
+  }
+}
+
 // Group g's tables of the 8 columns at j0 (a multiple of 8: their zero points are one whole word),
 // formed as the group begins: the 16 codes' values of all 8 columns at once, each by int4_tables'
 // operations ((code - z) * s in f32, then rounded to bf16 as bf16_round_bits rounds), so the
@@ -187,11 +196,7 @@ struct FromGroups {
   std::size_t j0;
   void form(std::size_t g, ByteTables& t) const {
     if (q.row_tables != nullptr) {  // formed ahead by int4_row_tables (below)
-      const auto* src = reinterpret_cast<const __m256i*>(q.row_tables + j0 / kRowCols * q.ldt + g * sizeof(ByteTables));
-      for (std::size_t i = 0; i < 4; ++i) {
-        t.lo[i] = _mm256_loadu_si256(src + i);
-        t.hi[i] = _mm256_loadu_si256(src + 4 + i);
-      }
+      load(q.row_tables + j0 / kRowCols * q.ldt + g * sizeof(ByteTables), t);
       return;
     }
     form_from_groups(g, t);
@@ -422,8 +427,10 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
     int4_step::ByteTables t[kInt4Panel / kC];
     for (std::size_t g = 0; r < nrows; ++g) {
       for (std::size_t i = 0; i < blocks; ++i)
-        int4_step::byte_tables(b.tables + ((j0 + kC * i) * groups + g) * 16, groups * 16, t[i]);
-      const float* tab = b.tables + (j0 * groups + g) * 16;
+        if (b.row_tables != nullptr)
+          int4_step::load(b.row_tables + ((j0 + kC * i) / kC) * b.ldt + g * sizeof(int4_step::ByteTables), t[i]);
+        else
+          int4_step::byte_tables(b.tables + ((j0 + kC * i) * groups + g) * 16, groups * 16, t[i]);
       const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
       for (; r < group_end; r += 2) {
         // Written out here: through a lambda, GCC dropped the prefetches.
@@ -441,7 +448,8 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
         }
         for (std::size_t rr = r; rr < r + (two ? 2 : 1); ++rr)
           for (std::size_t j = kC * blocks; j < np; ++j)
-            _mm256_storeu_ps(buf + j * ldk + 8 * rr, int4_lookup8(b.words[rr * b.ldw + j0 + j], tab + j * groups * 16));
+            _mm256_storeu_ps(buf + j * ldk + 8 * rr,
+                             int4_lookup8(b.words[rr * b.ldw + j0 + j], b.tables + ((j0 + j) * groups + g) * 16));
       }
       r = group_end;
     }

@@ -374,8 +374,16 @@ void run_tile(const Plan& p, std::size_t r0, std::size_t r1, std::size_t c0, std
           break;
         }
         if (!act_order) {
-          gptq_tables(p, c0, c1, k0, kn, tables);
-          const simd::Int4Columns w = gptq_codes(p, c0, n, k0, kn, tables);
+          // Whole blocks of columns take the pack's decode tables where it holds them (the same
+          // values), so the chunk's tables are formed only for a tile that ends within a block.
+          const bool ahead = p.row_tables != nullptr && n % p.g->int4_row_table_cols == 0;
+          if (!ahead) gptq_tables(p, c0, c1, k0, kn, tables);
+          simd::Int4Columns w = gptq_codes(p, c0, n, k0, kn, ahead ? nullptr : tables);
+          if (ahead) {
+            const simd::Int4Groups q = gptq_groups(p, c0, k0);
+            w.row_tables = q.row_tables;
+            w.ldt = q.ldt;
+          }
           if (p.f32) g.int4_f32(m, n, kn, xf + k0, K, w, acc, n, !first);
           else g.int4_bf16(m, n, kn, xb + k0, K, w, acc, n, !first);
           break;

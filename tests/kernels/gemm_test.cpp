@@ -589,6 +589,20 @@ TEST_P(Gemm, Int4RowFromGroupsMatchesTheTablesPath) {
               ASSERT_TRUE(same(ahead16[e], want16[e])) << "int4_row_bf16 over tables formed ahead at " << e;
               ASSERT_TRUE(same(ahead32[e], want32[e])) << "int4_row_f32 over tables formed ahead at " << e;
             }
+            // The expansion (int4_bf16 / int4_f32) over the same tables for whole blocks, its f32
+            // tables of those columns made NaN: only the columns past them may read theirs.
+            std::vector<float> rest_only = tables;
+            for (std::size_t i = 0; i < n / cols * cols * groups * 16; ++i) rest_only[i] = std::numeric_limits<float>::quiet_NaN();
+            simd::Int4Columns expand_ahead{words.data(), ldw, rest_only.data(), gs};
+            expand_ahead.row_tables = ahead.data();
+            expand_ahead.ldt = ldt;
+            auto exp16 = start, exp32 = start;
+            t.int4_bf16(1, n, k, a16.data(), k, expand_ahead, exp16.data(), n, acc);
+            t.int4_f32(1, n, k, a32.data(), k, expand_ahead, exp32.data(), n, acc);
+            for (std::size_t e = 0; e < start.size(); ++e) {
+              ASSERT_TRUE(same(exp16[e], want16[e])) << "int4_bf16 over tables formed ahead at " << e;
+              ASSERT_TRUE(same(exp32[e], want32[e])) << "int4_f32 over tables formed ahead at " << e;
+            }
           }
         }
 }
