@@ -43,9 +43,9 @@ struct Int4Columns {
   std::size_t group_size;  // a multiple of 32: a vector step never spans two groups
   // The same values as the decode row's tables formed ahead (int4_row_tables below, Int4Groups'
   // layout: block b of int4_row_table_cols columns, group g at row_tables + b * ldt + g * bytes),
-  // which the expansion of a level that has them reads for whole blocks instead of `tables` (then
-  // read only for the columns past the last whole block, and null where there are none); null:
-  // `tables` alone.
+  // which the expansion of a level that has int4_row_tables reads for whole blocks instead of
+  // `tables` (then read only for the columns past the last whole block, and null where there are
+  // none); null: `tables` alone. Levels without int4_row_tables read `tables` alone.
   const std::uint8_t* row_tables = nullptr;
   std::size_t ldt = 0;
 };
