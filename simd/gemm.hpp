@@ -48,6 +48,13 @@ struct Int4Columns {
   // none); null: `tables` alone. Levels without int4_row_tables read `tables` alone.
   const std::uint8_t* row_tables = nullptr;
   std::size_t ldt = 0;
+  // The codes of the whole blocks of int4_row_table_cols columns as int4_row_codes of the same
+  // level lays them out (below: block b's step s at row_codes + b * ldr + s * int4_row_code_bytes),
+  // which that level's decode row and expansion read instead of `words` for those blocks (`words`
+  // still read for the columns past them); null: `words` alone. Levels without int4_row_codes
+  // read `words` alone.
+  const std::uint8_t* row_codes = nullptr;
+  std::size_t ldr = 0;
 };
 template <class TA>
 using Int4GemmFn = void (*)(std::size_t m, std::size_t n, std::size_t k, const TA* a, std::size_t lda,
@@ -260,6 +267,13 @@ struct GemmKernels {
   // tables in registers alone (generic, AVX-512).
   unsigned int4_row_table_cols, int4_row_table_bytes;
   void (*int4_row_tables)(const Int4Groups& q, std::size_t n, std::size_t groups, std::uint8_t* out, std::size_t ldt);
+  // The codes of the first n / int4_row_table_cols whole blocks of b's columns (k a multiple of 8)
+  // laid out for this level's decode row and expansion (Int4Columns::row_codes), for callers that
+  // keep them beside the codes: a step of a block (word rows 2s and 2s + 1, a missing last row as
+  // zero codes) in int4_row_code_bytes, block b's step s at out + b * ldr + s * bytes, ldr at
+  // least ceil(k / 16) * bytes; nothing else written. Zero and null where a level reads words alone.
+  unsigned int4_row_code_bytes;
+  void (*int4_row_codes)(const Int4Columns& b, std::size_t n, std::size_t k, std::uint8_t* out, std::size_t ldr);
 
   // Tile GEMM, where the level has AMX tiles (zero and null elsewhere): bf16 activation rows
   // against weights packed once into the pair layout of the tile unit's B operand.

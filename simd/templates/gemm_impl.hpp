@@ -76,8 +76,12 @@ constexpr GemmKernels make_gemm_kernels() {
                      static_cast<unsigned>(int4_step::kRowCols),
                      static_cast<unsigned>(sizeof(int4_step::ByteTables)),
                      &int4_row_tables,
+                     static_cast<unsigned>(int4_step::kStepBytes),
+                     &int4_row_codes,
 #else
                      0,
+                     0,
+                     nullptr,
                      0,
                      nullptr,
 #endif

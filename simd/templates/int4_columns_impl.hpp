@@ -262,18 +262,48 @@ inline void codes(__m256i w0, __m256i w1, std::size_t h, __m256i (&c)[2]) {
   c[1] = _mm256_unpackhi_epi8(lo, hi);
 }
 
-// Word rows w and, when kTwo, w + ldw (else none, its codes zero and unused) of 8 columns, each
-// pair q of code bytes (codes' c[i] for q = 2h + i) looked up in the pair's tables and handed to
-// use(q, v0, v1): v0 holds row r's 8 bf16 values of column q in lane 0 and of column q + 4 in lane
-// 1 as 16-bit words (low byte from lo, high from hi), v1 row r + 1's.
-template <bool kTwo, class Use>
-[[gnu::always_inline]] inline void pair_words(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, Use use) {
-  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m256i w1 = kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : _mm256_setzero_si256();
+// Where a step's code bytes come from (half(h, c) gives codes' c for half h): word rows r and
+// r + 1 of 8 columns in qweight's layout (StepWords), or the step as int4_row_codes laid it out
+// ahead (StepCodes: per half one vector, c[0] in its low nibbles and c[1] in its high ones, so
+// that two integer operations replace codes' three shuffles, and a block's steps one stream
+// instead of rows a page or more apart: Llama-3-8B GPTQ T 1 on one thread of Zen 3 2.32-2.53 ->
+// 1.88-2.21 ms).
+struct StepWords {
+  __m256i w0, w1;
+  [[gnu::always_inline]] void half(std::size_t h, __m256i (&c)[2]) const { codes(w0, w1, h, c); }
+};
+// Word rows w and, when kTwo, w + ldw (else none, its codes zero and unused).
+template <bool kTwo>
+[[gnu::always_inline]] inline StepWords step_words(const std::uint32_t* w, std::size_t ldw) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)),
+          kTwo ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + ldw)) : _mm256_setzero_si256()};
+}
+constexpr std::size_t kStepBytes = 64;  // a step of a block in int4_row_codes' layout
+// Bytes of laid-out codes an expansion asks for ahead of a step: without, decode batches waited on
+// the loads (Llama-3-8B GPTQ T 8 on one thread of Zen 3: 9.5-11.5 ms against 9.1-9.6 reading the
+// words; 2 KiB ahead 8.8-9.1; 512 bytes 9.4). The decode row measured level with and without (its
+// lookups bound it).
+constexpr std::size_t kStepsAhead = 2048;
+struct StepCodes {
+  const std::uint8_t* v;
+  [[gnu::always_inline]] void half(std::size_t h, __m256i (&c)[2]) const {
+    const __m256i nibble = _mm256_set1_epi8(0x0F);
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 32 * h));
+    c[0] = _mm256_and_si256(u, nibble);
+    c[1] = _mm256_and_si256(_mm256_srli_epi16(u, 4), nibble);
+  }
+};
+
+// A step's code bytes (rows r and r + 1 of 8 columns), each pair q of them (the step's c[i] of
+// half h for q = 2h + i) looked up in the pair's tables and handed to use(q, v0, v1): v0 holds row
+// r's 8 bf16 values of column q in lane 0 and of column q + 4 in lane 1 as 16-bit words (low byte
+// from lo, high from hi), v1 row r + 1's.
+template <class Step, class Use>
+[[gnu::always_inline]] inline void pair_words(const Step& step, const ByteTables& t, Use use) {
 #pragma GCC unroll 2
   for (std::size_t h = 0; h < 2; ++h) {
     __m256i code[2];
-    codes(w0, w1, h, code);
+    step.half(h, code);
 #pragma GCC unroll 2
     for (std::size_t i = 0; i < 2; ++i) {
       const std::size_t q = 2 * h + i;
@@ -283,18 +313,18 @@ template <bool kTwo, class Use>
   }
 }
 
-// One step of a decode row: pair_words' rows against x (parity_quads' layout at the rows' first
-// element). A dword of a pair's words shifted up by 16 is its even element as f32, masked it is
+// One step of a decode row: pair_words' values against x (parity_quads' layout at the rows'
+// first element); kTwo: the step's second row is there. A dword of a pair's words shifted up by 16 is its even element as f32, masked it is
 // its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
 // one per lane) and od[q] (the odd ones), and a vector of values costs an integer operation where
 // widening the words took a shuffle (the shuffles bound this loop on Zen 3).
-template <bool kTwo>
-[[gnu::always_inline]] inline void row_step(const std::uint32_t* w, std::size_t ldw, const float* x,
-                                            const ByteTables& t, F (&ev)[4], F (&od)[4]) {
+template <bool kTwo, class Step>
+[[gnu::always_inline]] inline void row_step(const Step& step, const float* x, const ByteTables& t, F (&ev)[4],
+                                            F (&od)[4]) {
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   const auto even = [](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_slli_epi32(v, 16))}; };
   const auto odd = [&](__m256i v) __attribute__((always_inline)) { return F{_mm256_castsi256_ps(_mm256_and_si256(v, high))}; };
-  pair_words<kTwo>(w, ldw, t, [&](std::size_t q, __m256i v0, __m256i v1) __attribute__((always_inline)) {
+  pair_words(step, t, [&](std::size_t q, __m256i v0, __m256i v1) __attribute__((always_inline)) {
     // x read again for every pair, as the FMAs' memory operands: held in registers across the
     // pairs, it pushed two chains onto the stack.
     const float* xs = x;
@@ -308,13 +338,12 @@ template <bool kTwo>
   });
 }
 
-// One step of an expansion: pair_words' rows written out as f32 (each word the upper half of an
-// f32), column q's 8 or 16 elements at out + q * ldk.
-template <bool kTwo>
-[[gnu::always_inline]] inline void expand_step(const std::uint32_t* w, std::size_t ldw, const ByteTables& t, float* out,
-                                               std::size_t ldk) {
+// One step of an expansion: pair_words' values written out as f32 (each word the upper half of an
+// f32), column q's 8 or 16 (kTwo) elements at out + q * ldk.
+template <bool kTwo, class Step>
+[[gnu::always_inline]] inline void expand_step(const Step& step, const ByteTables& t, float* out, std::size_t ldk) {
   const __m256i zero = _mm256_setzero_si256();
-  pair_words<kTwo>(w, ldw, t, [&](std::size_t q, __m256i v0, __m256i v1) __attribute__((always_inline)) {
+  pair_words(step, t, [&](std::size_t q, __m256i v0, __m256i v1) __attribute__((always_inline)) {
     // Elements 0-3 and 4-7 of a row of columns q (lane 0) and q + 4 (lane 1).
     const __m256 e03 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v0));
     const __m256 e47 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v0));
@@ -417,13 +446,17 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
     }
   }
 #elif defined(__AVX2__)
-  // Whole blocks of 8 columns two word rows a step, through the decode row's byte tables; the
-  // rest a word (8 codes) at a time, looked up in its column's f32 table. The word rows kAhead on
-  // are asked for (each row a page or more apart: GPTQ T 8 spent 21 % of its samples waiting on
-  // them).
+  // Whole blocks of 8 columns two word rows a step, through the decode row's byte tables, their
+  // codes from int4_row_codes' layout where b has it; the rest a word (8 codes) at a time, looked
+  // up in its column's f32 table. Word rows kAhead on are asked for (each row a page or more
+  // apart: GPTQ T 8 spent 21 % of its samples waiting on them), and the laid-out codes kStepsAhead
+  // bytes on.
   if constexpr (std::is_same_v<CT, float>) {
     constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
     const std::size_t blocks = np / kC, group_rows = b.group_size / 8;
+    // The laid-out codes where every column is in a whole block (a panel with a partial block
+    // reads its words).
+    const bool laid_out = b.row_codes != nullptr && blocks * kC == np;
     int4_step::ByteTables t[kInt4Panel / kC];
     for (std::size_t g = 0; r < nrows; ++g) {
       for (std::size_t i = 0; i < blocks; ++i)
@@ -432,6 +465,23 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
         else
           int4_step::byte_tables(b.tables + ((j0 + kC * i) * groups + g) * 16, groups * 16, t[i]);
       const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
+      if (laid_out) {
+        for (; r < group_end; r += 2) {
+          const bool two = r + 1 < group_end;
+          for (std::size_t i = 0; i < blocks; ++i)
+            _mm_prefetch(reinterpret_cast<const char*>(b.row_codes + (j0 / kC + i) * b.ldr + r / 2 * int4_step::kStepBytes +
+                                                       int4_step::kStepsAhead),
+                         _MM_HINT_T0);
+          for (std::size_t i = 0; i < blocks; ++i) {
+            const int4_step::StepCodes step{b.row_codes + (j0 / kC + i) * b.ldr + r / 2 * int4_step::kStepBytes};
+            float* out = buf + kC * i * ldk + 8 * r;
+            if (two) int4_step::expand_step<true>(step, t[i], out, ldk);
+            else int4_step::expand_step<false>(step, t[i], out, ldk);
+          }
+        }
+        r = group_end;
+        continue;
+      }
       for (; r < group_end; r += 2) {
         // Written out here: through a lambda, GCC dropped the prefetches.
         for (std::size_t ra = r + kAhead; ra < r + kAhead + 2 && ra < nrows; ++ra) {
@@ -443,8 +493,8 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
         for (std::size_t i = 0; i < blocks; ++i) {
           const std::uint32_t* w = b.words + r * b.ldw + j0 + kC * i;
           float* out = buf + kC * i * ldk + 8 * r;
-          if (two) int4_step::expand_step<true>(w, b.ldw, t[i], out, ldk);
-          else int4_step::expand_step<false>(w, b.ldw, t[i], out, ldk);
+          if (two) int4_step::expand_step<true>(int4_step::step_words<true>(w, b.ldw), t[i], out, ldk);
+          else int4_step::expand_step<false>(int4_step::step_words<false>(w, b.ldw), t[i], out, ldk);
         }
         for (std::size_t rr = r; rr < r + (two ? 2 : 1); ++rr)
           for (std::size_t j = kC * blocks; j < np; ++j)
@@ -596,18 +646,28 @@ void int4_row_panel(std::size_t k, const float* a2, const Int4Columns& b, const 
 #pragma GCC unroll 4
   for (std::size_t q = 0; q < 4; ++q) ev[q] = od[q] = fzero();
   int4_step::ByteTables t;
+  const std::uint8_t* steps = b.row_codes != nullptr ? b.row_codes + j0 / kC * b.ldr : nullptr;
   for (std::size_t g = 0, r = 0; r < nrows; ++g) {
     src.form(g, t);
     const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
+    if (steps != nullptr) {  // one stream
+      for (; r + 2 <= group_end; r += 2)
+        int4_step::row_step<true>(int4_step::StepCodes{steps + r / 2 * int4_step::kStepBytes}, a2 + 16 * r, t, ev, od);
+      if (r < group_end)
+        int4_step::row_step<false>(int4_step::StepCodes{steps + r / 2 * int4_step::kStepBytes}, a2 + 16 * r, t, ev, od);
+      r = group_end;
+      continue;
+    }
     for (; r + 2 <= group_end; r += 2) {
       for (std::size_t ra = r + kAhead; ra < r + kAhead + 2; ++ra) {
         if (ra < nrows) _mm_prefetch(reinterpret_cast<const char*>(b.words + ra * b.ldw + j0), _MM_HINT_T0);
         else if (next && ra < 2 * nrows)
           _mm_prefetch(reinterpret_cast<const char*>(b.words + (ra - nrows) * b.ldw + j0 + kC), _MM_HINT_T0);
       }
-      int4_step::row_step<true>(b.words + r * b.ldw + j0, b.ldw, a2 + 16 * r, t, ev, od);
+      int4_step::row_step<true>(int4_step::step_words<true>(b.words + r * b.ldw + j0, b.ldw), a2 + 16 * r, t, ev, od);
     }
-    if (r < group_end) int4_step::row_step<false>(b.words + r * b.ldw + j0, b.ldw, a2 + 16 * r, t, ev, od);
+    if (r < group_end)
+      int4_step::row_step<false>(int4_step::step_words<false>(b.words + r * b.ldw + j0, b.ldw), a2 + 16 * r, t, ev, od);
     r = group_end;
   }
   F acc[kC];
@@ -700,6 +760,23 @@ void int4_row_tables(const Int4Groups& q, std::size_t n, std::size_t groups, std
       for (std::size_t i = 0; i < 4; ++i) {
         _mm256_storeu_si256(dst + i, t.lo[i]);
         _mm256_storeu_si256(dst + 4 + i, t.hi[i]);
+      }
+    }
+}
+
+// simd/gemm.hpp int4_row_codes: each step's code bytes as StepCodes reads them.
+void int4_row_codes(const Int4Columns& b, std::size_t n, std::size_t k, std::uint8_t* out, std::size_t ldr) {
+  const std::size_t nrows = k / 8;
+  for (std::size_t blk = 0; blk < n / int4_step::kRowCols; ++blk)
+    for (std::size_t r = 0; r < nrows; r += 2) {
+      const std::uint32_t* w = b.words + r * b.ldw + blk * int4_step::kRowCols;
+      const int4_step::StepWords step =
+          r + 1 < nrows ? int4_step::step_words<true>(w, b.ldw) : int4_step::step_words<false>(w, b.ldw);
+      for (std::size_t h = 0; h < 2; ++h) {
+        __m256i c[2];
+        step.half(h, c);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + blk * ldr + r / 2 * int4_step::kStepBytes + 32 * h),
+                            _mm256_or_si256(c[0], _mm256_slli_epi16(c[1], 4)));
       }
     }
 }

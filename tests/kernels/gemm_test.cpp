@@ -603,6 +603,37 @@ TEST_P(Gemm, Int4RowFromGroupsMatchesTheTablesPath) {
               ASSERT_TRUE(same(exp16[e], want16[e])) << "int4_bf16 over tables formed ahead at " << e;
               ASSERT_TRUE(same(exp32[e], want32[e])) << "int4_f32 over tables formed ahead at " << e;
             }
+            if (t.int4_row_codes == nullptr) continue;
+            // The row and the expansion over codes laid out ahead (int4_row_codes, blocks 64 bytes
+            // apart past their steps, nothing written there), the words of those blocks scrambled:
+            // they must not be read; the columns past them read their words as drawn.
+            const std::size_t ldr = (k + 15) / 16 * t.int4_row_code_bytes + 64;
+            std::vector<std::uint8_t> laid(n / cols * ldr + 64, kByte);
+            t.int4_row_codes(codes_only, n, k, laid.data(), ldr);
+            for (std::size_t b = 0; b <= n / cols; ++b)
+              for (std::size_t i = b * ldr + (k + 15) / 16 * t.int4_row_code_bytes; i < std::min((b + 1) * ldr, laid.size()); ++i)
+                ASSERT_EQ(laid[i], kByte) << "int4_row_codes wrote byte " << i;
+            std::vector<std::uint32_t> scrambled_words = words;
+            for (std::size_t r = 0; r < k / 8; ++r)
+              for (std::size_t j = 0; j < n / cols * cols; ++j) scrambled_words[r * ldw + j] ^= 0x9E3779B9u;
+            simd::Int4Columns laid_codes{scrambled_words.data(), ldw, nullptr, gs};
+            laid_codes.row_codes = laid.data();
+            laid_codes.ldr = ldr;
+            simd::Int4Columns laid_expand = expand_ahead;
+            laid_expand.words = scrambled_words.data();
+            laid_expand.row_codes = laid.data();
+            laid_expand.ldr = ldr;
+            auto laid16 = start, laid32 = start, laidx16 = start, laidx32 = start;
+            t.int4_row_bf16(n, k, a16.data(), laid_codes, rg.q, laid16.data(), acc);
+            t.int4_row_f32(n, k, a32.data(), laid_codes, qa, laid32.data(), acc);
+            t.int4_bf16(1, n, k, a16.data(), k, laid_expand, laidx16.data(), n, acc);
+            t.int4_f32(1, n, k, a32.data(), k, laid_expand, laidx32.data(), n, acc);
+            for (std::size_t e = 0; e < start.size(); ++e) {
+              ASSERT_TRUE(same(laid16[e], want16[e])) << "int4_row_bf16 over laid-out codes at " << e;
+              ASSERT_TRUE(same(laid32[e], want32[e])) << "int4_row_f32 over laid-out codes at " << e;
+              ASSERT_TRUE(same(laidx16[e], want16[e])) << "int4_bf16 over laid-out codes at " << e;
+              ASSERT_TRUE(same(laidx32[e], want32[e])) << "int4_f32 over laid-out codes at " << e;
+            }
           }
         }
 }
