@@ -142,6 +142,9 @@ struct Plan {
   // or null.
   const std::uint8_t* row_tables = nullptr;
   std::size_t row_tables_ld = 0;
+  // GPTQ codes laid out for this level's decode rows and expansions (int4_row_codes) from the
+  // caller's pack (as FusedQkvPackedState::row_codes), or null.
+  const std::uint8_t* row_codes = nullptr;
   // The activations the routes read (T x K): hidden_state, or with a k_order its rows gathered
   // in that order.
   const void* x = nullptr;
@@ -288,7 +291,17 @@ simd::Int4Groups gptq_groups(const Plan& p, std::size_t c0, std::size_t k0) {
 simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::size_t k0, std::size_t kn,
                              const float* tables) {
   const auto gs = static_cast<std::size_t>(p.d->group_size);
-  if (p.codes != nullptr) return simd::Int4Columns{p.codes + (k0 / 8) * p.codes_ldw + c0, p.codes_ldw, tables, gs};
+  if (p.codes != nullptr) {
+    simd::Int4Columns w{p.codes + (k0 / 8) * p.codes_ldw + c0, p.codes_ldw, tables, gs};
+    // The laid-out codes hold whole chunks of K (row_codes_layout), so where a route reads one.
+    const std::size_t cols = p.g->int4_row_table_cols, chunk = chunk_of(WeightFormat::gptq, p.K);
+    if (p.row_codes != nullptr && c0 % cols == 0 && k0 % chunk == 0 && kn == std::min(chunk, p.K - k0)) {
+      const std::size_t steps = p.g->int4_row_code_bytes;
+      w.row_codes = p.row_codes + p.N / cols * (k0 / 16) * steps + c0 / cols * ((kn + 15) / 16 * steps);
+      w.ldr = (kn + 15) / 16 * steps;
+    }
+    return w;
+  }
   if (p.k_order == nullptr)
     return simd::Int4Columns{static_cast<const std::uint32_t*>(p.a->qweight.data) + (k0 / 8) * p.N + c0, p.N, tables, gs};
   auto* words = static_cast<std::uint32_t*>(thread_scratch(n * (kn / 8) * sizeof(std::uint32_t), 6));
@@ -1058,6 +1071,30 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
       out->row_tables_ld = ldt;
       out->bytes += bytes;
     }
+    if (g.int4_row_codes != nullptr && p.N >= g.int4_row_table_cols) {
+      // The codes again as this level's decode row reads them, each block's steps of a chunk of K
+      // one stream and a chunk's blocks side by side (gptq_codes), without the shuffles that bring
+      // qweight's words into lookup order (GPTQ decode on Zen 3: bench/RESULTS.md), for as many
+      // bytes again as the codes.
+      const std::size_t cols = g.int4_row_table_cols, steps = g.int4_row_code_bytes;
+      const std::size_t chunk = chunk_of(WeightFormat::gptq, p.K), bytes = p.N / cols * ((p.K + 15) / 16) * steps;
+      void* cmem = ::operator new(bytes, std::align_val_t(64), std::nothrow);
+      if (cmem == nullptr)
+        return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
+                             "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(bytes) +
+                                 " bytes for the GPTQ decode codes failed");
+      auto* laid = static_cast<std::uint8_t*>(cmem);
+      parallel_for_tiles(p.N / cols * cols, kCodeCols, [&](std::size_t c0, std::size_t c1) {
+        for (std::size_t k0 = 0; k0 < p.K; k0 += chunk) {
+          const std::size_t kn = std::min(chunk, p.K - k0), ldr = (kn + 15) / 16 * steps;
+          g.int4_row_codes(simd::Int4Columns{codes + k0 / 8 * ldw + c0, ldw, nullptr, static_cast<std::size_t>(d.group_size)},
+                           c1 - c0, kn, laid + p.N / cols * (k0 / 16) * steps + c0 / cols * ldr, ldr);
+        }
+      });
+      out->row_codes = std::shared_ptr<const std::uint8_t>(
+          laid, [](const std::uint8_t* m) { ::operator delete(const_cast<std::uint8_t*>(m), std::align_val_t(64)); });
+      out->bytes += bytes;
+    }
   }
   const simd::GemmKernels& g = *p.g;
   out->kernels = &g;
@@ -1118,6 +1155,8 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
                    std::to_string(out->codes_ldw) + " apart), for every call";
     if (out->row_tables)
       out->layout += "; decode rows' group tables for the " + level + " level";
+    if (out->row_codes)
+      out->layout += "; the codes laid out for the " + level + " level's decode rows";
   }
   return Status::success();
 }
@@ -1191,6 +1230,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
       p.row_tables = packed->row_tables.get();
       p.row_tables_ld = packed->row_tables_ld;
     }
+    if (packed->row_codes && packed->kernels == p.g) p.row_codes = packed->row_codes.get();
   } else if (act_order_map(d, a)) {
     p.own_order = group_order(d, a, p.K);
     if (!p.own_order.empty()) p.k_order = p.own_order.data();

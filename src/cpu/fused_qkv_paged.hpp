@@ -46,7 +46,12 @@ struct FusedQkvPackedState {
   // read by calls at that level.
   std::shared_ptr<const std::uint8_t> row_tables;
   std::size_t row_tables_ld = 0;
-  std::size_t bytes = 0;  // data, codes and row_tables
+  // With the codes, where the packing level's kernels have them (kernels->int4_row_codes): the
+  // codes again, laid out for that level's decode row and expansion, read by calls at that level:
+  // per chunk of K that the calls take (kGptqChunk k, the last one shorter), the chunk's
+  // int4_row_codes of every block of columns side by side, each block's steps one stream.
+  std::shared_ptr<const std::uint8_t> row_codes;
+  std::size_t bytes = 0;  // data, codes, row_tables and row_codes
   std::string layout;
 };
 

@@ -460,7 +460,8 @@ void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, 
   ASSERT_TRUE(packed.ok()) << packed.message;
   if (!options.prefill_layout) {
     // GPTQ's codes alone (rows padded to 16 words past a multiple of 128) and, where the level
-    // has them, the decode row's tables of every block and group; nothing for other formats.
+    // has them, the decode row's tables of every block and group and the codes laid out for it
+    // (a step of two word rows per block); nothing for other formats.
     std::size_t codes = 0;
     if (in.has("qweight")) {
       const auto& shape = in.at("qweight").shape();
@@ -469,6 +470,7 @@ void expect_packed_call_bits(const json& knobs, std::uint64_t seed, bool reads, 
       const simd::GemmKernels& g = cpu::gemm_kernels();
       if (g.int4_row_tables != nullptr)
         codes += n / g.int4_row_table_cols * static_cast<std::size_t>(in.at("scales").shape()[0]) * g.int4_row_table_bytes;
+      if (g.int4_row_codes != nullptr) codes += n / g.int4_row_table_cols * ((rows + 1) / 2) * g.int4_row_code_bytes;
     }
     EXPECT_EQ(w.bytes(), codes) << what << ": " << w.layout();
   }
