@@ -314,8 +314,9 @@ def pack_weights(*, weight=None, weight_scale=None, qweight=None, scales=None, q
     weights in every call, and GPTQ calls of any size read the pack's copy of the codes (rows
     padded apart; in group order with an act-order g_idx, which they then stop regrouping), with
     the same bits (docs/fused_qkv_paged.md, "Packed weights"). prefill_layout=False keeps only
-    GPTQ's codes (about N·K/2 bytes, and on avx2 the decode rows' tables, N·K/4 more; nothing for
-    other weights), not the prefill GEMM's layout (4 or 2 bytes a weight)."""
+    GPTQ's codes (about N·K/2 bytes, and on avx2 the decode rows' tables and their own layout of
+    the codes, 3·N·K/4 more; nothing for other weights), not the prefill GEMM's layout (4 or 2
+    bytes a weight)."""
     if activations not in ("bf16", "f32"):
         raise ValueError(f"pack_weights: activations={activations!r} (expected 'bf16' or 'f32')")
     if not isinstance(prefill_layout, bool):

@@ -267,7 +267,7 @@ inline void codes(__m256i w0, __m256i w1, std::size_t h, __m256i (&c)[2]) {
 // ahead (StepCodes: per half one vector, c[0] in its low nibbles and c[1] in its high ones, so
 // that two integer operations replace codes' three shuffles, and a block's steps one stream
 // instead of rows a page or more apart: Llama-3-8B GPTQ T 1 on one thread of Zen 3 2.32-2.53 ->
-// 1.88-2.21 ms).
+// 1.96-2.07 ms).
 struct StepWords {
   __m256i w0, w1;
   [[gnu::always_inline]] void half(std::size_t h, __m256i (&c)[2]) const { codes(w0, w1, h, c); }
