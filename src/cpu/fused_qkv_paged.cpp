@@ -293,7 +293,8 @@ simd::Int4Columns gptq_codes(const Plan& p, std::size_t c0, std::size_t n, std::
   const auto gs = static_cast<std::size_t>(p.d->group_size);
   if (p.codes != nullptr) {
     simd::Int4Columns w{p.codes + (k0 / 8) * p.codes_ldw + c0, p.codes_ldw, tables, gs};
-    // The laid-out codes hold whole chunks of K (row_codes_layout), so where a route reads one.
+    // The laid-out codes, where a route reads a whole chunk of K and whole blocks: the pack lays
+    // them out chunk by chunk (FusedQkvPackedState::row_codes).
     const std::size_t cols = p.g->int4_row_table_cols, chunk = chunk_of(WeightFormat::gptq, p.K);
     if (p.row_codes != nullptr && c0 % cols == 0 && k0 % chunk == 0 && kn == std::min(chunk, p.K - k0)) {
       const std::size_t steps = p.g->int4_row_code_bytes;
