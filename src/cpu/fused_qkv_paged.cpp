@@ -1006,6 +1006,20 @@ bool act_order_map(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a) {
   return d.weight_format == WeightFormat::gptq && a.g_idx.data != nullptr;
 }
 
+// A part of a pack, 64-byte aligned and owned by the pointer returned (null where it could not be
+// allocated: pack_part_failed says so).
+template <class T>
+std::shared_ptr<T> pack_part(std::size_t bytes) {
+  void* mem = ::operator new(bytes, std::align_val_t(64), std::nothrow);
+  if (mem == nullptr) return nullptr;
+  return std::shared_ptr<T>(static_cast<T*>(mem), [](T* m) { ::operator delete(static_cast<void*>(m), std::align_val_t(64)); });
+}
+Status pack_part_failed(std::size_t bytes, const std::string& what) {
+  return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
+                       "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(bytes) + " bytes for " + what +
+                           " failed");
+}
+
 }  // namespace
 
 Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, bool prefill_layout,
@@ -1026,12 +1040,9 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
     // modulo 4 KiB, so a decode row's word rows spread over the cache sets instead of sharing one
     // (qweight's rows of N = 6144 words lie 24 KiB apart).
     const std::size_t ldw = (p.N + 111) / 128 * 128 + 16, words = p.K / 8 * ldw;
-    void* mem = ::operator new(words * sizeof(std::uint32_t), std::align_val_t(64), std::nothrow);
-    if (mem == nullptr)
-      return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
-                           "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(words * 4) +
-                               " bytes for the GPTQ codes failed");
-    auto* codes = static_cast<std::uint32_t*>(mem);
+    const std::shared_ptr<std::uint32_t> codes_part = pack_part<std::uint32_t>(words * sizeof(std::uint32_t));
+    if (!codes_part) return pack_part_failed(words * sizeof(std::uint32_t), "the GPTQ codes");
+    std::uint32_t* codes = codes_part.get();
     constexpr std::size_t kCodeCols = 64;  // columns per task
     parallel_for_tiles(p.N, kCodeCols, [&](std::size_t c0, std::size_t c1) {
       if (p.k_order != nullptr) {
@@ -1044,8 +1055,7 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
     });
     // The padding is never read; zeroed, so the pack's bytes are all defined.
     for (std::size_t r = 0; r < p.K / 8; ++r) std::fill(codes + r * ldw + p.N, codes + (r + 1) * ldw, 0u);
-    out->codes = std::shared_ptr<const std::uint32_t>(
-        codes, [](const std::uint32_t* m) { ::operator delete(const_cast<std::uint32_t*>(m), std::align_val_t(64)); });
+    out->codes = codes_part;
     out->codes_ldw = ldw;
     out->k_order = p.own_order;
     p.codes = codes;
@@ -1058,17 +1068,13 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
       const std::size_t gs = static_cast<std::size_t>(d.group_size), groups = (p.K + gs - 1) / gs;
       const std::size_t cols = g.int4_row_table_cols, ldt = groups * g.int4_row_table_bytes;
       const std::size_t bytes = p.N / cols * ldt;
-      void* tmem = ::operator new(bytes, std::align_val_t(64), std::nothrow);
-      if (tmem == nullptr)
-        return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
-                             "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(bytes) +
-                                 " bytes for the GPTQ decode tables failed");
-      auto* tables = static_cast<std::uint8_t*>(tmem);
+      const std::shared_ptr<std::uint8_t> tables_part = pack_part<std::uint8_t>(bytes);
+      if (!tables_part) return pack_part_failed(bytes, "the GPTQ decode tables");
+      std::uint8_t* tables = tables_part.get();
       parallel_for_tiles(p.N / cols * cols, kCodeCols, [&](std::size_t c0, std::size_t c1) {
         g.int4_row_tables(gptq_groups(p, c0, 0), c1 - c0, groups, tables + c0 / cols * ldt, ldt);
       });
-      out->row_tables = std::shared_ptr<const std::uint8_t>(
-          tables, [](const std::uint8_t* m) { ::operator delete(const_cast<std::uint8_t*>(m), std::align_val_t(64)); });
+      out->row_tables = tables_part;
       out->row_tables_ld = ldt;
       out->bytes += bytes;
     }
@@ -1079,12 +1085,9 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
       // bytes again as the codes.
       const std::size_t cols = g.int4_row_table_cols, steps = g.int4_row_code_bytes;
       const std::size_t chunk = chunk_of(WeightFormat::gptq, p.K), bytes = p.N / cols * ((p.K + 15) / 16) * steps;
-      void* cmem = ::operator new(bytes, std::align_val_t(64), std::nothrow);
-      if (cmem == nullptr)
-        return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
-                             "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(bytes) +
-                                 " bytes for the GPTQ decode codes failed");
-      auto* laid = static_cast<std::uint8_t*>(cmem);
+      const std::shared_ptr<std::uint8_t> laid_part = pack_part<std::uint8_t>(bytes);
+      if (!laid_part) return pack_part_failed(bytes, "the GPTQ decode codes");
+      std::uint8_t* laid = laid_part.get();
       parallel_for_tiles(p.N / cols * cols, kCodeCols, [&](std::size_t c0, std::size_t c1) {
         for (std::size_t k0 = 0; k0 < p.K; k0 += chunk) {
           const std::size_t kn = std::min(chunk, p.K - k0), ldr = (kn + 15) / 16 * steps;
@@ -1092,8 +1095,7 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
                            c1 - c0, kn, laid + p.N / cols * (k0 / 16) * steps + c0 / cols * ldr, ldr);
         }
       });
-      out->row_codes = std::shared_ptr<const std::uint8_t>(
-          laid, [](const std::uint8_t* m) { ::operator delete(const_cast<std::uint8_t*>(m), std::align_val_t(64)); });
+      out->row_codes = laid_part;
       out->bytes += bytes;
     }
   }
@@ -1112,12 +1114,8 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
     elem_bytes = sizeof(float);
   }
   if (elems != 0) {
-    void* mem = ::operator new(elems * elem_bytes, std::align_val_t(64), std::nothrow);
-    if (mem == nullptr)
-      return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
-                           "fused_qkv_paged.pack_weights: out: allocating " + std::to_string(elems * elem_bytes) +
-                               " bytes for the pack failed");
-    out->data = std::shared_ptr<void>(mem, [](void* m) { ::operator delete(m, std::align_val_t(64)); });
+    out->data = pack_part<void>(elems * elem_bytes);
+    if (!out->data) return pack_part_failed(elems * elem_bytes, "the pack");
     out->bytes = elems * elem_bytes;
   }
   const std::string level = g.level;
