@@ -454,9 +454,14 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
   if constexpr (std::is_same_v<CT, float>) {
     constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
     const std::size_t blocks = np / kC, group_rows = b.group_size / 8;
-    // The laid-out codes where every column is in a whole block (a panel with a partial block
-    // reads its words).
-    const bool laid_out = b.row_codes != nullptr && blocks * kC == np;
+    const bool laid_out = b.row_codes != nullptr;
+    // Rows r (and r + 1 where two) of the columns past the whole blocks, from their words.
+    const auto rest = [&](std::size_t r, bool two, std::size_t g) {
+      for (std::size_t rr = r; rr < r + (two ? 2 : 1); ++rr)
+        for (std::size_t j = kC * blocks; j < np; ++j)
+          _mm256_storeu_ps(buf + j * ldk + 8 * rr,
+                           int4_lookup8(b.words[rr * b.ldw + j0 + j], b.tables + ((j0 + j) * groups + g) * 16));
+    };
     int4_step::ByteTables t[kInt4Panel / kC];
     for (std::size_t g = 0; r < nrows; ++g) {
       for (std::size_t i = 0; i < blocks; ++i)
@@ -478,6 +483,7 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
             if (two) int4_step::expand_step<true>(step, t[i], out, ldk);
             else int4_step::expand_step<false>(step, t[i], out, ldk);
           }
+          rest(r, two, g);
         }
         r = group_end;
         continue;
@@ -496,10 +502,7 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
           if (two) int4_step::expand_step<true>(int4_step::step_words<true>(w, b.ldw), t[i], out, ldk);
           else int4_step::expand_step<false>(int4_step::step_words<false>(w, b.ldw), t[i], out, ldk);
         }
-        for (std::size_t rr = r; rr < r + (two ? 2 : 1); ++rr)
-          for (std::size_t j = kC * blocks; j < np; ++j)
-            _mm256_storeu_ps(buf + j * ldk + 8 * rr,
-                             int4_lookup8(b.words[rr * b.ldw + j0 + j], b.tables + ((j0 + j) * groups + g) * 16));
+        rest(r, two, g);
       }
       r = group_end;
     }
