@@ -314,8 +314,8 @@ template <class Step, class Use>
 }
 
 // One step of a decode row: pair_words' values against x (parity_quads' layout at the rows'
-// first element); kTwo: the step's second row is there. A dword of a pair's words shifted up by 16 is its even element as f32, masked it is
-// its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
+// first element); kTwo: the step's second row is there. A dword of a pair's words shifted up by
+// 16 is its even element as f32, masked it is its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
 // one per lane) and od[q] (the odd ones), and a vector of values costs an integer operation where
 // widening the words took a shuffle (the shuffles bound this loop on Zen 3).
 template <bool kTwo, class Step>
@@ -473,12 +473,11 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
       if (laid_out) {
         for (; r < group_end; r += 2) {
           const bool two = r + 1 < group_end;
+          const std::uint8_t* steps = b.row_codes + j0 / kC * b.ldr + r / 2 * int4_step::kStepBytes;
           for (std::size_t i = 0; i < blocks; ++i)
-            _mm_prefetch(reinterpret_cast<const char*>(b.row_codes + (j0 / kC + i) * b.ldr + r / 2 * int4_step::kStepBytes +
-                                                       int4_step::kStepsAhead),
-                         _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(steps + i * b.ldr + int4_step::kStepsAhead), _MM_HINT_T0);
           for (std::size_t i = 0; i < blocks; ++i) {
-            const int4_step::StepCodes step{b.row_codes + (j0 / kC + i) * b.ldr + r / 2 * int4_step::kStepBytes};
+            const int4_step::StepCodes step{steps + i * b.ldr};
             float* out = buf + kC * i * ldk + 8 * r;
             if (two) int4_step::expand_step<true>(step, t[i], out, ldk);
             else int4_step::expand_step<false>(step, t[i], out, ldk);

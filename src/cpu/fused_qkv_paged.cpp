@@ -1012,7 +1012,8 @@ template <class T>
 std::shared_ptr<T> pack_part(std::size_t bytes) {
   void* mem = ::operator new(bytes, std::align_val_t(64), std::nothrow);
   if (mem == nullptr) return nullptr;
-  return std::shared_ptr<T>(static_cast<T*>(mem), [](T* m) { ::operator delete(static_cast<void*>(m), std::align_val_t(64)); });
+  return std::shared_ptr<T>(static_cast<T*>(mem),
+                            [](T* m) { ::operator delete(static_cast<void*>(m), std::align_val_t(64)); });
 }
 Status pack_part_failed(std::size_t bytes, const std::string& what) {
   return Status::error(StatusCode::internal, "fused_qkv_paged.pack_weights", "out",
@@ -1091,8 +1092,8 @@ Status pack_fused_qkv_weights(const FusedQkvPagedDesc& d, const FusedQkvPagedArg
       parallel_for_tiles(p.N / cols * cols, kCodeCols, [&](std::size_t c0, std::size_t c1) {
         for (std::size_t k0 = 0; k0 < p.K; k0 += chunk) {
           const std::size_t kn = std::min(chunk, p.K - k0), ldr = (kn + 15) / 16 * steps;
-          g.int4_row_codes(simd::Int4Columns{codes + k0 / 8 * ldw + c0, ldw, nullptr, static_cast<std::size_t>(d.group_size)},
-                           c1 - c0, kn, laid + p.N / cols * (k0 / 16) * steps + c0 / cols * ldr, ldr);
+          const simd::Int4Columns chunk_codes{codes + k0 / 8 * ldw + c0, ldw, nullptr, static_cast<std::size_t>(d.group_size)};
+          g.int4_row_codes(chunk_codes, c1 - c0, kn, laid + p.N / cols * (k0 / 16) * steps + c0 / cols * ldr, ldr);
         }
       });
       out->row_codes = laid_part;

@@ -607,11 +607,12 @@ TEST_P(Gemm, Int4RowFromGroupsMatchesTheTablesPath) {
             // The row and the expansion over codes laid out ahead (int4_row_codes, blocks 64 bytes
             // apart past their steps, nothing written there), the words of those blocks scrambled:
             // they must not be read; the columns past them read their words as drawn.
-            const std::size_t ldr = (k + 15) / 16 * t.int4_row_code_bytes + 64;
+            const std::size_t ldr = (k + 15) / 16 * t.int4_row_code_bytes + 64;  // 64 guard bytes per block
             std::vector<std::uint8_t> laid(n / cols * ldr + 64, kByte);
             t.int4_row_codes(codes_only, n, k, laid.data(), ldr);
+            const std::size_t steps_bytes = (k + 15) / 16 * t.int4_row_code_bytes;
             for (std::size_t b = 0; b <= n / cols; ++b)
-              for (std::size_t i = b * ldr + (k + 15) / 16 * t.int4_row_code_bytes; i < std::min((b + 1) * ldr, laid.size()); ++i)
+              for (std::size_t i = b * ldr + steps_bytes; i < std::min((b + 1) * ldr, laid.size()); ++i)
                 ASSERT_EQ(laid[i], kByte) << "int4_row_codes wrote byte " << i;
             std::vector<std::uint32_t> scrambled_words = words;
             for (std::size_t r = 0; r < k / 8; ++r)
