@@ -8,8 +8,8 @@ Columns: mlakit time and TFLOP/s, its share of the bf16 matmul rate measured by 
 torch run (torch.matmul 8192^3) and by cuBLAS in the benchmark's own process, the PyTorch time (the
 fastest variant of the case) and the speedup over it, and the targets: every operator at least 3x
 the PyTorch formulation; op 4 at least 40 % of the matmul rate, op 3 and op 1's prefill at least 25 %.
-Rows of an alternative cuda route (back-end "cuda.ROUTE", e.g. op 4's ring kernel measured with
-MLAKIT_CUDA_SPARSE_MLA_RING=on) are listed beside the default route's as "CASE [ROUTE]".
+Rows of an alternative cuda route (back-end "cuda.ROUTE", e.g. op 4's first kernel measured with
+MLAKIT_CUDA_SPARSE_MLA_RING=off) are listed beside the default route's as "CASE [ROUTE]".
 """
 import json
 import sys

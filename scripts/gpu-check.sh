@@ -22,19 +22,20 @@
 #         driver     fails (exit 3) unless the NVIDIA driver is R580 or newer: the CUDA 13
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
-#                    through the decode-once route, op 4's cases again through the ring kernel,
-#                    ops 3 and 5's cases again through the wgmma kernels (op 5's GPTQ decoded once),
-#                    op 4's again through the ring kernel with its scores on wgmma,
-#                    test_gpu's graph capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a
+#                    through the decode-once route, op 4's cases again through the ring kernel
+#                    (the default from 64 heads) with its products on wgmma and on mma.sync, and
+#                    through the first kernel, ops 3 and 5's cases again through the wgmma kernels
+#                    (op 5's GPTQ decoded once), test_gpu's graph capture and device-flag tests),
+#                    CUDA_LAUNCH_BLOCKING=1 so a
 #                    fault names its kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
 #         sanitizers compute-sanitizer memcheck, racecheck and synccheck on golden files
 #                    of every operator                                             -> OUT/sanitizers.log
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul,
-#                    op 4's T=4096 row again through the ring kernel (named .../cuda.ring) and
-#                    ops 3 and 5's rows again through the wgmma kernels (.../cuda.wgmma), op 4's
-#                    T=4096 row through the ring kernel on wgmma (.../cuda.ring_wgmma)
+#                    op 4's T=4096 row again through the first kernel (named .../cuda.first) and
+#                    the ring kernel on mma.sync (.../cuda.ring_mma), ops 3 and 5's rows again
+#                    through the wgmma kernels (.../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
@@ -169,26 +170,31 @@ phase_gpu_tests() {
       --gtest_filter="$filter" --gtest_brief=1 >"$logs/$name.log" 2>&1 &
     pids+=($!)
   done
-  # A program's cases once more with route switches forced on: NAME "SWITCH..." PROGRAM FILTER.
+  # A program's cases once more with route switches forced (SWITCH alone: on; SWITCH=VALUE):
+  # NAME "SWITCH..." PROGRAM FILTER.
   route_pass() {
     [ -x "$bin/$3" ] || return 0
     local switches=() v
-    for v in $2; do switches+=("$v=on"); done
+    for v in $2; do case $v in *=*) switches+=("$v") ;; *) switches+=("$v=on") ;; esac; done
     names+=("$1")
     env "${switches[@]}" CUDA_LAUNCH_BLOCKING=1 MLAKIT_REQUIRE_GPU=1 timeout "${MLAKIT_GPU_TEST_SECONDS:-120}" "$bin/$3" \
       --gtest_filter="$4" --gtest_brief=1 >"$logs/$1.log" 2>&1 &
     pids+=($!)
   }
   # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
-  # forced); op 4's cases, its graph capture and device flag through the ring kernel (off in the
-  # automatic mode until measured here); ops 3 and 5's cases through the wgmma kernels (off in the
-  # automatic mode until validated here), op 5's GPTQ cases decoded once so that they reach one.
+  # forced); op 4's cases, its graph capture and device flag through the ring kernel (taken in the
+  # automatic mode from 64 heads, which few golden cases have), with its products on wgmma (its
+  # default) and on mma.sync, and through the first kernel; ops 3 and 5's cases through the wgmma
+  # kernels (off in the automatic mode: slower there), op 5's GPTQ cases decoded once so that they
+  # reach one.
   route_pass test_fused_qkv_paged.gptq_decode_once MLAKIT_CUDA_GPTQ_DECODE_ONCE test_fused_qkv_paged '*gptq*cuda*'
   route_pass test_fused_qkv_paged.wgmma "MLAKIT_CUDA_WGMMA MLAKIT_CUDA_GPTQ_DECODE_ONCE" test_fused_qkv_paged \
     '*cuda*:*Cuda*'
   route_pass test_mla_prefill_fp8.wgmma MLAKIT_CUDA_WGMMA test_mla_prefill_fp8 '*cuda*:*Cuda*'
-  route_pass test_sparse_mla_prefill.ring_wgmma "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_WGMMA" \
+  route_pass test_sparse_mla_prefill.ring_mma "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_WGMMA=off" \
     test_sparse_mla_prefill '*cuda*:*Cuda*'
+  route_pass test_sparse_mla_prefill.first MLAKIT_CUDA_SPARSE_MLA_RING=off test_sparse_mla_prefill '*cuda*:*Cuda*'
+  route_pass test_gpu.first MLAKIT_CUDA_SPARSE_MLA_RING=off test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*:*mla_prefill_fp8*'
   route_pass test_sparse_mla_prefill.ring MLAKIT_CUDA_SPARSE_MLA_RING test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.ring MLAKIT_CUDA_SPARSE_MLA_RING test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
@@ -216,7 +222,8 @@ phase_sanitizers() {
   local per_op=(lightning_indexer.default msa_block_indexer.prefill_ragged_random mla_prefill_fp8.deepseek_dims
                 sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
                 fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma
-                mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_wgmma)
+                mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_mma
+                sparse_mla_prefill.deepseek_bf16@first)
   run_tool() {
     local tool=$1 failed=0
     shift
@@ -247,15 +254,16 @@ phase_sanitizers() {
 }
 
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
-# the ring kernel; NAME@wgmma: an op 3 or 5 file through the wgmma kernels; NAME@ring_wgmma: op 4's
-# through the ring kernel with its scores on wgmma. Sets `once`, `ring` and `wgmma` (the route
-# switches' values) for the entry.
+# the ring kernel (its products on wgmma); NAME@ring_mma: the same on mma.sync; NAME@first: op 4's
+# file through the first kernel; NAME@wgmma: an op 3 or 5 file through the wgmma kernels. Sets
+# `once`, `ring` and `wgmma` (the route switches' values) for the entry.
 route_env() {
   once=auto ring=auto wgmma=auto
   case $1 in
     *@decode_once) once=on ;;
     *@ring) ring=on ;;
-    *@ring_wgmma) ring=on wgmma=on ;;
+    *@ring_mma) ring=on wgmma=off ;;
+    *@first) ring=off ;;
     *@wgmma) wgmma=on ;;
   esac
 }
@@ -264,12 +272,12 @@ headline_bench='^(lightning_indexer/prefill_b1_s4096_c8192_h64|msa_block_indexer
 headline_torch=(--case prefill_b1_s4096_c8192_h64 --case prefill_s4096_c28672_h8 --case h128_b1_s4096_c0
                 --case dsv32_t4096 --case deepseek_v3_mla_fp8_t2048)
 
-# The cuda rows matching FILTER through a route forced on, appended to OUT/bench_ops.json as
-# .../cuda.SUFFIX rows (a second process: a route switch is read once per process):
-# route_rows "SWITCH..." SUFFIX FILTER SECONDS.
+# The cuda rows matching FILTER through a route forced (SWITCH alone: on; SWITCH=VALUE), appended to
+# OUT/bench_ops.json as .../cuda.SUFFIX rows (a second process: a route switch is read once per
+# process): route_rows "SWITCH..." SUFFIX FILTER SECONDS.
 route_rows() {
   local suffix=$2 filter=$3 seconds=$4 rc=0 switches=() v
-  for v in $1; do switches+=("$v=on"); done
+  for v in $1; do case $v in *=*) switches+=("$v") ;; *) switches+=("$v=on") ;; esac; done
   env "${switches[@]}" MLAKIT_BENCH_CPU_PEAK=off MLAKIT_NUM_THREADS=$(nproc) timeout "$seconds" \
     "$bin/mlakit_bench_ops" --benchmark_filter="$filter" --benchmark_min_time=0.1 --benchmark_format=json \
     --benchmark_out="$out/bench_route.json" --benchmark_out_format=json >>"$out/bench_ops.txt" 2>&1 || rc=$?
@@ -303,10 +311,10 @@ phase_headline() {
     --benchmark_out_format=json >"$out/bench_ops.txt" 2>&1 || rc=$?
   note "headline bench: exit $rc, $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   [ $rc -eq 0 ] || fail "headline bench"
-  route_rows MLAKIT_CUDA_SPARSE_MLA_RING ring '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA wgmma \
     '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0)/cuda$' 60
-  route_rows "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_WGMMA" ring_wgmma '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
     --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -358,10 +366,9 @@ PY
   cat "${files[@]}" >>"$out/table_rows.txt"
   rm -f "$out"/bench.*.json
   note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
-  route_rows MLAKIT_CUDA_SPARSE_MLA_RING ring '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_WGMMA wgmma '^(fused_qkv_paged|mla_prefill_fp8)/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
-  route_rows "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_WGMMA" ring_wgmma '^sparse_mla_prefill/.*/cuda$' \
-    "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
     --op all --quick --reps 5 --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -380,9 +387,9 @@ sanitizer_files=(
   sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_fp8 sparse_mla_prefill.general_bf16
   fused_qkv_paged.dense_bf16_prefill fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.gptq_f32_g128_zp_gidx
   fused_qkv_paged.gptq_bf16_g32_gidx@decode_once fused_qkv_paged.dense_bf16_prefill@wgmma
-  mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.general_bf16@ring_wgmma
-  sparse_mla_prefill.flashmla_v32@ring_wgmma sparse_mla_prefill.deepseek_fp8@ring_wgmma
-  sparse_mla_prefill.general_bf16@ring
+  mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.general_bf16@ring_mma
+  sparse_mla_prefill.flashmla_v32@ring_mma sparse_mla_prefill.deepseek_fp8@ring_mma
+  sparse_mla_prefill.general_bf16@ring sparse_mla_prefill.deepseek_fp8@first
   sparse_mla_prefill.flashmla_v32@ring
 )
 

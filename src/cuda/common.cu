@@ -98,9 +98,8 @@ std::atomic<long> g_runs{0};
 core::RouteMode mode() { return route().mode(); }
 void set_mode(core::RouteMode m) { route().set_mode(m); }
 
-bool takes() {
-  // "auto" never, until a GPU run has validated the kernels: use_for's threshold is out of reach.
-  if (!route().use_for(true, 1, SIZE_MAX)) return false;
+bool takes(bool by_default) {
+  if (!route().use_for(true, 1, by_default ? 1 : SIZE_MAX)) return false;
 #if defined(MLAKIT_CUDA_SM90A)
   int device = 0, major = 0;
   return cudaGetDevice(&device) == cudaSuccess &&

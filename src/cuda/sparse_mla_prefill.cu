@@ -21,8 +21,8 @@
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf. Invalid slots (past topk_lengths, negative,
 // >= num_rows) are skipped, duplicates count.
-// Calls that MLAKIT_CUDA_SPARSE_MLA_RING sends to the second kernel (64 heads a block, a cp.async
-// ring) run sparse_mla_ring.cu instead.
+// Calls of 64 heads or more (MLAKIT_CUDA_SPARSE_MLA_RING) run the second kernel instead (64 heads
+// a block, a cp.async ring; sparse_mla_ring.cu).
 #include <algorithm>
 #include <cstdint>
 

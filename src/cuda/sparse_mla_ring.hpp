@@ -16,9 +16,9 @@ namespace mlakit::cuda::sparse_mla_ring {
 // block's shared memory within the device's limit.
 bool eligible(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a);
 
-// Whether a call takes it: MLAKIT_CUDA_SPARSE_MLA_RING ("auto": not yet, the first kernel stays
-// the default until a GPU run has measured this one; "on": every eligible call; "off"), set in
-// process by tests and benchmarks.
+// Whether a call takes it: MLAKIT_CUDA_SPARSE_MLA_RING ("auto": eligible calls of at least
+// kAutoMinHeads heads; "on": every eligible call; "off"), set in process by tests and benchmarks.
+inline constexpr std::size_t kAutoMinHeads = 64;
 bool takes(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a);
 core::RouteMode mode();
 void set_mode(core::RouteMode m);

@@ -202,12 +202,14 @@ struct WgmmaMode {
 // the layout, the fragments and the stages. Its accumulators read NaN until the wait and an
 // operand overwritten before it is reported, so a stage reused too early fails. In the automatic
 // mode it is not taken yet.
-// Every case of `cases` (seeds 1 and 2) with the wgmma kernels forced on, then in the automatic
-// mode: the route is counted exactly when takes(knobs, inputs), the golden comparison passes, no
-// output is overrun, the automatic mode does not take it, and both runs give the same bits (the
-// emulation sums a wgmma product as it sums mma.sync's). Returns the cases taken with seed 1.
+// Every case of `cases` (seeds 1 and 2) with the wgmma kernels forced on, then on mma.sync: the
+// route is counted exactly when takes(knobs, inputs), the golden comparison passes, no output is
+// overrun, and both runs give the same bits (the emulation sums a wgmma product as it sums
+// mma.sync's). The automatic mode takes the route exactly where it is taken when forced if
+// `by_default` (the kernels measured faster on wgmma), else never. Returns the cases taken with
+// seed 1.
 int expect_wgmma_bits(const goldens::OpDriver& driver, const std::vector<std::pair<std::string, json>>& cases,
-                      const std::function<bool(const json&, const Bundle&)>& takes) {
+                      const std::function<bool(const json&, const Bundle&)>& takes, bool by_default) {
   int taken_cases = 0;
   for (const auto& [name, knobs] : cases) {
     SCOPED_TRACE(name);
@@ -228,13 +230,23 @@ int expect_wgmma_bits(const goldens::OpDriver& driver, const std::vector<std::pa
       for (const auto& c : driver.compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
       for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
       {
-        WgmmaMode m(core::RouteMode::automatic);
+        // The mma.sync kernels: the automatic mode where it keeps them, else the route forced off.
+        WgmmaMode m(by_default ? core::RouteMode::off : core::RouteMode::automatic);
         const long before = cuda::wgmma_route::runs();
         EXPECT_TRUE(run_staged(driver, mma, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::wgmma_route::runs(), before) << "taken in the automatic mode";
+        EXPECT_EQ(cuda::wgmma_route::runs(), before) << (by_default ? "taken when off" : "taken in the automatic mode");
       }
       for (const auto& out : actual.output_names())
         EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernels'";
+      if (by_default && seed == 1) {
+        WgmmaMode m(core::RouteMode::automatic);
+        Bundle automatic = inputs;
+        const long before = cuda::wgmma_route::runs();
+        EXPECT_TRUE(run_staged(driver, automatic, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::wgmma_route::runs() - before, taken ? 1 : 0) << "the automatic mode";
+        for (const auto& out : actual.output_names())
+          EXPECT_TRUE(actual.at(out).same_bytes(automatic.at(out))) << "'" << out << "' differs in the automatic mode";
+      }
     }
   }
   return taken_cases;
@@ -252,7 +264,7 @@ TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
   const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
     const Tensor& x = b.at("hidden_state");
     return x.shape()[0] > 0 && x.dtype() == DType::bf16 && x.shape()[1] % 16 == 0;
-  });
+  }, false);
   EXPECT_GE(taken, 14) << "the bf16 cases of the matrix with K a multiple of 16, and the two above";
 }
 
@@ -272,7 +284,7 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
     const std::uint32_t rows = bro.data<std::uint32_t>()[bro.numel() - 1];
     const std::int64_t latent = b.params.at("latent").get<std::int64_t>(), bk = b.params.at("bk").get<std::int64_t>();
     return b.at("q").shape()[0] > 0 && rows > 0 && latent % 16 == 0 && bk % 16 == 0;
-  });
+  }, false);
   EXPECT_GE(taken, 10) << "the cases with latent and bk multiples of 16, and the one above";
 }
 
@@ -303,12 +315,17 @@ bool ring_takes(const json& knobs, const Bundle& b) {
 // ring forced on: it takes every case it can (the others stay on the first kernel) and passes the
 // golden comparison. The
 // emulator lands each cp.async copy only at its wait (reads before read NaN), so a stage read too
-// early fails. In the automatic mode it is not taken yet.
+// early fails. The automatic mode takes it for calls of 64 heads or more.
 std::vector<std::pair<std::string, json>> ring_cases(const goldens::OpDriver& driver) {
   std::vector<std::pair<std::string, json>> cases;
   for (const auto& spec : driver.cases()) cases.emplace_back(spec.name, spec.knobs);
   cases.emplace_back("two_head_groups", json{{"num_q_heads", 70}, {"T", 2}, {"indices_stride", 96}, {"sink", true},
                                              {"max_logits", true}});
+  // Either side of the automatic mode's threshold (64 heads).
+  cases.emplace_back("heads_64", json{{"T", 2}, {"num_q_heads", 64}, {"qk_depth", 64}, {"v_depth", 32},
+                                      {"indices_stride", 48}, {"page_size", 16}});
+  cases.emplace_back("heads_63", json{{"T", 2}, {"num_q_heads", 63}, {"qk_depth", 64}, {"v_depth", 32},
+                                      {"indices_stride", 48}, {"page_size", 16}});
   cases.emplace_back("five_steps", json{{"T", 5}, {"num_q_heads", 3}, {"qk_depth", 40}, {"v_depth", 24},
                                         {"indices_stride", 160}, {"page_size", 5}, {"seq_lens", {300, 200}},
                                         {"invalid_fraction", 0.3}, {"empty_row_fraction", 0.2}});
@@ -332,7 +349,7 @@ std::vector<std::pair<std::string, json>> ring_cases(const goldens::OpDriver& dr
 TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
   const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   ASSERT_NE(driver, nullptr);
-  int taken_cases = 0;
+  int taken_cases = 0, automatic_cases = 0;
   for (const auto& [name, knobs] : ring_cases(*driver)) {
     SCOPED_TRACE(name);
     for (std::uint64_t seed : {1, 2}) {
@@ -353,14 +370,18 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
       for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
       if (seed == 1 && takes) {
         RingMode m(core::RouteMode::automatic);
+        const bool by_default = inputs.at("q").shape()[1] >= static_cast<std::int64_t>(cuda::sparse_mla_ring::kAutoMinHeads);
         const long before = cuda::sparse_mla_ring::runs();
         Bundle again = inputs;
         ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::sparse_mla_ring::runs(), before) << "taken in the automatic mode";
+        EXPECT_EQ(cuda::sparse_mla_ring::runs() - before, by_default ? 1 : 0) << "the automatic mode";
+        automatic_cases += by_default;
       }
     }
   }
   EXPECT_GE(taken_cases, 28) << "the bf16, single-scale fp8 and FlashMLA cases of the matrix";
+  EXPECT_GE(automatic_cases, 2) << "two_head_groups and heads_64";
+  EXPECT_LT(automatic_cases, taken_cases) << "cases of fewer heads";
 }
 
 // The ring kernel's cases with the wgmma kernels on as well: its scores run on warpgroup products
@@ -373,7 +394,7 @@ TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   ASSERT_NE(driver, nullptr);
   RingMode ring(core::RouteMode::on);
-  const int taken = expect_wgmma_bits(*driver, ring_cases(*driver), ring_takes);
+  const int taken = expect_wgmma_bits(*driver, ring_cases(*driver), ring_takes, true);
   EXPECT_GE(taken, 28) << "every case the ring kernel takes";
 }
 
