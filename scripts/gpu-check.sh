@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU, for a GPU host that may lack the build dependencies.
 #
-#   scripts/gpu-check.sh pack BUNDLE
+#   scripts/gpu-check.sh pack BUNDLE [PYTHON_BUILD...]
 #       On the build machine, after a build with the CUDA back-end (scripts/setup.sh; sm_90a by
 #       default): writes BUNDLE (a .tar.xz) holding the test programs, the benchmarks, the mlakit
-#       command and the shared libraries they need beyond the C/C++ runtime and CUDA's own.
+#       command and the shared libraries they need beyond the C/C++ runtime and CUDA's own, and
+#       the Python package of build/ (with .venv's test-only packages) and of each PYTHON_BUILD
+#       (another build tree configured with MLAKIT_BUILD_PYTHON=ON for another Python version,
+#       such as the GPU host's), one folder per Python version.
 #
 #   scripts/gpu-check.sh run OUT [BUNDLE] [PHASE...]
 #       On the GPU host, from the source root (data/golden and bench/ are read from there), with
@@ -17,8 +20,9 @@
 #         kernels    the score kernels, one thread, at the top two ISA levels      -> OUT/kernels.json
 #         torch      the same math in PyTorch on the GPU, and torch.matmul 8192^3   -> OUT/torch.json
 #         torch-ops  tests/python/test_torch.py's CUDA cases (torch.ops.mlakit on CUDA tensors, on
-#                    a side stream) with the bundle's package, where the host's Python is the
-#                    version it was built for                                    -> OUT/torch_ops.log
+#                    a side stream) with the bundle's package for the host's Python version (see
+#                    pack's PYTHON_BUILD), the host's own test packages where the bundle has none
+#                                                                               -> OUT/torch_ops.log
 #         driver     fails (exit 3) unless the NVIDIA driver is R580 or newer: the CUDA 13
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
@@ -40,13 +44,16 @@
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
+#         ncu        Nsight Compute (speed of light, launch statistics, occupancy) on the kernels
+#                    of each headline row, the first calls                          -> OUT/ncu.txt
 #         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
 #                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
 #                    op 5 with packed weights, PyTorch's bf16 CPU formulations
 #                                                               -> OUT/amx_tests.log, OUT/amx_*.json,
 #                                                                  OUT/amx_torch.txt
 #       (default: all of the first list, in that order; `first` is the short first call on a loaned
-#       GPU host: driver info gpu-tests sanitizers headline, about 4 minutes). OUT/summary.txt gets
+#       GPU host: driver info gpu-tests torch-ops sanitizers headline ncu, about 2-3 minutes on an
+#       H200). Past seven files in OUT, all but summary.txt end in OUT/logs.tar.gz. OUT/summary.txt gets
 #       one line per phase, the PyTorch table and, after bench and torch (or headline), the table of
 #       bench/gpu_table.py (mlakit against PyTorch and the matmul rate, with the targets).
 #       The exit status is non-zero when a phase failed.
@@ -63,6 +70,7 @@ bundled_libs() {
 
 pack() {
   local bundle=$1 stage
+  shift
   [ -x build/tests/test_cuda_emulated ] && [ -x build/bench/mlakit_bench_ops ] && [ -x build/mlakit ] ||
     { echo "build/ lacks the tests or benchmarks: run scripts/setup.sh first" >&2; return 1; }
   [ -d build/CMakeFiles/mlakit_cuda.dir ] || { echo "build/ has no CUDA back-end (was nvcc found?)" >&2; return 1; }
@@ -74,20 +82,27 @@ pack() {
   done
   cp "${programs[@]}" "$stage/bin/"
   bundled_libs "${programs[@]}" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  local parts=(bin lib)
-  # The Python package as the test suite builds it (its module is for this machine's Python
-  # version), with the test-only packages the torch tests import beside torch and numpy.
-  if [ -f build/python/mlakit/__init__.py ] && [ -x .venv/bin/python ]; then
-    mkdir -p "$stage/python/site"
-    cp -r build/python/mlakit "$stage/python/"
-    local site
-    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    for pkg in ml_dtypes safetensors _pytest pytest py.py pluggy iniconfig packaging; do
-      [ -e "$site/$pkg" ] && cp -r "$site/$pkg" "$stage/python/site/"
-    done
-    .venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' >"$stage/python/version"
-    parts+=(python)
-  fi
+  local parts=(bin lib) tree version
+  # The Python packages, one folder per Python version (python/3.11/mlakit, ...): build/'s as the
+  # test suite builds it, with the test-only packages the torch tests import beside torch and
+  # numpy (from .venv, for that version only), and those of the other build trees named.
+  for tree in build "$@"; do
+    [ -f "$tree/python/mlakit/__init__.py" ] || continue
+    version=$(find "$tree/python/mlakit" -maxdepth 1 -name '_core.cpython-*.so' | sed -E 's/.*cpython-([0-9])([0-9]+)-.*/\1.\2/' | head -1)
+    [ -n "$version" ] || continue
+    mkdir -p "$stage/python/$version"
+    cp -r "$tree/python/mlakit" "$stage/python/$version/"
+    if [ "$tree" = build ] && [ -x .venv/bin/python ]; then
+      local site
+      mkdir -p "$stage/python/$version/site"
+      site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+      for pkg in ml_dtypes safetensors _pytest pytest py.py pluggy iniconfig packaging; do
+        [ -e "$site/$pkg" ] && cp -r "$site/$pkg" "$stage/python/$version/site/"
+      done
+    fi
+    echo "python $version package from $tree/"
+  done
+  [ -d "$stage/python" ] && parts+=(python)
   tar -C "$stage" -cJf "$bundle" "${parts[@]}"
   rm -rf "$stage"
   echo "packed ${#programs[@]} programs and $(bundled_libs "${programs[@]}" | wc -l) libraries into $bundle ($(du -h "$bundle" | cut -f1))"
@@ -268,9 +283,12 @@ route_env() {
   esac
 }
 
-headline_bench='^(lightning_indexer/prefill_b1_s4096_c8192_h64|msa_block_indexer/prefill_s4096_c28672_h8|mla_prefill_fp8/h128_b1_s4096_c0|sparse_mla_prefill/dsv32_t4096|fused_qkv_paged/deepseek_v3_mla_fp8_t2048)/cuda$'
+headline_rows=(lightning_indexer/prefill_b1_s4096_c8192_h64 msa_block_indexer/prefill_s4096_c28672_h8
+               mla_prefill_fp8/h128_b1_s4096_c0 sparse_mla_prefill/dsv32_t4096
+               fused_qkv_paged/deepseek_v3_mla_fp8_t2048 fused_qkv_paged/llama3_8b_gptq_t512)
+headline_bench="^($(IFS='|'; echo "${headline_rows[*]}"))/cuda\$"
 headline_torch=(--case prefill_b1_s4096_c8192_h64 --case prefill_s4096_c28672_h8 --case h128_b1_s4096_c0
-                --case dsv32_t4096 --case deepseek_v3_mla_fp8_t2048)
+                --case dsv32_t4096 --case deepseek_v3_mla_fp8_t2048 --case llama3_8b_gptq_t512)
 
 # The cuda rows matching FILTER through a route forced (SWITCH alone: on; SWITCH=VALUE), appended to
 # OUT/bench_ops.json as .../cuda.SUFFIX rows (a second process: a route switch is read once per
@@ -315,6 +333,7 @@ phase_headline() {
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA wgmma \
     '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0)/cuda$' 60
+  route_rows MLAKIT_CUDA_GPTQ_DECODE_ONCE=off in_loop '^fused_qkv_paged/llama3_8b_gptq_t512/cuda$' 45
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
     --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -322,6 +341,25 @@ phase_headline() {
   if [ -f "$out/bench_ops.json" ] && [ -f "$out/torch.json" ]; then
     python3 bench/gpu_table.py "$out/bench_ops.json" "$out/torch.json" >>"$out/summary.txt" 2>&1
   fi
+}
+
+# Nsight Compute on each operator's headline row (op 4 on its default route): the first two calls'
+# kernels, one process per operator, each bounded. The clocks are left as found.
+phase_ncu() {
+  local ncu row op rc
+  ncu=$(command -v ncu || find /usr/local/cuda* /opt -name ncu -type f -perm -u+x 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { fail "ncu: not found"; return; }
+  for row in "${headline_rows[@]}"; do
+    op=${row//\//.}
+    rc=0
+    MLAKIT_BENCH_CPU_PEAK=off timeout "${MLAKIT_NCU_SECONDS:-60}" "$ncu" --clock-control none --kernel-name-base demangled \
+      -k regex:mlakit::cuda --launch-count 8 --section SpeedOfLight --section LaunchStats --section Occupancy \
+      "$bin/mlakit_bench_ops" --benchmark_filter="^$row/cuda\$" --benchmark_min_time=0.01 >"$out/ncu.$op.txt" 2>&1 || rc=$?
+    note "ncu $row: exit $rc, $(grep -c 'Section: GPU Speed Of Light' "$out/ncu.$op.txt") kernels profiled"
+    [ $rc -eq 0 ] || fail "ncu $row"
+    { echo "== $row (exit $rc)"; cat "$out/ncu.$op.txt"; } >>"$out/ncu.txt"
+    rm -f "$out/ncu.$op.txt"
+  done
 }
 
 # Every cuda benchmark row and every PyTorch case on the GPU, then the joined table (the RESULTS run).
@@ -469,17 +507,15 @@ phase_torch() {
 }
 
 phase_torch_ops() {
-  local py_dir=${unpacked:-}/python want have rc=0
-  if [ -z "${unpacked:-}" ] || [ ! -d "$py_dir/mlakit" ]; then
-    note "torch-ops: skipped (the bundle has no Python package)"
-    return
-  fi
-  want=$(cat "$py_dir/version")
+  local have py_dir rc=0
   have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  if [ "$want" != "$have" ]; then
-    note "torch-ops: skipped (the package was built for Python $want, this host has $have)"
+  py_dir=${unpacked:-}/python/$have
+  if [ -z "${unpacked:-}" ] || [ ! -d "$py_dir/mlakit" ]; then
+    note "torch-ops: skipped (the bundle has no Python package for this host's Python $have:" \
+      "$(ls "${unpacked:-/nonexistent}/python" 2>/dev/null | tr '\n' ' '))"
     return
   fi
+  # The host's own test-only packages where the bundle carries none for its version.
   PYTHONPATH="$py_dir:$py_dir/site" MLAKIT_BIN="$bin/mlakit" python3 -m pytest -q -rs tests/python/test_torch.py \
     -k cuda >"$out/torch_ops.log" 2>&1 || rc=$?
   note "torch-ops: $(tail -1 "$out/torch_ops.log") (exit $rc)"
@@ -570,15 +606,20 @@ run() {
   export MLAKIT_SOURCE_DIR="$root"
   local phases=("$@")
   [ ${#phases[@]} -gt 0 ] || phases=(info tests sanitizer bench scaling kernels torch)
-  [ "${phases[*]}" != first ] || phases=(driver info gpu-tests torch-ops sanitizers headline)
+  [ "${phases[*]}" != first ] || phases=(driver info gpu-tests torch-ops sanitizers headline ncu)
   for p in "${phases[@]}"; do
     case $p in
-      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline | table | amx) "phase_$p" ;;
+      info | tests | sanitizer | bench | scaling | kernels | torch | driver | sanitizers | headline | table | amx | ncu) "phase_$p" ;;
       gpu-tests) phase_gpu_tests ;;
       torch-ops) phase_torch_ops ;;
       *) echo "unknown phase: $p" >&2; return 2 ;;
     esac
   done
+  # A lent GPU host sends back few files: past seven, all but the summary go into one archive.
+  if [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 7 ]; then
+    (cd "$out" && find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz -printf '%P\n' | tar -czf logs.tar.gz -T - --remove-files)
+    note "logs: every file but this summary in OUT/logs.tar.gz"
+  fi
   return $status
 }
 
