@@ -1,5 +1,6 @@
-// Block-wide top-k selection with the spec's order (ops 1 and 2): higher score first; equal scores
-// (+0 == -0) by smaller index; NaN below every number, NaNs by smaller index.
+// Block-wide (and, for short rows, warp-wide) top-k selection with the spec's order (ops 1 and
+// 2): higher score first; equal scores (+0 == -0) by smaller index; NaN below every number, NaNs
+// by smaller index.
 //
 // Each candidate j gets an order-preserving 32-bit key (larger = ranks earlier, NaN = 0). A radix
 // select (four 8-bit passes over the keys, MSB first) finds the key of the m-th best candidate; a
@@ -148,6 +149,36 @@ __device__ void block_topk(TopkShared<kThreads>& sm, int n, int m, KeyOf key_of,
   for (int i = m + tid; i < P; i += kThreads) buf[i] = ~0ull;
   __syncthreads();
   block_bitonic_sort<kThreads>(buf, P);
+}
+
+// The same selection by one warp, for rows too short to keep a block's radix passes busy: the m
+// (1 <= m <= n <= 32 * kPerLane) best of candidates 0..n-1, best first, as out(i, winner) from
+// lane 0 for i in [0, m). Each lane keeps candidates lane + 32·i packed in registers; the warp
+// takes the smallest packed winner m times (winners are distinct: their indices are). Every lane
+// of the warp must call it.
+template <int kPerLane, class KeyOf, class Out>
+__device__ void warp_topk(int n, int m, KeyOf key_of, Out out) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  unsigned long long v[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int j = lane + 32 * i;
+    v[i] = j < n ? pack_winner(key_of(j), static_cast<std::uint32_t>(j)) : ~0ull;
+  }
+  for (int r = 0; r < m; ++r) {
+    unsigned long long w = v[0];
+#pragma unroll
+    for (int i = 1; i < kPerLane; ++i) w = v[i] < w ? v[i] : w;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, w, o);
+      w = other < w ? other : w;
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (v[i] == w) v[i] = ~0ull;
+    if (lane == 0) out(r, w);
+  }
 }
 
 }  // namespace mlakit::cuda

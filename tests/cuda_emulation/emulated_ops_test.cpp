@@ -425,6 +425,41 @@ TEST(EmulatedCudaIndexer, BothKeyGathersMatchTheReference) {
     }
 }
 
+// ---- op 2's two selections ---------------------------------------------------------------------
+// The golden matrix's op 2 cases select by a warp per (row, head) (rows of at most 256 blocks,
+// topk at most 64). Rows of 257-1024 blocks take the warp kernel's wider registers, more than 1024
+// blocks or more than 64 winners the block kernel's radix select; exact data (ties), NaN keys,
+// forced blocks and reduce_heads on either. Each against the reference.
+TEST(EmulatedCudaMsa, EverySelectionMatchesTheReference) {
+  const goldens::OpDriver* driver = goldens::find_driver("msa_block_indexer");
+  ASSERT_NE(driver, nullptr);
+  const json cases[] = {
+      // warp, 32 candidates a lane: up to 351 blocks
+      {{"seq_lens", {3, 2}}, {"prefix_lens", {700, 400}}, {"block_size", 2}, {"topk", 20}, {"idx_head_dim", 16},
+       {"init_blocks", 1}, {"local_blocks", 2}, {"data", "exact"}, {"scale", 0.125}},
+      {{"seq_lens", {2, 1}}, {"prefix_lens", {900, 30}}, {"block_size", 1}, {"topk", 64}, {"idx_head_dim", 16},
+       {"nan_keys", 6}, {"num_index_heads", 4}, {"reduce_heads", true}},
+      // block: more than 64 winners
+      {{"seq_lens", {4, 2}}, {"prefix_lens", {300, 150}}, {"block_size", 2}, {"topk", 70}, {"idx_head_dim", 16},
+       {"init_blocks", 1}, {"local_blocks", 2}, {"data", "exact"}, {"scale", 0.125}},
+      // block: more than 1024 blocks
+      {{"seq_lens", {2}}, {"prefix_lens", {1100}}, {"block_size", 1}, {"topk", 5}, {"idx_head_dim", 16},
+       {"nan_keys", 4}},
+  };
+  for (const json& knobs : cases)
+    for (std::uint64_t seed : {1, 2}) {
+      SCOPED_TRACE(knobs.dump() + " seed " + std::to_string(seed));
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      Bundle actual = inputs;
+      const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+      ASSERT_TRUE(s.ok()) << s.message;
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+    }
+}
+
 // ---- remap_indices_to_rows on every lightning-indexer case ---------------------------------------
 struct RemapCall {
   Bundle b;
