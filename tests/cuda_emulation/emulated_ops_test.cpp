@@ -398,6 +398,23 @@ TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
   EXPECT_GE(taken, 28) << "every case the ring kernel takes";
 }
 
+// Each case (seeds 1 and 2) on the emulated cuda back-end against the reference: the golden
+// comparison passes and no output is overrun.
+void expect_cases_match_reference(const goldens::OpDriver& driver, const std::vector<json>& cases) {
+  for (const json& knobs : cases)
+    for (std::uint64_t seed : {1, 2}) {
+      SCOPED_TRACE(knobs.dump() + " seed " + std::to_string(seed));
+      const Bundle inputs = driver.generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver.run(expected, RunOptions{Backend::reference}).ok());
+      Bundle actual = inputs;
+      const Status s = run_staged(driver, actual, RunOptions{Backend::cuda});
+      ASSERT_TRUE(s.ok()) << s.message;
+      for (const auto& c : driver.compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+    }
+}
+
 // ---- op 1's key gather on both paths ------------------------------------------------------------
 // The golden matrix's op 1 cases have head_dim a multiple of 16, where the codes arrive 16 at a
 // time by cp.async into a ring of two key tiles; head dims that are not (24, 40) take the byte
@@ -406,23 +423,13 @@ TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
 TEST(EmulatedCudaIndexer, BothKeyGathersMatchTheReference) {
   const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   ASSERT_NE(driver, nullptr);
-  const json cases[] = {
+  const std::vector<json> cases = {
       {{"head_dim", 24}, {"num_heads", 4}, {"seq_lens", {9, 4}}, {"cache_lens", {70, 3}}, {"top_k", 12}, {"page_size", 8}},
       {{"head_dim", 40}, {"num_heads", 3}, {"seq_lens", {5}}, {"cache_lens", {150}}, {"top_k", 20}, {"page_size", 16},
        {"mask", "none"}},
       {{"head_dim", 32}, {"num_heads", 4}, {"seq_lens", {3, 2}}, {"cache_lens", {700, 90}}, {"top_k", 40}, {"page_size", 16}},
   };
-  for (const json& knobs : cases)
-    for (std::uint64_t seed : {1, 2}) {
-      SCOPED_TRACE(knobs.dump() + " seed " + std::to_string(seed));
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      Bundle actual = inputs;
-      const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-      ASSERT_TRUE(s.ok()) << s.message;
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-    }
+  expect_cases_match_reference(*driver, cases);
 }
 
 // ---- op 2's two selections ---------------------------------------------------------------------
@@ -433,7 +440,7 @@ TEST(EmulatedCudaIndexer, BothKeyGathersMatchTheReference) {
 TEST(EmulatedCudaMsa, EverySelectionMatchesTheReference) {
   const goldens::OpDriver* driver = goldens::find_driver("msa_block_indexer");
   ASSERT_NE(driver, nullptr);
-  const json cases[] = {
+  const std::vector<json> cases = {
       // warp, 32 candidates a lane: up to 351 blocks
       {{"seq_lens", {3, 2}}, {"prefix_lens", {700, 400}}, {"block_size", 2}, {"topk", 20}, {"idx_head_dim", 16},
        {"init_blocks", 1}, {"local_blocks", 2}, {"data", "exact"}, {"scale", 0.125}},
@@ -446,18 +453,7 @@ TEST(EmulatedCudaMsa, EverySelectionMatchesTheReference) {
       {{"seq_lens", {2}}, {"prefix_lens", {1100}}, {"block_size", 1}, {"topk", 5}, {"idx_head_dim", 16},
        {"nan_keys", 4}},
   };
-  for (const json& knobs : cases)
-    for (std::uint64_t seed : {1, 2}) {
-      SCOPED_TRACE(knobs.dump() + " seed " + std::to_string(seed));
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      Bundle actual = inputs;
-      const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-      ASSERT_TRUE(s.ok()) << s.message;
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
-    }
+  expect_cases_match_reference(*driver, cases);
 }
 
 // ---- remap_indices_to_rows on every lightning-indexer case ---------------------------------------
