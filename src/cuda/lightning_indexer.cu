@@ -8,10 +8,11 @@
 // tiles, the next tile's copies in flight while this one is scored (two barriers a tile); other
 // caches are read one byte a load. The product is heads x keys per query row:
 // A = Q[row] (heads padded to 16, the M dimension), B = K tile (keys, the N dimension), k = head_dim.
-// Each warp owns one query row and QR of the tile's eight 8-key column slices; it runs the head
-// tiles in order, applies ReLU (IEEE maximum: NaN stays NaN) and the q_s weight per head, sums the
-// 16 heads of a tile across lanes with a fixed shuffle tree and accumulates the head tiles in
-// registers; the key scale multiplies the head sum. A query tile that spans two sequences is
+// Each warp owns one query row and QR of the tile's eight 8-key column slices; it runs up to four
+// head tiles side by side over k (the key fragments, by ldmatrix, shared by them), then in order
+// applies ReLU (IEEE maximum: NaN stays NaN) and the q_s weight per head, sums the 16 heads of a
+// tile across lanes with a fixed shuffle tree and accumulates the head tiles in registers; the
+// key scale multiplies the head sum. A query tile that spans two sequences is
 // processed one sequence segment at a time (each segment has its own keys).
 //
 // fp8 x fp8 products are exact in bf16 x bf16 -> f32, so only the accumulation rounds (f32).
@@ -122,8 +123,29 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   __syncthreads();
 
   constexpr int kWarpsPerRow = 8 / QR;
+  // Head tiles whose products share a warp's key fragments (two for four rows: with four, ptxas
+  // held that instance to 128 registers and spilled).
+  constexpr int kHeadGroup = QR == 4 ? 2 : 4;
   const int my_row = warp / kWarpsPerRow, sub = warp % kWarpsPerRow;
   const int g = lane >> 2, c = lane & 3;
+  // The warp's key slices (8 keys each) at k0 as B fragments, two slices an ldmatrix: lanes 0-15
+  // name rows of slice i (k0 and k0 + 8), lanes 16-31 of slice i + 1.
+  auto key_fragments = [&](std::uint32_t (&bf)[QR][2], int k0) {
+    if constexpr (QR == 1) {
+      load_b_nmajor(bf[0], ks, ld, sub * 8, k0);
+    } else {
+#pragma unroll
+      for (int i = 0; i < QR; i += 2) {
+        const int slice = sub + kWarpsPerRow * (i + (lane >> 4));
+        std::uint32_t r[4];
+        ldmatrix_x4(r, ks + (slice * 8 + (lane & 7)) * ld + k0 + (((lane >> 3) & 1) << 3));
+        bf[i][0] = r[0];
+        bf[i][1] = r[1];
+        bf[i + 1][0] = r[2];
+        bf[i + 1][1] = r[3];
+      }
+    }
+  };
   const auto* blocks = static_cast<const std::uint8_t*>(p.cache.blocks);
 
   for (int seg = 0; seg < QR && row_seq[seg] >= 0;) {
@@ -142,27 +164,43 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         if (!mine) return;
         float score[QR][2];
         for (int i = 0; i < QR; ++i) score[i][0] = score[i][1] = 0.0f;
-        for (int mt = 0; mt < Hp / 16; ++mt) {
-          float acc[QR][4];
-          for (int i = 0; i < QR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+        // Up to kHeadGroup head tiles at once: each key fragment serves all of them, and their
+        // product chains run side by side (one head tile's chain alone left the warps waiting on
+        // each product). Each head tile still sums its k steps, and the heads fold, in order.
+        for (int mt0 = 0; mt0 < Hp / 16; mt0 += kHeadGroup) {
+          float acc[kHeadGroup][QR][4];
+#pragma unroll
+          for (int m = 0; m < kHeadGroup; ++m)
+#pragma unroll
+            for (int i = 0; i < QR; ++i) acc[m][i][0] = acc[m][i][1] = acc[m][i][2] = acc[m][i][3] = 0.0f;
           for (int k0 = 0; k0 < Dp; k0 += 16) {
-            std::uint32_t af[4];
-            load_a_rowmajor(af, qs, ld, my_row * Hp + mt * 16, k0);
-            for (int i = 0; i < QR; ++i) {
-              std::uint32_t bf[2];
-              load_b_nmajor(bf, ks, ld, (sub + kWarpsPerRow * i) * 8, k0);
-              mma_bf16_16816(acc[i], af, bf);
+            std::uint32_t bf[QR][2];
+            key_fragments(bf, k0);
+#pragma unroll
+            for (int m = 0; m < kHeadGroup; ++m) {
+              if (mt0 + m >= Hp / 16) break;
+              std::uint32_t af[4];
+              ldmatrix_x4(af, ldmatrix_a_row(qs, ld, my_row * Hp + (mt0 + m) * 16, k0));
+#pragma unroll
+              for (int i = 0; i < QR; ++i) mma_bf16_16816(acc[m][i], af, bf[i]);
             }
           }
-          const int h0 = mt * 16 + g, h1 = h0 + 8;
-          const float w0 = qw[my_row * Hp + h0], w1 = qw[my_row * Hp + h1];
-          for (int i = 0; i < QR; ++i) {
-            for (int col = 0; col < 2; ++col) {
-              float v = (h0 < H ? relu_ieee(acc[i][col]) * w0 : 0.0f) + (h1 < H ? relu_ieee(acc[i][2 + col]) * w1 : 0.0f);
-              v += __shfl_xor_sync(0xffffffffu, v, 4);
-              v += __shfl_xor_sync(0xffffffffu, v, 8);
-              v += __shfl_xor_sync(0xffffffffu, v, 16);
-              score[i][col] += v;
+#pragma unroll
+          for (int m = 0; m < kHeadGroup; ++m) {
+            if (mt0 + m >= Hp / 16) break;
+            const int h0 = (mt0 + m) * 16 + g, h1 = h0 + 8;
+            const float w0 = qw[my_row * Hp + h0], w1 = qw[my_row * Hp + h1];
+#pragma unroll
+            for (int i = 0; i < QR; ++i) {
+#pragma unroll
+              for (int col = 0; col < 2; ++col) {
+                float v = (h0 < H ? relu_ieee(acc[m][i][col]) * w0 : 0.0f) +
+                          (h1 < H ? relu_ieee(acc[m][i][2 + col]) * w1 : 0.0f);
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                score[i][col] += v;
+              }
             }
           }
         }

@@ -418,8 +418,8 @@ void expect_cases_match_reference(const goldens::OpDriver& driver, const std::ve
 // ---- op 1's key gather on both paths ------------------------------------------------------------
 // The golden matrix's op 1 cases have head_dim a multiple of 16, where the codes arrive 16 at a
 // time by cp.async into a ring of two key tiles; head dims that are not (24, 40) take the byte
-// loads; a long row (11 key tiles in one chunk) turns the ring many times. Each against the
-// reference.
+// loads; a long row (11 key tiles in one chunk) turns the ring many times; 72 and 40 heads split
+// into groups of head tiles with a partial last group. Each against the reference.
 TEST(EmulatedCudaIndexer, BothKeyGathersMatchTheReference) {
   const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   ASSERT_NE(driver, nullptr);
@@ -428,6 +428,10 @@ TEST(EmulatedCudaIndexer, BothKeyGathersMatchTheReference) {
       {{"head_dim", 40}, {"num_heads", 3}, {"seq_lens", {5}}, {"cache_lens", {150}}, {"top_k", 20}, {"page_size", 16},
        {"mask", "none"}},
       {{"head_dim", 32}, {"num_heads", 4}, {"seq_lens", {3, 2}}, {"cache_lens", {700, 90}}, {"top_k", 40}, {"page_size", 16}},
+      // Head tiles in groups that share the key fragments: five tiles with eight rows a block (a
+      // group of four and one of one), three with four rows (groups of two: two and one).
+      {{"head_dim", 32}, {"num_heads", 72}, {"seq_lens", {9, 4}}, {"cache_lens", {40, 3}}, {"top_k", 16}, {"page_size", 16}},
+      {{"head_dim", 48}, {"num_heads", 40}, {"seq_lens", {5, 4}}, {"cache_lens", {70, 9}}, {"top_k", 16}, {"page_size", 8}},
   };
   expect_cases_match_reference(*driver, cases);
 }
