@@ -42,7 +42,7 @@ constexpr int kNormThreads = 256;
 constexpr int kQuantThreads = 128;
 constexpr int kGemmThreads = 128, kBM = 64, kBN = 64, kBK = 32, kLdT = kBK + 8;
 static_assert(kBM == kTileRows && kBN == kTileRows && kBK == kTileK && kLdT == kTileLd, "gemm_tile.cuh's tile");
-constexpr int kAttnThreads = 128, kQRows = 64, kKeys = 64, kVCols = 128, kVTiles = kVCols / 8, kLdV = kKeys + 8;
+constexpr int kAttnThreads = 128, kQRows = 64, kKeys = 64, kVCols = 128, kVTiles = kVCols / 8, kLdV = kVCols + 8;
 constexpr std::int64_t kKvBudgetBytes = std::int64_t{256} << 20;
 
 __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] */) {
@@ -402,15 +402,15 @@ __global__ void __launch_bounds__(kQuantThreads) mask_kernel(MaskParams p) {
 }
 
 struct AttnLayout {
-  std::size_t row_b, row_vis, qs, ks, vt, bytes;
+  std::size_t row_b, row_vis, qs, ks, vs, bytes;
   __host__ __device__ explicit AttnLayout(int qkp) {
     const std::size_t ld = static_cast<std::size_t>(qkp + 8);
     row_b = 0;
     row_vis = row_b + kQRows * sizeof(int);
     qs = row_vis + kQRows * sizeof(std::int64_t);
     ks = qs + kQRows * ld * sizeof(std::uint16_t);
-    vt = ks + kKeys * ld * sizeof(std::uint16_t);
-    bytes = vt + static_cast<std::size_t>(kVCols) * kLdV * sizeof(std::uint16_t);
+    vs = ks + kKeys * ld * sizeof(std::uint16_t);
+    bytes = vs + static_cast<std::size_t>(kKeys) * kLdV * sizeof(std::uint16_t);
   }
 };
 
@@ -425,15 +425,16 @@ __device__ __forceinline__ void split_bf16(float x0, float x1, std::uint32_t& hi
   lo = pack_bf16x2(f32_to_bf16(r0 - bf16_to_f32(m0)), f32_to_bf16(r1 - bf16_to_f32(m1)));
 }
 
-// O += P·V over the kc-th 16 keys of the tile, P as kParts bf16 fragments added in the order given.
+// O += P·V over the kc-th 16 keys of the tile, P as kParts bf16 fragments added in the order given;
+// V key by key in vs (its fragments by ldmatrix .trans).
 template <int kParts>
 __device__ __forceinline__ void pv_mma(float (&o)[kVTiles][4], const std::uint32_t (&parts)[kParts][4],
-                                       const std::uint16_t* vt, int kc, int vcols) {
+                                       const std::uint16_t* vs, int kc, int vcols) {
 #pragma unroll
   for (int i = 0; i < kVTiles; i += 2) {  // two 8-column tiles per ldmatrix
     if (i * 8 >= vcols) break;
     std::uint32_t b[4];
-    ldmatrix_x4(b, ldmatrix_b_nmajor_row(vt, kLdV, i * 8, kc * 16));
+    ldmatrix_x4_trans(b, ldmatrix_b_kmajor_row(vs, kLdV, kc * 16, i * 8));
     const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 #pragma unroll
     for (int q = 0; q < kParts; ++q) mma_bf16_16816(o[i], parts[q], b0);
@@ -445,8 +446,8 @@ __device__ __forceinline__ void pv_mma(float (&o)[kVTiles][4], const std::uint32
 
 // One block per 64 query rows, head and 128 columns of v; warp w owns query rows [16w, 16w+16).
 // Scores, the online softmax and the output accumulators stay in registers (the C fragment of
-// Q·Kᵀ is the A fragment of P·V); K and V tiles of 64 keys go through shared memory, V transposed
-// so that its fragments load as 32-bit pairs.
+// Q·Kᵀ is the A fragment of P·V); K and V tiles of 64 keys go through shared memory key by key,
+// 16 bytes a store, V's fragments read by ldmatrix .trans.
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
   MLAKIT_DYNAMIC_SHARED(smem);
   const AttnLayout L(p.qkp);
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
   auto* row_vis = reinterpret_cast<std::int64_t*>(smem + L.row_vis);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
-  auto* vt = reinterpret_cast<std::uint16_t*>(smem + L.vt);
+  auto* vs = reinterpret_cast<std::uint16_t*>(smem + L.vs);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int ld = p.qkp + 8, qk = p.qk, qkp = p.qkp, nope = p.nope, vdim = p.v;
   const int vc0 = blockIdx.z * kVCols, vcols = min(kVCols, vdim - vc0);
@@ -543,16 +544,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
             *reinterpret_cast<uint4*>(ks + kk * ld + d) = x;
           }
           for (int e = tid; load_v && e < kKeys * (kVCols / 8); e += kAttnThreads) {
-            const int kk = e % kKeys, d = (e / kKeys) * 8;  // neighbouring threads: neighbouring keys
+            const int kk = e / (kVCols / 8), d = (e % (kVCols / 8)) * 8;
             const std::int64_t j = kt + kk, br = first_row + j;
             uint4 x = make_uint4(0, 0, 0, 0);
             if (j < n_keys && d < vcols) x = *reinterpret_cast<const uint4*>(p.kv + br * p.Nc + kv_col + nope + vc0 + d);
-            const std::uint32_t w[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              vt[(d + 2 * i) * kLdV + kk] = static_cast<std::uint16_t>(w[i] & 0xffffu);
-              vt[(d + 2 * i + 1) * kLdV + kk] = static_cast<std::uint16_t>(w[i] >> 16);
-            }
+            *reinterpret_cast<uint4*>(vs + kk * kLdV + d) = x;
           }
         } else {
           for (int e = tid; e < kKeys * qkp; e += kAttnThreads) {
@@ -563,9 +559,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
             ks[kk * ld + d] = x;
           }
           for (int e = tid; load_v && e < kKeys * kVCols; e += kAttnThreads) {
-            const int kk = e % kKeys, d = e / kKeys;
+            const int kk = e / kVCols, d = e % kVCols;
             const std::int64_t j = kt + kk, br = first_row + j;
-            vt[d * kLdV + kk] = (j < n_keys && d < vcols) ? p.kv[br * p.Nc + kv_col + nope + vc0 + d] : std::uint16_t{0};
+            vs[kk * kLdV + d] = (j < n_keys && d < vcols) ? p.kv[br * p.Nc + kv_col + nope + vc0 + d] : std::uint16_t{0};
           }
         }
         __syncthreads();
@@ -615,9 +611,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
                                              pack_bf16x2(f32_to_bf16(s[2 * kc][2]), f32_to_bf16(s[2 * kc][3])),
                                              pack_bf16x2(f32_to_bf16(s[2 * kc + 1][0]), f32_to_bf16(s[2 * kc + 1][1])),
                                              pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]))}};
-            pv_mma(o, pa, vt, kc, vcols);
+            pv_mma(o, pa, vs, kc, vcols);
           }
-          __syncthreads();  // the next tile overwrites ks and vt
+          __syncthreads();  // the next tile overwrites ks and vs
           continue;
         }
         // Online softmax in f32; the four lanes of a quad hold one row's keys.
@@ -660,9 +656,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
           split_bf16(s[2 * kc][2], s[2 * kc][3], parts[2][1], parts[1][1], parts[0][1]);
           split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], parts[2][2], parts[1][2], parts[0][2]);
           split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], parts[2][3], parts[1][3], parts[0][3]);
-          pv_mma(o, parts, vt, kc, vcols);
+          pv_mma(o, parts, vs, kc, vcols);
         }
-        __syncthreads();  // the next tile overwrites ks and vt
+        __syncthreads();  // the next tile overwrites ks and vs
       }
     }
     seg = seg_end;
