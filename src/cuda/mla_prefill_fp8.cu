@@ -531,7 +531,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
           l_total[hr] = l;
         }
       for (std::int64_t kt = 0; kt < n_keys; kt += kKeys) {
-        // K = [K_nope ; rope part] and Vᵀ of keys kt .. kt+63 (zero past n_keys).
+        // K = [K_nope ; rope part] and V of keys kt .. kt+63, key by key (zero past n_keys).
         if (p.vector_loads) {
           const int vecs = qkp / 8;
           for (int e = tid; e < kKeys * vecs; e += kAttnThreads) {
