@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The checks that need an NVIDIA GPU, for a GPU host that may lack the build dependencies.
 #
-#   scripts/gpu-check.sh pack BUNDLE [PYTHON_BUILD...]
+#   scripts/gpu-check.sh pack BUNDLE [PYTHON_BUILD | --python=X.Y ...]
 #       On the build machine, after a build with the CUDA back-end (scripts/setup.sh; sm_90a by
 #       default): writes BUNDLE (a .tar.xz) holding the test programs, the benchmarks, the mlakit
 #       command and the shared libraries they need beyond the C/C++ runtime and CUDA's own, and
 #       the Python package of build/ (with .venv's test-only packages) and of each PYTHON_BUILD
 #       (another build tree configured with MLAKIT_BUILD_PYTHON=ON for another Python version,
-#       such as the GPU host's), one folder per Python version.
+#       such as the GPU host's), one folder per Python version. --python=X.Y makes that tree
+#       (build-pyX.Y, the library and the module only) with pythonX.Y from PATH or pyenv; the
+#       H200 hosts run Python 3.12.
 #
 #   scripts/gpu-check.sh run OUT [BUNDLE] [PHASE...]
 #       On the GPU host, from the source root (data/golden and bench/ are read from there), with
@@ -82,11 +84,17 @@ pack() {
   done
   cp "${programs[@]}" "$stage/bin/"
   bundled_libs "${programs[@]}" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
-  local parts=(bin lib) tree version
+  local parts=(bin lib) tree version trees=()
+  for tree in "$@"; do
+    case $tree in
+      --python=*) trees+=("$(python_tree "${tree#--python=}")") || return 1 ;;
+      *) trees+=("$tree") ;;
+    esac
+  done
   # The Python packages, one folder per Python version (python/3.11/mlakit, ...): build/'s as the
   # test suite builds it, with the test-only packages the torch tests import beside torch and
   # numpy (from .venv, for that version only), and those of the other build trees named.
-  for tree in build "$@"; do
+  for tree in build "${trees[@]}"; do
     [ -f "$tree/python/mlakit/__init__.py" ] || continue
     version=$(find "$tree/python/mlakit" -maxdepth 1 -name '_core.cpython-*.so' | sed -E 's/.*cpython-([0-9])([0-9]+)-.*/\1.\2/' | head -1)
     [ -n "$version" ] || continue
@@ -106,6 +114,29 @@ pack() {
   tar -C "$stage" -cJf "$bundle" "${parts[@]}"
   rm -rf "$stage"
   echo "packed ${#programs[@]} programs and $(bundled_libs "${programs[@]}" | wc -l) libraries into $bundle ($(du -h "$bundle" | cut -f1))"
+}
+
+# Builds build-pyX.Y (the library and the Python module for Python X.Y, with a venv holding
+# nanobind) and prints its path; the interpreter comes from PATH or pyenv.
+python_tree() {
+  local version=$1 py tree candidate
+  tree=build-py$version
+  py=""
+  # The first that runs: a pyenv shim on PATH fails where that version is not selected.
+  for candidate in $(command -v "python$version") "$HOME"/.pyenv/versions/"$version".*/bin/"python$version"; do
+    if [ -x "$candidate" ] && "$candidate" -c 'import venv' >/dev/null 2>&1; then
+      py=$candidate
+      break
+    fi
+  done
+  [ -n "$py" ] || { echo "no python$version on PATH or in pyenv" >&2; return 1; }
+  if [ ! -x "$tree/venv/bin/python" ]; then
+    "$py" -m venv "$tree/venv" >&2 && "$tree/venv/bin/pip" install -q nanobind >&2 || return 1
+  fi
+  cmake -S . -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLAKIT_BUILD_TESTS=OFF -DMLAKIT_BUILD_BENCH=OFF \
+    -DMLAKIT_BUILD_TOOLS=OFF -DMLAKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/$tree/venv/bin/python" >&2 &&
+    cmake --build "$tree" -j"$(nproc)" >&2 || return 1
+  echo "$tree"
 }
 
 note() { echo "$*" | tee -a "$out/summary.txt"; }
