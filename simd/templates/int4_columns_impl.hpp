@@ -313,11 +313,12 @@ template <class Step, class Use>
   }
 }
 
-// One step of a decode row: pair_words' values against x (parity_quads' layout at the rows'
-// first element); kTwo: the step's second row is there. A dword of a pair's words shifted up by
-// 16 is its even element as f32, masked it is its odd one, exactly. So the pair's chains are ev[q] (the even elements of columns q and q + 4,
-// one per lane) and od[q] (the odd ones), and a vector of values costs an integer operation where
-// widening the words took a shuffle (the shuffles bound this loop on Zen 3).
+// One step of a decode row: pair_words' values against x (parity_quads' layout at the rows' first
+// element); kTwo: the step's second row is there. A dword of a pair's words shifted up by 16 is its
+// even element as f32, masked it is its odd one, exactly. So the pair's chains are ev[q] (the even
+// elements of columns q and q + 4, one per lane) and od[q] (the odd ones), and a vector of values
+// costs an integer operation where widening the words took a shuffle (the shuffles bound this loop
+// on Zen 3).
 template <bool kTwo, class Step>
 [[gnu::always_inline]] inline void row_step(const Step& step, const float* x, const ByteTables& t, F (&ev)[4],
                                             F (&od)[4]) {

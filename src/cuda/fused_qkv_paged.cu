@@ -16,9 +16,10 @@
 // GEMM repeats the work for every row tile (8 times at T = 512) in the k loop's critical path; the
 // values, the tiles and the products are the same, so are the bits.
 // On sm_90a builds running on an sm_90 GPU (MLAKIT_CUDA_WGMMA=on; "auto" keeps it off: an H200 ran
-// DeepSeek-V3's fp8 projection at T 2048 in 1.03 ms on it against 0.67 on mma.sync): the dense and fp8 bf16 GEMMs (the decode-once route's second kernel too) on
-// warpgroup products instead, block tile 64 rows x 128 columns, one warpgroup, k tiles of 32 in
-// two shared stages, the next tile's loads in flight while the products of this one run.
+// DeepSeek-V3's fp8 projection at T 2048 in 1.03 ms on it against 0.67 on mma.sync): the dense and
+// fp8 bf16 GEMMs (the decode-once route's second kernel too) on warpgroup products instead, block
+// tile 64 rows x 128 columns, one warpgroup, k tiles of 32 in two shared stages, the next tile's
+// loads in flight while the products of this one run.
 // TODO(perf): decode (T <= 32) reads the weight with ceil(N/64) blocks only; a deterministic split-K
 // (fixed-order reduction of partial tiles) would spread the weight stream over every SM.
 #include <algorithm>

@@ -128,17 +128,16 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   constexpr int kHeadGroup = QR == 4 ? 2 : 4;
   const int my_row = warp / kWarpsPerRow, sub = warp % kWarpsPerRow;
   const int g = lane >> 2, c = lane & 3;
-  // The warp's key slices (8 keys each) at k0 as B fragments, two slices an ldmatrix: lanes 0-15
-  // name rows of slice i (k0 and k0 + 8), lanes 16-31 of slice i + 1.
+  // The warp's key slices (8 keys each) at k0 as B fragments, two slices an ldmatrix.
   auto key_fragments = [&](std::uint32_t (&bf)[QR][2], int k0) {
     if constexpr (QR == 1) {
       load_b_nmajor(bf[0], ks, ld, sub * 8, k0);
     } else {
 #pragma unroll
       for (int i = 0; i < QR; i += 2) {
-        const int slice = sub + kWarpsPerRow * (i + (lane >> 4));
         std::uint32_t r[4];
-        ldmatrix_x4(r, ks + (slice * 8 + (lane & 7)) * ld + k0 + (((lane >> 3) & 1) << 3));
+        const int first = (sub + kWarpsPerRow * i) * 8, second = first + kWarpsPerRow * 8;
+        ldmatrix_x4(r, ldmatrix_b_nmajor_rows(ks, ld, first, second, k0));
         bf[i][0] = r[0];
         bf[i][1] = r[1];
         bf[i + 1][0] = r[2];

@@ -108,12 +108,17 @@ __device__ __forceinline__ const std::uint16_t* ldmatrix_a_row(const std::uint16
   const int lane = threadIdx.x & 31;
   return s + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3);
 }
-// B fragments of two n tiles, columns [n0, n0+8) and [n0+8, n0+16), k in [k0, k0+16), of a tile
-// stored one row per n (load_b_nmajor's layout): r[0], r[1] the first tile's b0, b1; r[2], r[3] the
-// second's.
-__device__ __forceinline__ const std::uint16_t* ldmatrix_b_nmajor_row(const std::uint16_t* s, int ld, int n0, int k0) {
+// B fragments of two n tiles, columns [n_first, n_first+8) and [n_second, n_second+8), k in
+// [k0, k0+16), of a tile stored one row per n (load_b_nmajor's layout): r[0], r[1] the first
+// tile's b0, b1; r[2], r[3] the second's.
+__device__ __forceinline__ const std::uint16_t* ldmatrix_b_nmajor_rows(const std::uint16_t* s, int ld, int n_first,
+                                                                       int n_second, int k0) {
   const int lane = threadIdx.x & 31;
-  return s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3);
+  return s + ((lane >> 4 ? n_second : n_first) + (lane & 7)) * ld + k0 + (((lane >> 3) & 1) << 3);
+}
+// The same for two neighbouring n tiles, [n0, n0+16).
+__device__ __forceinline__ const std::uint16_t* ldmatrix_b_nmajor_row(const std::uint16_t* s, int ld, int n0, int k0) {
+  return ldmatrix_b_nmajor_rows(s, ld, n0, n0 + 8, k0);
 }
 // The same two tiles from a tile stored one row per k (load_b_kmajor's layout), for ldmatrix_x4_trans.
 __device__ __forceinline__ const std::uint16_t* ldmatrix_b_kmajor_row(const std::uint16_t* s, int ld, int k0, int n0) {

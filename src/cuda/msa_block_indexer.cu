@@ -275,9 +275,10 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
   const std::int64_t pair = blockIdx.x;
   const Selection sel(p, pair);
   unsigned long long* buf = next_pow2(sel.m) <= kSharedWinners ? winners : p.scratch + pair * p.scratch_stride;
-  block_topk<kTopkThreads>(sm, static_cast<int>(sel.nb), static_cast<int>(sel.m), [&](int cblk) { return sel.key(cblk); },
-                           buf);
-  for (std::int64_t i = threadIdx.x; i < p.topk; i += kTopkThreads) sel.out[i] = i < sel.m ? winner_or_none(buf[i]) : -1;
+  const auto key = [&](int cblk) { return sel.key(cblk); };
+  block_topk<kTopkThreads>(sm, static_cast<int>(sel.nb), static_cast<int>(sel.m), key, buf);
+  for (std::int64_t i = threadIdx.x; i < p.topk; i += kTopkThreads)
+    sel.out[i] = i < sel.m ? winner_or_none(buf[i]) : -1;
 }
 
 // kWarpTopkThreads / 32 selections a block, one a warp; every row has at most 32·kPerLane blocks.
@@ -395,9 +396,9 @@ Status msa_block_indexer(const MsaBlockIndexerDesc& d, const MsaBlockIndexerArgs
     tp.row0 = row0;
     const std::int64_t pairs = rows * (d.reduce_heads ? 1 : Hi);
     if (warp_topk_rows) {
-      MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_warp_kernel", max_blocks <= 256 ? topk_warp_kernel<8> : topk_warp_kernel<32>,
-                                      static_cast<unsigned>(ceil_div(pairs, kWarpTopkThreads / 32)), kWarpTopkThreads, 0,
-                                      stream, tp, pairs));
+      const auto kernel = max_blocks <= 256 ? topk_warp_kernel<8> : topk_warp_kernel<32>;
+      const auto blocks = static_cast<unsigned>(ceil_div(pairs, kWarpTopkThreads / 32));
+      MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_warp_kernel", kernel, blocks, kWarpTopkThreads, 0, stream, tp, pairs));
     } else {
       MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel, static_cast<unsigned>(pairs), kTopkThreads, 0,
                                       stream, tp));

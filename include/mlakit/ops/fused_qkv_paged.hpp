@@ -124,9 +124,9 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& desc, const FusedQkvPagedArgs& a
 // holds the codes (about N·K/2 bytes, rows padded so that they do not lie a multiple of 4 KiB
 // apart; in the map's group order with an act-order g_idx of whole groups) and, on the avx2 level,
 // the decode row's value tables (N·K/4 bytes for groups of 128) and the codes again in the decode
-// row's layout (N·K/2 bytes), which every cpu call naming it reads, decode calls included. A call that names the pack
-// checks it against its own desc and weight tensors (the same tensors, by data pointer, shape and
-// dtype): a pack of other weights is an error. Prefills on the route the pack was made for read it
+// row's layout (N·K/2 bytes), which every cpu call naming it reads, decode calls included. A call
+// that names the pack checks it against its own desc and weight tensors (the same tensors, by data
+// pointer, shape and dtype): a pack of other weights is an error. Prefills on the route the pack was made for read it
 // instead of laying out the weights; every other call (rows below the route's threshold, another
 // ISA level, the reference or cuda back-end) reads the weight tensors (but for the GPTQ codes on
 // the cpu back-end). Either way the results are
