@@ -294,6 +294,49 @@ struct StepCodes {
   }
 };
 
+// The steps of a run of blocks of 8 columns (block i at column j0 + 8i), and what each step asks
+// for ahead of itself: at<kTwo>(r, i) is block i's step at word row r (rows r and r + 1 where
+// kTwo), ahead(r) the prefetches a step of rows r and r + 1 issues first.
+// qweight's words: word rows `ahead_rows` on, whose lines lie a row (a page or more) apart and
+// which no hardware prefetcher follows, for the first and last of the run's `width` columns; past
+// the last row, with `next`, the first rows of the 8 columns after the run (a decode row's next
+// block).
+struct WordSteps {
+  const Int4Columns& b;
+  std::size_t j0, width, nrows;
+  bool next;
+  [[gnu::always_inline]] void ahead(std::size_t r) const {
+    for (std::size_t ra = r + kAhead; ra < r + kAhead + 2; ++ra) {
+      if (ra < nrows) {
+        const std::uint32_t* row = b.words + ra * b.ldw + j0;
+        _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
+        if (width > kRowCols) _mm_prefetch(reinterpret_cast<const char*>(row + width - 1), _MM_HINT_T0);
+      } else if (next && ra < 2 * nrows) {
+        _mm_prefetch(reinterpret_cast<const char*>(b.words + (ra - nrows) * b.ldw + j0 + width), _MM_HINT_T0);
+      }
+    }
+  }
+  template <bool kTwo>
+  [[gnu::always_inline]] StepWords at(std::size_t r, std::size_t i) const {
+    return step_words<kTwo>(b.words + r * b.ldw + j0 + kRowCols * i, b.ldw);
+  }
+};
+// int4_row_codes' layout (block i's steps at v + i * ldr, one stream): `ahead_bytes` on in each
+// block, or nothing (0).
+struct CodeSteps {
+  const std::uint8_t* v;
+  std::size_t ldr, blocks, ahead_bytes;
+  [[gnu::always_inline]] void ahead(std::size_t r) const {
+    if (ahead_bytes == 0) return;
+    for (std::size_t i = 0; i < blocks; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(v + i * ldr + r / 2 * kStepBytes + ahead_bytes), _MM_HINT_T0);
+  }
+  template <bool kTwo>
+  [[gnu::always_inline]] StepCodes at(std::size_t r, std::size_t i) const {
+    return {v + i * ldr + r / 2 * kStepBytes};
+  }
+};
+
 // A step's code bytes (rows r and r + 1 of 8 columns), each pair q of them (the step's c[i] of
 // half h for q = 2h + i) looked up in the pair's tables and handed to use(q, v0, v1): v0 holds row
 // r's 8 bf16 values of column q in lane 0 and of column q + 4 in lane 1 as 16-bit words (low byte
@@ -449,13 +492,12 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
 #elif defined(__AVX2__)
   // Whole blocks of 8 columns two word rows a step, through the decode row's byte tables, their
   // codes from int4_row_codes' layout where b has it; the rest a word (8 codes) at a time, looked
-  // up in its column's f32 table. Word rows kAhead on are asked for (each row a page or more
-  // apart: GPTQ T 8 spent 21 % of its samples waiting on them), and the laid-out codes kStepsAhead
+  // up in its column's f32 table. Each step asks for the word rows kAhead on (a page or more
+  // apart: GPTQ T 8 spent 21 % of its samples waiting on them), or the laid-out codes kStepsAhead
   // bytes on.
   if constexpr (std::is_same_v<CT, float>) {
-    constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
+    constexpr std::size_t kC = int4_step::kRowCols;
     const std::size_t blocks = np / kC, group_rows = b.group_size / 8;
-    const bool laid_out = b.row_codes != nullptr;
     // Rows r (and r + 1 where two) of the columns past the whole blocks, from their words.
     const auto rest = [&](std::size_t r, bool two, std::size_t g) {
       for (std::size_t rr = r; rr < r + (two ? 2 : 1); ++rr)
@@ -471,39 +513,22 @@ void expand_int4(const Int4Columns& b, std::size_t groups, std::size_t j0, std::
         else
           int4_step::byte_tables(b.tables + ((j0 + kC * i) * groups + g) * 16, groups * 16, t[i]);
       const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
-      if (laid_out) {
+      const auto steps = [&](const auto& from) __attribute__((always_inline)) {
         for (; r < group_end; r += 2) {
+          from.ahead(r);
           const bool two = r + 1 < group_end;
-          const std::uint8_t* steps = b.row_codes + j0 / kC * b.ldr + r / 2 * int4_step::kStepBytes;
-          for (std::size_t i = 0; i < blocks; ++i)
-            _mm_prefetch(reinterpret_cast<const char*>(steps + i * b.ldr + int4_step::kStepsAhead), _MM_HINT_T0);
           for (std::size_t i = 0; i < blocks; ++i) {
-            const int4_step::StepCodes step{steps + i * b.ldr};
             float* out = buf + kC * i * ldk + 8 * r;
-            if (two) int4_step::expand_step<true>(step, t[i], out, ldk);
-            else int4_step::expand_step<false>(step, t[i], out, ldk);
+            if (two) int4_step::expand_step<true>(from.template at<true>(r, i), t[i], out, ldk);
+            else int4_step::expand_step<false>(from.template at<false>(r, i), t[i], out, ldk);
           }
           rest(r, two, g);
         }
-        r = group_end;
-        continue;
-      }
-      for (; r < group_end; r += 2) {
-        // Written out here: through a lambda, GCC dropped the prefetches.
-        for (std::size_t ra = r + kAhead; ra < r + kAhead + 2 && ra < nrows; ++ra) {
-          const std::uint32_t* row = b.words + ra * b.ldw + j0;
-          _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(row + np - 1), _MM_HINT_T0);
-        }
-        const bool two = r + 1 < group_end;
-        for (std::size_t i = 0; i < blocks; ++i) {
-          const std::uint32_t* w = b.words + r * b.ldw + j0 + kC * i;
-          float* out = buf + kC * i * ldk + 8 * r;
-          if (two) int4_step::expand_step<true>(int4_step::step_words<true>(w, b.ldw), t[i], out, ldk);
-          else int4_step::expand_step<false>(int4_step::step_words<false>(w, b.ldw), t[i], out, ldk);
-        }
-        rest(r, two, g);
-      }
+      };
+      if (b.row_codes != nullptr)
+        steps(int4_step::CodeSteps{b.row_codes + j0 / kC * b.ldr, b.ldr, blocks, int4_step::kStepsAhead});
+      else
+        steps(int4_step::WordSteps{b, j0, np, nrows, false});
       r = group_end;
     }
   }
@@ -643,36 +668,30 @@ template <class CT, class Src>
 void int4_row_panel(std::size_t k, const float* a2, const Int4Columns& b, const Src& src, std::size_t j0, float* c,
                     bool accumulate, bool next) {
   static_assert(std::is_same_v<CT, float>, "AVX2 has no bf16 dot");
-  constexpr std::size_t kC = int4_step::kRowCols, kAhead = int4_step::kAhead;
+  constexpr std::size_t kC = int4_step::kRowCols;
   const std::size_t nrows = k / 8, group_rows = b.group_size / 8;  // group_rows: even
   F ev[4], od[4];
 #pragma GCC unroll 4
   for (std::size_t q = 0; q < 4; ++q) ev[q] = od[q] = fzero();
   int4_step::ByteTables t;
-  const std::uint8_t* steps = b.row_codes != nullptr ? b.row_codes + j0 / kC * b.ldr : nullptr;
-  for (std::size_t g = 0, r = 0; r < nrows; ++g) {
-    src.form(g, t);
-    const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
-    if (steps != nullptr) {  // one stream
-      for (; r + 2 <= group_end; r += 2)
-        int4_step::row_step<true>(int4_step::StepCodes{steps + r / 2 * int4_step::kStepBytes}, a2 + 16 * r, t, ev, od);
-      if (r < group_end)
-        int4_step::row_step<false>(int4_step::StepCodes{steps + r / 2 * int4_step::kStepBytes}, a2 + 16 * r, t, ev, od);
-      r = group_end;
-      continue;
-    }
-    for (; r + 2 <= group_end; r += 2) {
-      for (std::size_t ra = r + kAhead; ra < r + kAhead + 2; ++ra) {
-        if (ra < nrows) _mm_prefetch(reinterpret_cast<const char*>(b.words + ra * b.ldw + j0), _MM_HINT_T0);
-        else if (next && ra < 2 * nrows)
-          _mm_prefetch(reinterpret_cast<const char*>(b.words + (ra - nrows) * b.ldw + j0 + kC), _MM_HINT_T0);
+  // The laid-out codes ask for nothing ahead: the row measured level with and without (its
+  // lookups bound it).
+  const auto steps = [&](const auto& from) __attribute__((always_inline)) {
+    for (std::size_t g = 0, r = 0; r < nrows; ++g) {
+      src.form(g, t);
+      const std::size_t group_end = nrows - r < group_rows ? nrows : r + group_rows;
+      for (; r + 2 <= group_end; r += 2) {
+        from.ahead(r);
+        int4_step::row_step<true>(from.template at<true>(r, 0), a2 + 16 * r, t, ev, od);
       }
-      int4_step::row_step<true>(int4_step::step_words<true>(b.words + r * b.ldw + j0, b.ldw), a2 + 16 * r, t, ev, od);
+      if (r < group_end) int4_step::row_step<false>(from.template at<false>(r, 0), a2 + 16 * r, t, ev, od);
+      r = group_end;
     }
-    if (r < group_end)
-      int4_step::row_step<false>(int4_step::step_words<false>(b.words + r * b.ldw + j0, b.ldw), a2 + 16 * r, t, ev, od);
-    r = group_end;
-  }
+  };
+  if (b.row_codes != nullptr)
+    steps(int4_step::CodeSteps{b.row_codes + j0 / kC * b.ldr, b.ldr, 1, 0});
+  else
+    steps(int4_step::WordSteps{b, j0, kC, nrows, next});
   F acc[kC];
   for (std::size_t q = 0; q < 4; ++q) {
     // Lanes 0-3 and 4-7 of columns q (low half) and q + 4 (high half).
