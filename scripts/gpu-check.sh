@@ -29,25 +29,27 @@
 #                    runtime linked in needs it, and on an older one every cuda case would skip
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
 #                    through the decode-once route, op 4's cases again through the ring kernel
-#                    (the default from 64 heads) with its products on wgmma and on mma.sync, and
-#                    through the first kernel, ops 3 and 5's cases again through the wgmma kernels
-#                    (op 5's GPTQ decoded once), test_gpu's graph capture and device-flag tests),
-#                    CUDA_LAUNCH_BLOCKING=1 so a
-#                    fault names its kernel;
+#                    (the default from 64 heads) with its products on wgmma and on mma.sync, on
+#                    its wide steps, and through the first kernel, ops 3 and 5's cases again
+#                    through the wgmma kernels (op 5's GPTQ decoded once), test_gpu's graph
+#                    capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its
+#                    kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
 #         sanitizers compute-sanitizer memcheck, racecheck and synccheck on golden files
 #                    of every operator                                             -> OUT/sanitizers.log
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul,
-#                    op 4's T=4096 row again through the first kernel (named .../cuda.first) and
-#                    the ring kernel on mma.sync (.../cuda.ring_mma), ops 3 and 5's rows again
+#                    op 4's T=4096 row again through the first kernel (named .../cuda.first),
+#                    the ring kernel on mma.sync (.../cuda.ring_mma) and on its wide steps
+#                    (.../cuda.wide), ops 3 and 5's rows again
 #                    through the wgmma kernels (.../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
 #         ncu        Nsight Compute (speed of light, launch statistics, occupancy) on the kernels
-#                    of each headline row, the first calls                          -> OUT/ncu.txt
+#                    of each headline row, the first calls (op 4's again on its wide steps)
+#                                                                                   -> OUT/ncu.txt
 #         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
 #                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
 #                    op 5 with packed weights, PyTorch's bf16 CPU formulations
@@ -230,7 +232,8 @@ phase_gpu_tests() {
   # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
   # forced); op 4's cases, its graph capture and device flag through the ring kernel (taken in the
   # automatic mode from 64 heads, which few golden cases have), with its products on wgmma (its
-  # default) and on mma.sync, and through the first kernel; ops 3 and 5's cases through the wgmma
+  # default), on mma.sync and on its wide steps (forced only), and through the first kernel; ops 3
+  # and 5's cases through the wgmma
   # kernels (off in the automatic mode: slower there), op 5's GPTQ cases decoded once so that they
   # reach one.
   route_pass test_fused_qkv_paged.gptq_decode_once MLAKIT_CUDA_GPTQ_DECODE_ONCE test_fused_qkv_paged '*gptq*cuda*'
@@ -244,6 +247,10 @@ phase_gpu_tests() {
   route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*:*mla_prefill_fp8*'
   route_pass test_sparse_mla_prefill.ring MLAKIT_CUDA_SPARSE_MLA_RING test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.ring MLAKIT_CUDA_SPARSE_MLA_RING test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
+  route_pass test_sparse_mla_prefill.ring_wide "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_WIDE" \
+    test_sparse_mla_prefill '*cuda*:*Cuda*'
+  route_pass test_gpu.ring_wide "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_WIDE" test_gpu \
+    '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   for i in "${!pids[@]}"; do
     local rc=0 log="$logs/${names[$i]}.log" passed skipped failures
     wait "${pids[$i]}" || rc=$?
@@ -269,15 +276,16 @@ phase_sanitizers() {
                 sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
                 fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma
                 mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_mma
-                sparse_mla_prefill.deepseek_bf16@first)
+                sparse_mla_prefill.deepseek_bf16@first sparse_mla_prefill.deepseek_bf16@ring_wide)
   run_tool() {
     local tool=$1 failed=0
     shift
     for entry in "$@"; do
-      local rc=0 name=${entry%@*} once ring wgmma
+      local rc=0 name=${entry%@*} once ring wgmma wide
       route_env "$entry"
       echo "== $tool $entry" >>"$out/sanitizer.$tool.log"
-      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_WGMMA=$wgmma timeout 40 "$sanitizer" --tool "$tool" \
+      MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_SPARSE_MLA_WIDE=$wide \
+        MLAKIT_CUDA_WGMMA=$wgmma timeout 40 "$sanitizer" --tool "$tool" \
         --error-exitcode 99 "$bin/mlakit" check \
         "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
       echo "exit $rc" >>"$out/sanitizer.$tool.log"
@@ -300,14 +308,16 @@ phase_sanitizers() {
 }
 
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
-# the ring kernel (its products on wgmma); NAME@ring_mma: the same on mma.sync; NAME@first: op 4's
-# file through the first kernel; NAME@wgmma: an op 3 or 5 file through the wgmma kernels. Sets
-# `once`, `ring` and `wgmma` (the route switches' values) for the entry.
+# the ring kernel (its products on wgmma); NAME@ring_mma: the same on mma.sync; NAME@ring_wide:
+# the ring kernel on its wide steps; NAME@first: op 4's file through the first kernel; NAME@wgmma:
+# an op 3 or 5 file through the wgmma kernels. Sets `once`, `ring`, `wide` and `wgmma` (the route
+# switches' values) for the entry.
 route_env() {
-  once=auto ring=auto wgmma=auto
+  once=auto ring=auto wgmma=auto wide=auto
   case $1 in
     *@decode_once) once=on ;;
     *@ring) ring=on ;;
+    *@ring_wide) ring=on wide=on ;;
     *@ring_mma) ring=on wgmma=off ;;
     *@first) ring=off ;;
     *@wgmma) wgmma=on ;;
@@ -362,6 +372,7 @@ phase_headline() {
   [ $rc -eq 0 ] || fail "headline bench"
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA wgmma \
     '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0)/cuda$' 60
   route_rows MLAKIT_CUDA_GPTQ_DECODE_ONCE=off in_loop '^fused_qkv_paged/llama3_8b_gptq_t512/cuda$' 45
@@ -377,18 +388,19 @@ phase_headline() {
 # Nsight Compute on each operator's headline row (op 4 on its default route): the first two calls'
 # kernels, one process per operator, each bounded. The clocks are left as found.
 phase_ncu() {
-  local ncu row op rc
+  local ncu entry row op rc
   ncu=$(command -v ncu || find /usr/local/cuda* /opt -name ncu -type f -perm -u+x 2>/dev/null | head -1)
   [ -n "$ncu" ] || { fail "ncu: not found"; return; }
-  for row in "${headline_rows[@]}"; do
-    op=${row//\//.}
+  # ROW@wide: op 4's row on the ring kernel's wide steps.
+  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide; do
+    row=${entry%@*} op=${entry//\//.}
     rc=0
-    MLAKIT_BENCH_CPU_PEAK=off timeout "${MLAKIT_NCU_SECONDS:-60}" "$ncu" --clock-control none --kernel-name-base demangled \
+    MLAKIT_CUDA_SPARSE_MLA_WIDE=$([ "$entry" != "$row" ] && echo on || echo auto) MLAKIT_BENCH_CPU_PEAK=off timeout "${MLAKIT_NCU_SECONDS:-60}" "$ncu" --clock-control none --kernel-name-base demangled \
       -k regex:mlakit::cuda --launch-count 8 --section SpeedOfLight --section LaunchStats --section Occupancy \
       "$bin/mlakit_bench_ops" --benchmark_filter="^$row/cuda\$" --benchmark_min_time=0.01 >"$out/ncu.$op.txt" 2>&1 || rc=$?
-    note "ncu $row: exit $rc, $(grep -c 'Section: GPU Speed Of Light' "$out/ncu.$op.txt") kernels profiled"
-    [ $rc -eq 0 ] || fail "ncu $row"
-    { echo "== $row (exit $rc)"; cat "$out/ncu.$op.txt"; } >>"$out/ncu.txt"
+    note "ncu $entry: exit $rc, $(grep -c 'Section: GPU Speed Of Light' "$out/ncu.$op.txt") kernels profiled"
+    [ $rc -eq 0 ] || fail "ncu $entry"
+    { echo "== $entry (exit $rc)"; cat "$out/ncu.$op.txt"; } >>"$out/ncu.txt"
     rm -f "$out/ncu.$op.txt"
   done
 }
@@ -437,6 +449,7 @@ PY
   note "table bench: $(grep -c '"name"' "$out/bench_ops.json" 2>/dev/null) rows"
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_WGMMA wgmma '^(fused_qkv_paged|mla_prefill_fp8)/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
@@ -459,7 +472,7 @@ sanitizer_files=(
   mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.general_bf16@ring_mma
   sparse_mla_prefill.flashmla_v32@ring_mma sparse_mla_prefill.deepseek_fp8@ring_mma
   sparse_mla_prefill.general_bf16@ring sparse_mla_prefill.deepseek_fp8@first
-  sparse_mla_prefill.flashmla_v32@ring
+  sparse_mla_prefill.flashmla_v32@ring sparse_mla_prefill.general_bf16@ring_wide
 )
 
 phase_sanitizer() {
@@ -472,11 +485,12 @@ phase_sanitizer() {
   fi
   : >"$out/sanitizer.log"
   for entry in "${sanitizer_files[@]}"; do
-    local name=${entry%@*} once ring wgmma rc=0
+    local name=${entry%@*} once ring wgmma wide rc=0
     route_env "$entry"
     local f="$root/data/golden/$name.s1.safetensors"
     echo "== $entry" >>"$out/sanitizer.log"
-    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_WGMMA=$wgmma "$sanitizer" --tool memcheck --error-exitcode 99 \
+    MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_SPARSE_MLA_WIDE=$wide \
+      MLAKIT_CUDA_WGMMA=$wgmma "$sanitizer" --tool memcheck --error-exitcode 99 \
       "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?
     [ $rc -eq 0 ] || failed=$((failed + 1))

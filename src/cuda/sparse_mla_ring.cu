@@ -28,6 +28,11 @@
 // The end: out = O / (l + exp(sink - m)), lse = m + log(l), max_logits = m; a row without a valid
 // slot writes 0, lse = +inf and max_logits = -inf, as the first kernel (sparse_mla_prefill.cu).
 // With wgmma_route (sm_90a on an sm_90 GPU) S and P·V run on warpgroup products (kWg below).
+// Wide steps (kStep = 64, bf16 rows on wgmma; sparse_mla_ring.hpp): 64 slots a step in two stages,
+// each half's scores 32 slots wide. Two stages leave no step between a stage's last reader and
+// its next copy, so step i + 1's copies are issued after step i's first barrier (every warp has
+// finished step i - 1, whose stage they fill), not before it; the copies still have a whole step
+// to land.
 #include "cuda/sparse_mla_ring.hpp"
 
 #include <atomic>
@@ -45,11 +50,16 @@ namespace {
 
 constexpr const char* kOp = "sparse_mla_prefill";
 constexpr int kThreads = 256;
-constexpr int kHeads = 64;     // heads per block: four 16-row tiles
-constexpr int kSlots = 32;     // index slots per step
-constexpr int kStages = 3;     // gather ring
-constexpr int kVMax = 512;     // output columns per block: two halves of 256
-constexpr int kLdP = kSlots + 8;  // 80-byte rows: the 8 rows of an ldmatrix hit 8 different bank groups
+constexpr int kHeads = 64;      // heads per block: four 16-row tiles
+constexpr int kSlots = 32;      // index slots per step
+constexpr int kWideSlots = 64;  // index slots per wide step (below)
+constexpr int kVMax = 512;      // output columns per block: two halves of 256
+// Stages of the gather ring: three of 32 slots; two of 64 (what fits beside Q in shared memory).
+constexpr int stages_of(int slots) { return slots == kSlots ? 3 : 2; }
+// P's padded rows: 16 bytes past the slots, so that the 8 rows of an ldmatrix hit 8 different
+// bank groups.
+constexpr int ld_p(int slots) { return slots + 8; }
+constexpr int ld_w(int slots) { return slots + 1; }  // grouped rows' f32 weights
 
 struct Params : SparseMlaCall {
   const unsigned char* blocks;
@@ -65,43 +75,51 @@ enum Rows : int { kBf16 = 0, kFp8Row = 1, kFp8Grouped = 2 };
 // that is a multiple of 16, so the 8 rows of an ldmatrix fall in 8 different bank groups.
 // FP8 rows add the ring of codes (wq bytes a row, a multiple of 16), of the tails (wt bf16 a row)
 // and of the slots' scales, and the decode table, and keep one bf16 K buffer; grouped rows also
-// keep the step's softmax weights in f32 (P is rounded once per scale group).
-constexpr int kLdW = kSlots + 1;
+// keep the step's softmax weights in f32 (P is rounded once per scale group). The wgmma kernels'
+// core matrices need no padding (Q's and the stages' rows are Dp elements, P's kStep): wide steps
+// of 576 columns then take 225.5 KiB.
 struct Layout {
   std::size_t qs, ks, ps, ok, red_max, red_l, codes, tails, rscale, weights, table, bytes;
-  __host__ __device__ Layout(int Dp, int rows, int wq, int wt, int groups) {
+  // `slots` a step (kSlots or kWideSlots), `wg`: the wgmma kernel's unpadded rows.
+  __host__ __device__ Layout(int Dp, int rows, int wq, int wt, int groups, int slots, bool wg) {
     const bool fp8 = rows != kBf16;
-    const std::size_t row = static_cast<std::size_t>(Dp + 8) * sizeof(std::uint16_t);
+    const std::size_t stages = static_cast<std::size_t>(stages_of(slots));
+    const std::size_t row = static_cast<std::size_t>(Dp + (wg ? 0 : 8)) * sizeof(std::uint16_t);
     qs = 0;
     ks = qs + kHeads * row;
-    ps = ks + (fp8 ? 1 : kStages) * kSlots * row;
-    ok = ps + kHeads * kLdP * sizeof(std::uint16_t);
-    red_max = ok + kStages * kSlots * sizeof(int);
+    ps = ks + (fp8 ? 1 : stages) * slots * row;
+    ok = ps + kHeads * (wg ? slots : ld_p(slots)) * sizeof(std::uint16_t);  // P: core matrices or padded rows
+    red_max = ok + stages * slots * sizeof(int);
     red_l = red_max + 2 * kHeads * sizeof(float);
     codes = red_l + 2 * kHeads * sizeof(float);
-    tails = codes + (fp8 ? kStages * kSlots * static_cast<std::size_t>(wq) : 0);
-    rscale = tails + (fp8 ? kStages * kSlots * static_cast<std::size_t>(wt) * sizeof(std::uint16_t) : 0);
-    weights = rscale + (fp8 ? kStages * kSlots * static_cast<std::size_t>(groups) * sizeof(float) : 0);
-    table = weights + (rows == kFp8Grouped ? kHeads * kLdW * sizeof(float) : 0);
+    tails = codes + (fp8 ? stages * slots * static_cast<std::size_t>(wq) : 0);
+    rscale = tails + (fp8 ? stages * slots * static_cast<std::size_t>(wt) * sizeof(std::uint16_t) : 0);
+    weights = rscale + (fp8 ? stages * slots * static_cast<std::size_t>(groups) * sizeof(float) : 0);
+    table = weights + (rows == kFp8Grouped ? kHeads * ld_w(slots) * sizeof(float) : 0);
     bytes = table + (fp8 ? 256 * sizeof(std::uint16_t) : 0);
   }
 };
 
-// The row format is a template argument, not a branch on p (the paths' registers stay apart).
-// kWg (wgmma_route): S on warpgroup products, each half's warpgroup (warps 4·half ..
-// + 3, heads 16·(warp % 4), as above) one m64n16k16 product per 16 columns, with Q and the
-// stages' rows as core matrices (wgmma.cuh's layout: eight rows of an 8-column chunk in 128
-// contiguous bytes, sbo = 16·Dp bytes between groups of eight rows) instead of padded rows, and P
-// as core matrices too. With v_depth 512 (both halves whole) P·V runs on two m64n256k16 products
-// per half, V read MN-major from the same rows; else on mma.sync with ldmatrix from the layouts.
+// The row format and the slots a step (kStep) are template arguments, not branches on p (the
+// paths' registers stay apart).
+// kWg (wgmma_route): S on warpgroup products, each half's warpgroup (warps 4·half .. + 3, heads
+// 16·(warp % 4), as above) one m64n16k16 product per 16 columns (m64n32k16 on wide steps), with Q
+// and the stages' rows as core matrices (wgmma.cuh's layout: eight rows of an 8-column chunk in
+// 128 contiguous bytes, sbo = 16·Dp bytes between groups of eight rows) instead of padded rows,
+// and P as core matrices too. With v_depth 512 (both halves whole) P·V runs on kStep / 16
+// m64n256k16 products per half, V read MN-major from the same rows; else on mma.sync with
+// ldmatrix from the layouts.
 // The accumulators are the same registers either way (wgmma.cuh's fragment is mma.sync's). fp8
 // rows: the decoded K buffer in the same layout; grouped rows sum each scale group's products
 // apart, and keep P·V on mma.sync (their P is formed per group from registers).
-template <int R, bool kWg>
+template <int R, bool kWg, int kStep>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   constexpr bool Fp8 = R != kBf16, Grouped = R == kFp8Grouped;
+  // kJ: the 8-slot tiles of a half, and the 16-slot chunks of a step.
+  constexpr int kStages = stages_of(kStep), kHalf = kStep / 2, kJ = kStep / 16;
+  constexpr int kLdP = ld_p(kStep), kLdW = ld_w(kStep);
   MLAKIT_DYNAMIC_SHARED(smem);
-  const Layout L(p.Dp, R, p.wq, p.wt, p.groups);
+  const Layout L(p.Dp, R, p.wq, p.wt, p.groups, kStep, kWg);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
   auto* ps = reinterpret_cast<std::uint16_t*>(smem + L.ps);
@@ -119,15 +137,16 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   const int m0 = 16 * (warp & 3), half = warp >> 2;
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) / p.head_groups;
   const int h0 = static_cast<int>(static_cast<std::int64_t>(blockIdx.x) % p.head_groups) * kHeads;
-  const int ld = p.Dp + 8, vecs = p.qk / 8;
+  const int ld = p.Dp + (kWg ? 0 : 8), vecs = p.qk / 8;
   if constexpr (Fp8) build_fp8_table(table);  // read after the first step's barrier
-  // Row r's 8-column chunk v of Q or of a stage (a stage: kSlots·ld elements apart either way).
+  // Row r's 8-column chunk v of Q or of a stage (a stage: kStep·ld elements apart either way).
   const auto at = [&](auto* base, int r, int v) {
     return kWg ? base + (r / 8) * 8 * p.Dp + 64 * v + (r % 8) * 8 : base + r * ld + 8 * v;
   };
-  // P's element (head r, slot k): padded rows, or core matrices (four 8-slot chunks a row group).
+  // P's element (head r, slot k): padded rows, or core matrices (kStep / 8 chunks of 8 slots a row
+  // group).
   const auto p_at = [&](int r, int k) {
-    return kWg ? ps + (r / 8) * 256 + (k / 8) * 64 + (r % 8) * 8 + k % 8 : ps + r * kLdP + k;
+    return kWg ? ps + (r / 8) * 8 * kStep + (k / 8) * 64 + (r % 8) * 8 + k % 8 : ps + r * kLdP + k;
   };
   // ldmatrix_a_row's row address for this lane in P, in either layout.
   const auto p_row = [&](int m0_, int k0) -> const std::uint16_t* {
@@ -148,48 +167,54 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     cp_async_16(at(qs, r, v), ok ? p.q + ((t * p.Hq + h0 + r) * p.qk + 8 * v) : p.q, ok);
   }
   if (p.Dp != p.qk)  // 8 columns: one 16-byte store a row
-    for (int r = tid; r < kHeads + (Fp8 ? 1 : kStages) * kSlots; r += kThreads) {
+    for (int r = tid; r < kHeads + (Fp8 ? 1 : kStages) * kStep; r += kThreads) {
       const int k = r - kHeads;
-      std::uint16_t* chunk = r < kHeads ? at(qs, r, p.qk / 8) : at(ks + (k / kSlots) * kSlots * ld, k % kSlots, p.qk / 8);
+      std::uint16_t* chunk = r < kHeads ? at(qs, r, p.qk / 8) : at(ks + (k / kStep) * kStep * ld, k % kStep, p.qk / 8);
       *reinterpret_cast<uint4*>(chunk) = make_uint4(0, 0, 0, 0);
     }
 
   const std::int64_t len = p.slots_of_row(t);
-  const int steps = static_cast<int>((len + kSlots - 1) / kSlots);
+  const int steps = static_cast<int>((len + kStep - 1) / kStep);
 
-  // Queues the rows of step s into stage st: 8 threads a slot, 16 bytes each per copy. Returns
-  // whether this thread's slot is valid.
+  // Queues the rows of step s into stage st: 8 threads a slot, 16 bytes each per copy, 32 slots at
+  // a time. Returns whether one of this thread's slots is valid.
   const std::int64_t page = p.cache.page_size;
   auto gather = [&](int s, int st) {
-    const int slot = tid >> 3, part = tid & 7;
-    const std::int64_t pos = static_cast<std::int64_t>(s) * kSlots + slot;
-    const std::int64_t idx = pos < len ? static_cast<std::int64_t>(p.indices[t * p.stride + pos]) : -1;
-    const bool ok = idx >= 0 && idx < p.num_rows;
-    const std::int64_t blk = idx / page, off = idx % page;
-    constexpr int kElem = Fp8 ? 1 : 2;  // bytes per element of a cache row
-    const unsigned char* src = ok ? p.blocks + p.cache.row_offset(blk, 0, p.layer, off, 0) * kElem : p.blocks;
-    const int chunks = (Fp8 ? p.wq : p.qk * 2) / 16, tail_chunks = Grouped ? p.wt * 2 / 16 : 0;
-    if constexpr (Fp8) {
-      unsigned char* dst = codes + (st * kSlots + slot) * p.wq;
-      for (int v = part; v < chunks; v += 8) cp_async_16(dst + 16 * v, ok ? src + 16 * v : p.blocks, ok);
-    } else {
-      for (int v = part; v < chunks; v += 8) cp_async_16(at(ks + st * kSlots * ld, slot, v), ok ? src + 16 * v : p.blocks, ok);
-    }
-    if constexpr (Grouped) {
-      if (tail_chunks > 0) {
-        const unsigned char* tsrc = ok ? p.tail + p.cache.tail_offset(blk, 0, p.layer, off, 0) * 2 : p.blocks;
-        unsigned char* tdst = tails + (st * kSlots + slot) * p.wt * 2;
-        for (int v = part; v < tail_chunks; v += 8) cp_async_16(tdst + 16 * v, ok ? tsrc + 16 * v : p.blocks, ok);
-      }
-    }
-    if (part == 0) {
-      slot_ok[st * kSlots + slot] = ok;
+    int any_ok = 0;
+    const int part = tid & 7;
+    for (int slot = tid >> 3; slot < kStep; slot += kThreads / 8) {
+      const std::int64_t pos = static_cast<std::int64_t>(s) * kStep + slot;
+      const std::int64_t idx = pos < len ? static_cast<std::int64_t>(p.indices[t * p.stride + pos]) : -1;
+      const bool ok = idx >= 0 && idx < p.num_rows;
+      const std::int64_t blk = idx / page, off = idx % page;
+      constexpr int kElem = Fp8 ? 1 : 2;  // bytes per element of a cache row
+      const unsigned char* src = ok ? p.blocks + p.cache.row_offset(blk, 0, p.layer, off, 0) * kElem : p.blocks;
+      const int chunks = (Fp8 ? p.wq : p.qk * 2) / 16, tail_chunks = Grouped ? p.wt * 2 / 16 : 0;
       if constexpr (Fp8) {
-        const std::int64_t s0 = ok ? p.cache.scale_offset(blk, 0, p.layer, off, 0) : 0;
-        for (int j = 0; j < p.groups; ++j) rscale[(st * kSlots + slot) * p.groups + j] = ok ? p.cache.scale_at(s0 + j) : 1.0f;
+        unsigned char* dst = codes + (st * kStep + slot) * p.wq;
+        for (int v = part; v < chunks; v += 8) cp_async_16(dst + 16 * v, ok ? src + 16 * v : p.blocks, ok);
+      } else {
+        std::uint16_t* row = ks + st * kStep * ld;
+        for (int v = part; v < chunks; v += 8) cp_async_16(at(row, slot, v), ok ? src + 16 * v : p.blocks, ok);
       }
+      if constexpr (Grouped) {
+        if (tail_chunks > 0) {
+          const unsigned char* tsrc = ok ? p.tail + p.cache.tail_offset(blk, 0, p.layer, off, 0) * 2 : p.blocks;
+          unsigned char* tdst = tails + (st * kStep + slot) * p.wt * 2;
+          for (int v = part; v < tail_chunks; v += 8) cp_async_16(tdst + 16 * v, ok ? tsrc + 16 * v : p.blocks, ok);
+        }
+      }
+      if (part == 0) {
+        slot_ok[st * kStep + slot] = ok;
+        if constexpr (Fp8) {
+          const std::int64_t s0 = ok ? p.cache.scale_offset(blk, 0, p.layer, off, 0) : 0;
+          float* rs = rscale + (st * kStep + slot) * p.groups;
+          for (int j = 0; j < p.groups; ++j) rs[j] = ok ? p.cache.scale_at(s0 + j) : 1.0f;
+        }
+      }
+      any_ok |= static_cast<int>(ok);
     }
-    return static_cast<int>(ok);
+    return any_ok;
   };
 
   float acc[32][4];
@@ -205,47 +230,60 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
   for (int i = 0; i < steps; ++i) {
     const int st = i % kStages;
     int ok_next = 0;
-    if (i + 1 < steps) ok_next = gather(i + 1, (i + 1) % kStages);
-    cp_async_commit();  // possibly empty: the wait below then leaves no copy of step i behind
-    cp_async_wait<1>();
+    if constexpr (kStages > 2) {
+      if (i + 1 < steps) ok_next = gather(i + 1, (i + 1) % kStages);
+      cp_async_commit();  // possibly empty: the wait below then leaves no copy of step i behind
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     if constexpr (kWg) fence_proxy_async();  // this thread's rows, before the products read them
     const bool any = __syncthreads_or(ok_now) != 0;
+    if constexpr (kStages == 2) {
+      // Two stages: step i + 1's rows go where step i - 1's were, which every warp finished before
+      // the barrier above.
+      if (i + 1 < steps) ok_next = gather(i + 1, (i + 1) % kStages);
+      cp_async_commit();
+    }
     ok_now = ok_next;
     if (!any) continue;  // no valid slot in this step (block-uniform)
-    const std::uint16_t* kst = ks + (Fp8 ? 0 : st) * kSlots * ld;
-    const int* okst = slot_ok + st * kSlots;
-    const float* scales = rscale + st * kSlots * p.groups;  // [slot][group]
+    const std::uint16_t* kst = ks + (Fp8 ? 0 : st) * kStep * ld;
+    const int* okst = slot_ok + st * kStep;
+    const float* scales = rscale + st * kStep * p.groups;  // [slot][group]
     if constexpr (Fp8) {
       // Codes decoded exactly to bf16; a split row's tail copied after them.
       const int per_row = p.wq / 16, tail_per_row = Grouped ? p.wt / 8 : 0;
-      for (int e = tid; e < kSlots * (per_row + tail_per_row); e += kThreads) {
+      for (int e = tid; e < kStep * (per_row + tail_per_row); e += kThreads) {
         const int r = e / (per_row + tail_per_row), v = e % (per_row + tail_per_row);
         if (v < per_row) {
-          const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kSlots + r) * p.wq + 16 * v);
+          const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kStep + r) * p.wq + 16 * v);
           *reinterpret_cast<uint4*>(at(ks, r, 2 * v)) = decode_fp8x8(x.x, x.y, table);
           *reinterpret_cast<uint4*>(at(ks, r, 2 * v + 1)) = decode_fp8x8(x.z, x.w, table);
         } else {
           const int u = v - per_row;
           *reinterpret_cast<uint4*>(at(ks, r, p.wq / 8 + u)) =
-              *reinterpret_cast<const uint4*>(tails + (st * kSlots + r) * p.wt * 2 + 16 * u);
+              *reinterpret_cast<const uint4*>(tails + (st * kStep + r) * p.wt * 2 + 16 * u);
         }
       }
       if constexpr (kWg) fence_proxy_async();  // this thread's rows, before the products read them
       __syncthreads();
     }
 
-    // S: heads [m0, +16) x slots [16·half, +16) as two 8-slot tiles. Grouped rows: the sum over
-    // scale groups of the group's scale times its columns' dot (a 16-column step lies in one group;
-    // the tail and the padding count as group `groups`, scale 1).
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    float part[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    // S: heads [m0, +16) x slots [kHalf·half, +kHalf) as kJ 8-slot tiles. Grouped rows: the sum
+    // over scale groups of the group's scale times its columns' dot (a 16-column step lies in one
+    // group; the tail and the padding count as group `groups`, scale 1).
+    float s[kJ][4], part[kJ][4];
+#pragma unroll
+    for (int j = 0; j < kJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = part[j][e] = 0.0f;
     int cur = -1;  // the group `part` holds
     auto flush = [&]() {
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < kJ; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int slot = 16 * half + 8 * j + 2 * c + e;
+          const int slot = kHalf * half + 8 * j + 2 * c + e;
           const float sc = cur < p.groups ? scales[slot * p.groups + cur] : 1.0f;
           s[j][e] += part[j][e] * sc;
           s[j][2 + e] += part[j][2 + e] * sc;
@@ -253,23 +291,23 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         }
     };
     if constexpr (kWg) {
-      // heads x slots [16·half, +16) over every 16 columns (the rows fenced for the async proxy
-      // before the barrier above); grouped rows: each group's products from 0, waited for and
-      // added times their scales before the next group's.
-      float d[8];
+      // heads x slots [kHalf·half, +kHalf) over every 16 columns (the rows fenced for the async
+      // proxy before the barrier above); grouped rows: each group's products from 0, waited for
+      // and added times their scales before the next group's.
+      float d[4 * kJ];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) d[e] = 0.0f;
-      const auto take = [&](float (&into)[2][4]) {
+      for (int e = 0; e < 4 * kJ; ++e) d[e] = 0.0f;
+      const auto take = [&](float (&into)[kJ][4]) {
         wgmma_commit();
         wgmma_wait<0>(d);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+        for (int e = 0; e < 4 * kJ; ++e) {
           into[e / 4][e % 4] = d[e];
           d[e] = 0.0f;
         }
       };
       wgmma_fence(d);
-      const std::uint16_t* kb = at(kst, 16 * half, 0);
+      const std::uint16_t* kb = at(kst, kHalf * half, 0);
       for (int k0 = 0; k0 < p.Dp; k0 += 16) {
         if constexpr (Grouped) {
           const int grp = k0 < p.wq ? k0 / p.gran : p.groups;
@@ -282,7 +320,9 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
             cur = grp;
           }
         }
-        wgmma_m64n16k16(d, at(qs, 0, k0 / 8), kb + 8 * k0, 128, 16 * static_cast<std::uint32_t>(p.Dp), true);
+        const std::uint32_t sbo = 16 * static_cast<std::uint32_t>(p.Dp);
+        if constexpr (kJ == 2) wgmma_m64n16k16(d, at(qs, 0, k0 / 8), kb + 8 * k0, 128, sbo, true);
+        else wgmma_m64n32k16(d, at(qs, 0, k0 / 8), kb + 8 * k0, 128, sbo, true);
       }
       take(Grouped ? part : s);
     }
@@ -294,23 +334,27 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
           cur = grp;
         }
       }
-      std::uint32_t a[4], b[4];
+      std::uint32_t a[4];
       ldmatrix_x4(a, ldmatrix_a_row(qs, ld, m0, k0));
-      ldmatrix_x4(b, ldmatrix_b_nmajor_row(kst, ld, 16 * half, k0));
-      const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-      mma_bf16_16816(Grouped ? part[0] : s[0], a, b0);
-      mma_bf16_16816(Grouped ? part[1] : s[1], a, b1);
+#pragma unroll
+      for (int jj = 0; jj < kJ; jj += 2) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, ldmatrix_b_nmajor_row(kst, ld, kHalf * half + 8 * jj, k0));
+        const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        mma_bf16_16816(Grouped ? part[jj] : s[jj], a, b0);
+        mma_bf16_16816(Grouped ? part[jj + 1] : s[jj + 1], a, b1);
+      }
     }
     if constexpr (Grouped) flush();  // the last group (of either path)
 
     // The row maxima over valid slots (element 2r + e of a tile: row g + 8r, slot 2c + e).
-    bool valid[2][2];
+    bool valid[kJ][2];
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < kJ; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int slot = 16 * half + 8 * j + 2 * c + e;
+        const int slot = kHalf * half + 8 * j + 2 * c + e;
         valid[j][e] = okst[slot] != 0;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -338,13 +382,13 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       m_run[r] = m_new;
     }
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < kJ; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float x = valid[j][e] ? expf(s[j][2 * r + e] - m_run[r]) : 0.0f;
-          s[j][2 * r + e] = R == kFp8Row ? x * scales[16 * half + 8 * j + 2 * c + e] : x;  // P's weight
+          s[j][2 * r + e] = R == kFp8Row ? x * scales[kHalf * half + 8 * j + 2 * c + e] : x;  // P's weight
           sum[r] += x;
         }
 #pragma unroll
@@ -354,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       l_run[r] = l_run[r] * alpha[r] + sum[r];
     }
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int col = 16 * half + 8 * j + 2 * c;
+    for (int j = 0; j < kJ; ++j) {
+      const int col = kHalf * half + 8 * j + 2 * c;
       if constexpr (Grouped) {  // kept in f32: scaled and rounded per group in P·V
         weights[(m0 + g) * kLdW + col] = s[j][0];
         weights[(m0 + g) * kLdW + col + 1] = s[j][1];
@@ -370,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     if constexpr (kWg) fence_proxy_async();  // this thread's P, before the products read it
     __syncthreads();
 
-    // O = alpha·O + P·V over the 32 slots, columns [256·half, +256) of v_depth, 16 at a time.
+    // O = alpha·O + P·V over the step's kStep slots, columns [256·half, +256) of v_depth, 16 at a time.
 #pragma unroll
     for (int n = 0; n < 32; ++n) {
       acc[n][0] *= alpha[0];
@@ -382,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       // Per 16 columns, P = bf16(weight · the scale of those columns' group) as A fragments
       // (load_a_rowmajor's layout), rebuilt when the group changes: the single-scale rounding, once
       // per group.
-      std::uint32_t a[2][4];
+      std::uint32_t a[kJ][4];
       int grp_a = -1;
 #pragma unroll
       for (int n = 0; n < 16; ++n) {
@@ -392,10 +436,10 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         if (grp != grp_a) {
           grp_a = grp;
 #pragma unroll
-          for (int kk = 0; kk < 2; ++kk) grouped_p_fragment(a[kk], weights, kLdW, scales, p.groups, grp, m0 + g, kk);
+          for (int kk = 0; kk < kJ; ++kk) grouped_p_fragment(a[kk], weights, kLdW, scales, p.groups, grp, m0 + g, kk);
         }
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
+        for (int kk = 0; kk < kJ; ++kk) {
           std::uint32_t b[4];
           ldmatrix_x4_trans(b, v_row(kst, 16 * kk, n0));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
@@ -404,18 +448,19 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         }
       }
     } else if (kWg && p.vd == kVMax) {
-      // Each half's warpgroup: its 256 columns over the 32 slots, two m64n256k16 products with P
-      // (K-major core matrices) and V read MN-major from the stage (8 slots of a chunk form a
-      // core matrix; chunks 128 bytes apart, slot groups 16·Dp).
+      // Each half's warpgroup: its 256 columns over the kStep slots, kStep / 16 m64n256k16 products with P
+      // (K-major core matrices, 8 rows of kStep slots 16·kStep bytes apart) and V read MN-major from the
+      // stage (8 slots of a chunk form a core matrix; chunks 128 bytes apart, slot groups 16·Dp).
       wgmma_fence(acc_flat(acc));
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-        wgmma_m64n256k16_mn(acc_flat(acc), p_at(0, 16 * kk), 128, 512, at(kst, 16 * kk, 32 * half), 16 * p.Dp, 128, true);
+      for (int kk = 0; kk < kJ; ++kk)
+        wgmma_m64n256k16_mn(acc_flat(acc), p_at(0, 16 * kk), 128, 16 * kStep, at(kst, 16 * kk, 32 * half), 16 * p.Dp, 128,
+                            true);
       wgmma_commit();
       wgmma_wait<0>(acc_flat(acc));
     } else {
 #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
+      for (int kk = 0; kk < kJ; ++kk) {
         std::uint32_t a[4];
         ldmatrix_x4(a, p_row(m0, 16 * kk));
 #pragma unroll
@@ -464,8 +509,12 @@ core::RouteSwitch& route() {
   static core::RouteSwitch r("MLAKIT_CUDA_SPARSE_MLA_RING");
   return r;
 }
+core::RouteSwitch& wide_route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_SPARSE_MLA_WIDE");
+  return r;
+}
 
-std::atomic<long> g_runs{0};
+std::atomic<long> g_runs{0}, g_wide_runs{0};
 
 }  // namespace
 
@@ -490,7 +539,9 @@ bool eligible(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
   if (!cache_rows_16_byte_aligned(kc.blocks) || reinterpret_cast<std::uintptr_t>(a.q.data) % 16 != 0) return false;
   Status s;
   const std::size_t limit = max_shared_memory(kOp, &s);
-  return s.ok() && Layout(static_cast<int>(round_up(d.qk_depth, 16)), format_of(f), f.wq, f.wt, f.groups).bytes <= limit;
+  // The padded rows of the kernel on mma.sync: the larger of the two layouts of 32 slots.
+  const int Dp = static_cast<int>(round_up(d.qk_depth, 16));
+  return s.ok() && Layout(Dp, format_of(f), f.wq, f.wt, f.groups, kSlots, false).bytes <= limit;
 }
 
 bool takes(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
@@ -503,6 +554,9 @@ bool takes(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a) {
 
 core::RouteMode mode() { return route().mode(); }
 void set_mode(core::RouteMode m) { route().set_mode(m); }
+core::RouteMode wide_mode() { return wide_route().mode(); }
+void set_wide_mode(core::RouteMode m) { wide_route().set_mode(m); }
+long wide_runs() { return g_wide_runs.load(); }
 long runs() { return g_runs.load(); }
 
 Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch) {
@@ -519,14 +573,26 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
   p.groups = f.groups;
   if (launch.workspace_query != nullptr) return Status::success();  // no temporaries
   const int rows = format_of(f);
-  const Layout layout(p.Dp, rows, f.wq, f.wt, f.groups);
   g_runs.fetch_add(1);
   // Its products on wgmma by default: 1.08-1.14x the kernel on mma.sync on an H200, every op 4 row.
   const bool wgmma = wgmma_route::takes(true);
   if (wgmma) wgmma_route::count();
-  const auto kernel = rows == kBf16 ? (wgmma ? ring_kernel<kBf16, true> : ring_kernel<kBf16, false>)
-                      : rows == kFp8Row ? (wgmma ? ring_kernel<kFp8Row, true> : ring_kernel<kFp8Row, false>)
-                                        : (wgmma ? ring_kernel<kFp8Grouped, true> : ring_kernel<kFp8Grouped, false>);
+  // Wide steps (bf16 rows on wgmma, where their two stages of 64 rows fit beside Q): forced on
+  // only until a GPU has measured them ("auto" never takes them).
+  bool wide = false;
+  if (wgmma && rows == kBf16 && wide_route().mode() == core::RouteMode::on) {
+    Status s;
+    const std::size_t limit = max_shared_memory(kOp, &s);
+    wide = s.ok() && Layout(p.Dp, kBf16, 0, 0, 0, kWideSlots, true).bytes <= limit;
+  }
+  if (wide) g_wide_runs.fetch_add(1);
+  const int slots = wide ? kWideSlots : kSlots;
+  const Layout layout(p.Dp, rows, f.wq, f.wt, f.groups, slots, wgmma);
+  const auto kernel = wide ? ring_kernel<kBf16, true, kWideSlots>
+                      : rows == kBf16 ? (wgmma ? ring_kernel<kBf16, true, kSlots> : ring_kernel<kBf16, false, kSlots>)
+                      : rows == kFp8Row
+                          ? (wgmma ? ring_kernel<kFp8Row, true, kSlots> : ring_kernel<kFp8Row, false, kSlots>)
+                          : (wgmma ? ring_kernel<kFp8Grouped, true, kSlots> : ring_kernel<kFp8Grouped, false, kSlots>);
   return launch_kernel(kOp, "ring_kernel", kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
                        layout.bytes, as_stream(launch.stream), p);
 }

@@ -23,6 +23,15 @@ bool takes(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a);
 core::RouteMode mode();
 void set_mode(core::RouteMode m);
 
+// Wide steps: 64 index slots a step in two stages (FlashMLA's sparse prefill steps over 64 rows)
+// instead of 32 in three, for bf16 caches on the wgmma products (each warpgroup's scores one
+// m64n32k16 product per 16 columns, half the passes over Q a slot), where both stages fit beside Q
+// (576 columns: 225.5 KiB). MLAKIT_CUDA_SPARSE_MLA_WIDE ("on": every call that can; "auto" and
+// "off": none, until a GPU has measured them), set in process by tests and benchmarks.
+core::RouteMode wide_mode();
+void set_wide_mode(core::RouteMode m);
+long wide_runs();  // calls that took them since the process started
+
 // Queues the kernel for an eligible call (the arguments of cuda::sparse_mla_prefill).
 Status run(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch);
 

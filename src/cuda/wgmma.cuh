@@ -1,6 +1,6 @@
-// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16, m64n16k16 and m64n256k16
-// with bf16 operands read from shared memory through matrix descriptors and f32 accumulators in
-// registers, asynchronous to the issuing threads.
+// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16, m64n16k16, m64n32k16 and
+// m64n256k16 with bf16 operands read from shared memory through matrix descriptors and f32
+// accumulators in registers, asynchronous to the issuing threads.
 //
 // Operand layout in shared memory (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory
 // Layout", no swizzle, K-major): core matrices of 8 rows x 8 bf16 (16 bytes a row, 128 contiguous
@@ -194,6 +194,30 @@ __device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], const std::uint16
       : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
 #elif defined(MLAKIT_CUDA_EMULATION)
   ::mlakit_cuda_emu::wgmma_bf16(d, 16, a, lbo, sbo, b, lbo, sbo, false, accumulate);
+#else
+  (void)a, (void)b, (void)lbo, (void)sbo, (void)accumulate;
+  wgmma_unavailable(d);
+#endif
+}
+
+
+// The same with B 32 rows x 16 (d: 16 accumulators).
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const std::uint16_t* a, const std::uint16_t* b,
+                                                std::uint32_t lbo, std::uint32_t sbo, bool accumulate) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  const std::uint64_t da = smem_desc(a, lbo, sbo), db = smem_desc(b, lbo, sbo);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::wgmma_bf16(d, 32, a, lbo, sbo, b, lbo, sbo, false, accumulate);
 #else
   (void)a, (void)b, (void)lbo, (void)sbo, (void)accumulate;
   wgmma_unavailable(d);

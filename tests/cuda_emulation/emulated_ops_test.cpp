@@ -398,6 +398,56 @@ TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
   EXPECT_GE(taken, 28) << "every case the ring kernel takes";
 }
 
+struct WideMode {
+  explicit WideMode(core::RouteMode m) : saved(cuda::sparse_mla_ring::wide_mode()) {
+    cuda::sparse_mla_ring::set_wide_mode(m);
+  }
+  ~WideMode() { cuda::sparse_mla_ring::set_wide_mode(saved); }
+  core::RouteMode saved;
+};
+
+// The ring kernel's cases with its wide steps forced on (64 slots a step in two stages) and its
+// products on wgmma: exactly the bf16 cases the ring kernel takes run on them, pass the golden
+// comparison and overrun no output. The five-step cases and the matrix's long rows turn both
+// stages over several times, and the emulator lands each copy only at its wait, so a stage
+// refilled while a warp still read it, or read before its copies landed, fails. The automatic
+// mode never takes them.
+TEST(EmulatedCudaRing, WideStepsTakeTheBf16CasesAndMatchTheReference) {
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
+  ASSERT_NE(driver, nullptr);
+  RingMode ring(core::RouteMode::on);
+  WgmmaMode wgmma(core::RouteMode::on);
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : ring_cases(*driver)) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      const bool takes = ring_takes(knobs, inputs) && knobs.value("cache_dtype", "bf16") == "bf16";
+      Bundle actual = inputs;
+      {
+        WideMode m(core::RouteMode::on);
+        const long before = cuda::sparse_mla_ring::wide_runs();
+        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+        ASSERT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::sparse_mla_ring::wide_runs() - before, takes ? 1 : 0) << "the wide steps";
+        taken_cases += takes && seed == 1;
+      }
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      if (seed == 1) {
+        WideMode m(core::RouteMode::automatic);
+        const long before = cuda::sparse_mla_ring::wide_runs();
+        Bundle again = inputs;
+        ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::sparse_mla_ring::wide_runs(), before) << "taken in the automatic mode";
+      }
+    }
+  }
+  EXPECT_GE(taken_cases, 28) << "the bf16 cases of the matrix and of ring_cases";
+}
+
 // Each case (seeds 1 and 2) on the emulated cuda back-end against the reference: the golden
 // comparison passes and no output is overrun.
 void expect_cases_match_reference(const goldens::OpDriver& driver, const std::vector<json>& cases) {
