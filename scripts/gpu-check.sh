@@ -31,7 +31,8 @@
 #                    through the decode-once route, op 4's cases again through the ring kernel
 #                    (the default from 64 heads) with its products on wgmma and on mma.sync, on
 #                    its wide steps, and through the first kernel, ops 3 and 5's cases again
-#                    through the wgmma kernels (op 5's GPTQ decoded once), test_gpu's graph
+#                    through the wgmma kernels (op 5's GPTQ decoded once), op 3's with its attention
+#                    tiles prefetched, test_gpu's graph
 #                    capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its
 #                    kernel;
 #                    a skipped case counts as a failure here                       -> OUT/gpu_tests.log
@@ -41,14 +42,16 @@
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul,
 #                    op 4's T=4096 row again through the first kernel (named .../cuda.first),
 #                    the ring kernel on mma.sync (.../cuda.ring_mma) and on its wide steps
-#                    (.../cuda.wide), ops 3 and 5's rows again
+#                    (.../cuda.wide), op 3's with its attention tiles prefetched
+#                    (.../cuda.prefetch), ops 3 and 5's rows again
 #                    through the wgmma kernels (.../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
 #         ncu        Nsight Compute (speed of light, launch statistics, occupancy) on the kernels
-#                    of each headline row, the first calls (op 4's again on its wide steps)
+#                    of each headline row, the first calls (op 4's again on its wide steps, op 3's
+#                    with its attention tiles prefetched)
 #                                                                                   -> OUT/ncu.txt
 #         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
 #                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
@@ -240,6 +243,7 @@ phase_gpu_tests() {
   route_pass test_fused_qkv_paged.wgmma "MLAKIT_CUDA_WGMMA MLAKIT_CUDA_GPTQ_DECODE_ONCE" test_fused_qkv_paged \
     '*cuda*:*Cuda*'
   route_pass test_mla_prefill_fp8.wgmma MLAKIT_CUDA_WGMMA test_mla_prefill_fp8 '*cuda*:*Cuda*'
+  route_pass test_mla_prefill_fp8.prefetch MLAKIT_CUDA_MLA_PREFETCH test_mla_prefill_fp8 '*cuda*:*Cuda*'
   route_pass test_sparse_mla_prefill.ring_mma "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_WGMMA=off" \
     test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_sparse_mla_prefill.first MLAKIT_CUDA_SPARSE_MLA_RING=off test_sparse_mla_prefill '*cuda*:*Cuda*'
@@ -276,16 +280,17 @@ phase_sanitizers() {
                 sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
                 fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma
                 mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_mma
-                sparse_mla_prefill.deepseek_bf16@first sparse_mla_prefill.deepseek_bf16@ring_wide)
+                sparse_mla_prefill.deepseek_bf16@first sparse_mla_prefill.deepseek_bf16@ring_wide
+                mla_prefill_fp8.deepseek_dims@prefetch)
   run_tool() {
     local tool=$1 failed=0
     shift
     for entry in "$@"; do
-      local rc=0 name=${entry%@*} once ring wgmma wide
+      local rc=0 name=${entry%@*} once ring wgmma wide prefetch
       route_env "$entry"
       echo "== $tool $entry" >>"$out/sanitizer.$tool.log"
       MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_SPARSE_MLA_WIDE=$wide \
-        MLAKIT_CUDA_WGMMA=$wgmma timeout 40 "$sanitizer" --tool "$tool" \
+        MLAKIT_CUDA_MLA_PREFETCH=$prefetch MLAKIT_CUDA_WGMMA=$wgmma timeout 40 "$sanitizer" --tool "$tool" \
         --error-exitcode 99 "$bin/mlakit" check \
         "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
       echo "exit $rc" >>"$out/sanitizer.$tool.log"
@@ -310,11 +315,13 @@ phase_sanitizers() {
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
 # the ring kernel (its products on wgmma); NAME@ring_mma: the same on mma.sync; NAME@ring_wide:
 # the ring kernel on its wide steps; NAME@first: op 4's file through the first kernel; NAME@wgmma:
-# an op 3 or 5 file through the wgmma kernels. Sets `once`, `ring`, `wide` and `wgmma` (the route
-# switches' values) for the entry.
+# an op 3 or 5 file through the wgmma kernels; NAME@prefetch: an op 3 file with its attention tiles
+# prefetched. Sets `once`, `ring`, `wide`, `wgmma` and `prefetch` (the route switches' values) for
+# the entry.
 route_env() {
-  once=auto ring=auto wgmma=auto wide=auto
+  once=auto ring=auto wgmma=auto wide=auto prefetch=auto
   case $1 in
+    *@prefetch) prefetch=on ;;
     *@decode_once) once=on ;;
     *@ring) ring=on ;;
     *@ring_wide) ring=on wide=on ;;
@@ -373,6 +380,7 @@ phase_headline() {
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_MLA_PREFETCH prefetch '^mla_prefill_fp8/h128_b1_s4096_c0/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA wgmma \
     '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0)/cuda$' 60
   route_rows MLAKIT_CUDA_GPTQ_DECODE_ONCE=off in_loop '^fused_qkv_paged/llama3_8b_gptq_t512/cuda$' 45
@@ -391,11 +399,14 @@ phase_ncu() {
   local ncu entry row op rc
   ncu=$(command -v ncu || find /usr/local/cuda* /opt -name ncu -type f -perm -u+x 2>/dev/null | head -1)
   [ -n "$ncu" ] || { fail "ncu: not found"; return; }
-  # ROW@wide: op 4's row on the ring kernel's wide steps.
-  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide; do
+  # ROW@wide: op 4's row on the ring kernel's wide steps; ROW@prefetch: op 3's with its attention
+  # tiles prefetched.
+  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide mla_prefill_fp8/h128_b1_s4096_c0@prefetch; do
     row=${entry%@*} op=${entry//\//.}
     rc=0
-    MLAKIT_CUDA_SPARSE_MLA_WIDE=$([ "$entry" != "$row" ] && echo on || echo auto) MLAKIT_BENCH_CPU_PEAK=off timeout "${MLAKIT_NCU_SECONDS:-60}" "$ncu" --clock-control none --kernel-name-base demangled \
+    MLAKIT_CUDA_SPARSE_MLA_WIDE=$([ "$entry" = "$row@wide" ] && echo on || echo auto) \
+      MLAKIT_CUDA_MLA_PREFETCH=$([ "$entry" = "$row@prefetch" ] && echo on || echo auto) MLAKIT_BENCH_CPU_PEAK=off \
+      timeout "${MLAKIT_NCU_SECONDS:-60}" "$ncu" --clock-control none --kernel-name-base demangled \
       -k regex:mlakit::cuda --launch-count 8 --section SpeedOfLight --section LaunchStats --section Occupancy \
       "$bin/mlakit_bench_ops" --benchmark_filter="^$row/cuda\$" --benchmark_min_time=0.01 >"$out/ncu.$op.txt" 2>&1 || rc=$?
     note "ncu $entry: exit $rc, $(grep -c 'Section: GPU Speed Of Light' "$out/ncu.$op.txt") kernels profiled"
@@ -450,6 +461,7 @@ PY
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_MLA_PREFETCH prefetch '^mla_prefill_fp8/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_WGMMA wgmma '^(fused_qkv_paged|mla_prefill_fp8)/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
@@ -472,7 +484,7 @@ sanitizer_files=(
   mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.general_bf16@ring_mma
   sparse_mla_prefill.flashmla_v32@ring_mma sparse_mla_prefill.deepseek_fp8@ring_mma
   sparse_mla_prefill.general_bf16@ring sparse_mla_prefill.deepseek_fp8@first
-  sparse_mla_prefill.flashmla_v32@ring sparse_mla_prefill.general_bf16@ring_wide
+  sparse_mla_prefill.flashmla_v32@ring sparse_mla_prefill.general_bf16@ring_wide mla_prefill_fp8.chunked@prefetch
 )
 
 phase_sanitizer() {
@@ -485,12 +497,12 @@ phase_sanitizer() {
   fi
   : >"$out/sanitizer.log"
   for entry in "${sanitizer_files[@]}"; do
-    local name=${entry%@*} once ring wgmma wide rc=0
+    local name=${entry%@*} once ring wgmma wide prefetch rc=0
     route_env "$entry"
     local f="$root/data/golden/$name.s1.safetensors"
     echo "== $entry" >>"$out/sanitizer.log"
     MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_SPARSE_MLA_WIDE=$wide \
-      MLAKIT_CUDA_WGMMA=$wgmma "$sanitizer" --tool memcheck --error-exitcode 99 \
+      MLAKIT_CUDA_MLA_PREFETCH=$prefetch MLAKIT_CUDA_WGMMA=$wgmma "$sanitizer" --tool memcheck --error-exitcode 99 \
       "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?
     [ $rc -eq 0 ] || failed=$((failed + 1))

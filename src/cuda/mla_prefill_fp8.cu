@@ -23,10 +23,15 @@
 //    Under a deepseek numerics profile the key tiles are walked twice: the first pass finds each
 //    row's maximum and sum, the second forms p = bf16(exp(s - m) / l) and multiplies P·V with that
 //    single bf16 part. With topk_indices, mask_kernel first sets one bit per (query, window row)
-//    the query's row names, and a key counts only where its bit is set.
+//    the query's row names, and a key counts only where its bit is set. With
+//    MLAKIT_CUDA_MLA_PREFETCH=on (16-byte loads) the tiles arrive by cp.async, the next tile's K
+//    asked for once every warp's scores have read this one and its V once every warp's P·V has,
+//    so each is in flight over other work (FlashAttention-2's order); the same bits.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mla_prefill_fp8.hpp"
@@ -372,6 +377,7 @@ struct AttnParams {
   int H, h_first, nope, rope, v, qk, qkp;
   float scale;
   bool vector_loads;  // 16-byte loads: every row and column boundary is a multiple of 8 elements
+  bool prefetch;      // with vector_loads: K and V tiles by cp.async, each in flight over other work
   bool round_p;       // deepseek profiles: two passes, P = bf16(normalized weights)
   const std::uint32_t* keep;  // topk_indices: bit j of row t's words = window row j is named; null: none
   std::int64_t keep_words;    // words per query row
@@ -448,7 +454,8 @@ __device__ __forceinline__ void pv_mma(float (&o)[kVTiles][4], const std::uint32
 // Scores, the online softmax and the output accumulators stay in registers (the C fragment of
 // Q·Kᵀ is the A fragment of P·V); K and V tiles of 64 keys go through shared memory key by key,
 // 16 bytes a store, V's fragments read by ldmatrix .trans.
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
+template <bool kPrefetch>
+__device__ __forceinline__ void attention_body(const AttnParams& p) {
   MLAKIT_DYNAMIC_SHARED(smem);
   const AttnLayout L(p.qkp);
   auto* row_b = reinterpret_cast<int*>(smem + L.row_b);
@@ -530,9 +537,52 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
           l += __shfl_xor_sync(0xffffffffu, l, 2);
           l_total[hr] = l;
         }
+      // prefetch: K and V of keys kt .. kt+63 by cp.async, zero past n_keys. K of the next tile is
+      // asked for once every warp's S has read this one (it lands over the softmax and P·V), V
+      // once every warp's P·V has (over the next tile's S and softmax); two groups a tile, so
+      // that wait<1> leaves the newer in flight.
+      // (32-bit offsets from the tile's first row: the loops run beside the live scores.)
+      const int nc = static_cast<int>(p.Nc);
+      const auto issue_k = [&](std::int64_t kt) {
+        const int vecs = qkp / 8, keys = n_keys - kt < kKeys ? static_cast<int>(n_keys - kt) : kKeys;
+        const std::uint16_t* kv_rows = p.kv + (first_row + kt) * p.Nc + kv_col;
+        const std::uint16_t* kr_rows = p.kr + (first_row + kt) * p.rope;
+#pragma unroll 1
+        for (int e = tid; e < kKeys * vecs; e += kAttnThreads) {
+          const int kk = e / vecs, d = (e % vecs) * 8;
+          const bool ok = kk < keys && d < qk;
+          const std::uint16_t* src = !ok ? p.kv : d < nope ? kv_rows + kk * nc + d : kr_rows + kk * p.rope + (d - nope);
+          cp_async_16(ks + kk * ld + d, src, ok);
+        }
+        cp_async_commit();
+      };
+      const auto issue_v = [&](std::int64_t kt, bool any) {
+        const int keys = n_keys - kt < kKeys ? static_cast<int>(n_keys - kt) : kKeys;
+        const std::uint16_t* v_rows = p.kv + (first_row + kt) * p.Nc + kv_col + nope + vc0;
+#pragma unroll 1
+        for (int e = tid; any && e < kKeys * (kVCols / 8); e += kAttnThreads) {
+          const int kk = e / (kVCols / 8), d = (e % (kVCols / 8)) * 8;
+          const bool ok = kk < keys && d < vcols;
+          cp_async_16(vs + kk * kLdV + d, ok ? v_rows + kk * nc + d : p.kv, ok);
+        }
+        cp_async_commit();  // possibly empty: the group count stays two a tile
+      };
+      // A tile's end: every warp is done with ks and vs (the next tile overwrites them); with
+      // prefetch the next tile's V is asked for.
+      const auto end_tile = [&](std::int64_t kt, bool next) {
+        __syncthreads();
+        if constexpr (kPrefetch) issue_v(kt + kKeys, next && load_v);
+      };
+      if constexpr (kPrefetch) {
+        issue_k(0);
+        issue_v(0, load_v);
+      }
       for (std::int64_t kt = 0; kt < n_keys; kt += kKeys) {
+        const bool next = kt + kKeys < n_keys;
         // K = [K_nope ; rope part] and V of keys kt .. kt+63, key by key (zero past n_keys).
-        if (p.vector_loads) {
+        if constexpr (kPrefetch) {
+          cp_async_wait<1>();  // this tile's K (its V may still be in flight)
+        } else if (p.vector_loads) {
           const int vecs = qkp / 8;
           for (int e = tid; e < kKeys * vecs; e += kAttnThreads) {
             const int kk = e / vecs, d = (e % vecs) * 8;
@@ -582,6 +632,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
             mma_bf16_16816(s[j + 1], af, b1);
           }
         }
+        if constexpr (kPrefetch) {
+          __syncthreads();  // every warp's S has read ks
+          if (next) issue_k(kt + kKeys);
+          else cp_async_commit();
+        }
         float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < kKeys / 8; ++j)
@@ -605,6 +660,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
               const int hr = e >> 1;
               s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_run[hr]) / l_total[hr];
             }
+          if constexpr (kPrefetch) {
+            cp_async_wait<1>();  // this tile's V (the next tile's K may still be in flight)
+            __syncthreads();
+          }
 #pragma unroll
           for (int kc = 0; kc < kKeys / 16; ++kc) {
             const std::uint32_t pa[1][4] = {{pack_bf16x2(f32_to_bf16(s[2 * kc][0]), f32_to_bf16(s[2 * kc][1])),
@@ -613,7 +672,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
                                              pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]))}};
             pv_mma(o, pa, vs, kc, vcols);
           }
-          __syncthreads();  // the next tile overwrites ks and vs
+          end_tile(kt, next);
           continue;
         }
         // Online softmax in f32; the four lanes of a quad hold one row's keys.
@@ -638,7 +697,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
             l_part[hr] += pe;
           }
         if (pass == 0) {  // deepseek's first pass: the maximum and the sum only
-          __syncthreads();
+          end_tile(kt, next);
           continue;
         }
 #pragma unroll
@@ -649,6 +708,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
           o[i][3] *= alpha[1];
         }
         // O += P·V with P as three bf16 parts (smallest first).
+        if constexpr (kPrefetch) {
+          cp_async_wait<1>();  // this tile's V (the next tile's K may still be in flight)
+          __syncthreads();
+        }
 #pragma unroll
         for (int kc = 0; kc < kKeys / 16; ++kc) {
           std::uint32_t parts[3][4];  // lo, mid, hi: the smallest first
@@ -658,7 +721,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
           split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], parts[2][3], parts[1][3], parts[0][3]);
           pv_mma(o, parts, vs, kc, vcols);
         }
-        __syncthreads();  // the next tile overwrites ks and vs
+        end_tile(kt, next);
       }
     }
     seg = seg_end;
@@ -688,7 +751,26 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) {
   }
 }
 
+// The loaded tiles' kernel as measured (ptxas gives it 166-168 registers: three blocks a
+// multiprocessor); the prefetching one asks for two (at three its addresses spill beside the live
+// scores: 208 registers).
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) { attention_body<false>(p); }
+__global__ void __launch_bounds__(kAttnThreads, 2) attention_prefetch_kernel(AttnParams p) { attention_body<true>(p); }
+
+core::RouteSwitch& prefetch_route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_MLA_PREFETCH");
+  return r;
+}
+
+std::atomic<long> g_prefetch_runs{0};
+
 }  // namespace
+
+namespace mla_prefetch {
+core::RouteMode mode() { return prefetch_route().mode(); }
+void set_mode(core::RouteMode m) { prefetch_route().set_mode(m); }
+long runs() { return g_prefetch_runs.load(); }
+}  // namespace mla_prefetch
 
 Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, const MlaPrefillFp8Args& host,
                        const core::DeviceLaunch& launch) {
@@ -858,12 +940,18 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.keep_words = keep_words;
     ap.vector_loads = qk % 8 == 0 && nope % 8 == 0 && rope % 8 == 0 && vdim % 8 == 0 &&
                       reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0;
+    // Forced on only until a GPU has measured it (the same bits either way).
+    ap.prefetch = ap.vector_loads && prefetch_route().mode() == core::RouteMode::on;
+    if (ap.prefetch && h0 == 0) g_prefetch_runs.fetch_add(1);
     if (hc > 65535)
       return exceeds_one_launch(kOp, "num_heads", "num_heads=" + std::to_string(H));
     const dim3 grid(static_cast<unsigned>(ceil_div(T, kQRows)), static_cast<unsigned>(hc),
                     static_cast<unsigned>(ceil_div(vdim, kVCols)));
     MLAKIT_STATUS_TRY(
-        launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kAttnThreads, attn_layout.bytes, stream, ap));
+        ap.prefetch ? launch_kernel(kOp, "attention_prefetch_kernel", attention_prefetch_kernel, grid, kAttnThreads,
+                                    attn_layout.bytes, stream, ap)
+                    : launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kAttnThreads, attn_layout.bytes,
+                                    stream, ap));
   }
   return Status::success();
 }

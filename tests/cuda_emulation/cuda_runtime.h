@@ -95,6 +95,13 @@ long allocations_made();
 // The device count cudaGetDeviceCount reports (1 at start); 0 makes it fail as on a machine
 // without a GPU (cudaErrorNoDevice). Returns the previous count.
 int set_device_count(int count);
+// The order in which a block's threads run between barriers: all warps side by side, a warp
+// collective at a time (lockstep, the start), or each warp as far as it can go before the next
+// starts, in warp order or reversed. The two serial orders let one warp's writes to shared memory
+// (a cp.async issue poisons its destination at once) land before another warp's reads that a
+// missing barrier would leave unordered. Returns the previous order.
+enum class Schedule { lockstep, warps_in_order, warps_reversed };
+Schedule set_schedule(Schedule s);
 
 template <class... P, class... A>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t dynamic_smem, void* /*stream*/, A&&... args) {

@@ -14,6 +14,7 @@
 
 #include "core/common/route_switch.hpp"
 #include "cuda/fused_qkv_paged.hpp"
+#include "cuda/mla_prefill_fp8.hpp"
 #include "cuda/sparse_mla_ring.hpp"
 #include "cuda/wgmma_route.hpp"
 #include "cuda_runtime.h"
@@ -288,6 +289,84 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
   EXPECT_GE(taken, 10) << "the cases with latent and bk multiples of 16, and the one above";
 }
 
+// ---- op 3's attention tiles by cp.async ----------------------------------------------------------
+struct PrefetchMode {
+  explicit PrefetchMode(core::RouteMode m) : saved(cuda::mla_prefetch::mode()) { cuda::mla_prefetch::set_mode(m); }
+  ~PrefetchMode() { cuda::mla_prefetch::set_mode(saved); }
+  core::RouteMode saved;
+};
+
+// Runs `call` under the emulator's two serial schedules (each warp as far as it goes, in warp
+// order and reversed) and expects the bytes of `outputs` (the lockstep run's) from each: a buffer
+// one warp refills while another still reads it, unordered by a barrier, reads the poison of the
+// refill's copies under one of them.
+void expect_same_bits_when_warps_run_alone(const goldens::OpDriver& driver, const Bundle& inputs, const Bundle& outputs) {
+  for (const auto schedule : {mlakit_cuda_emu::Schedule::warps_in_order, mlakit_cuda_emu::Schedule::warps_reversed}) {
+    SCOPED_TRACE(schedule == mlakit_cuda_emu::Schedule::warps_in_order ? "warps in order" : "warps reversed");
+    const mlakit_cuda_emu::Schedule saved = mlakit_cuda_emu::set_schedule(schedule);
+    Bundle again = inputs;
+    const Status s = run_staged(driver, again, RunOptions{Backend::cuda});
+    mlakit_cuda_emu::set_schedule(saved);
+    ASSERT_TRUE(s.ok()) << s.message;
+    for (const auto& out : outputs.output_names())
+      EXPECT_TRUE(again.at(out).same_bytes(outputs.at(out))) << "'" << out << "' differs from the lockstep run's";
+  }
+}
+
+// Every op 3 case, and shapes the matrix lacks (many key tiles and two sequences in one block of
+// query rows, under the max and the deepseek numerics, with and without topk_indices), with the
+// attention's K and V tiles prefetched by cp.async: taken exactly where the loads are 16 bytes
+// (nope, rope and v multiples of 8), the golden comparison passes, no output is overrun, and the
+// outputs are the bits of the tiles loaded at the top of each tile, under every schedule of the
+// emulator. A copy poisons its destination at the issue and lands only at its wait, so a tile read
+// before its copies fails, and with the warps run one after another so does a buffer refilled
+// while another warp still reads it. The automatic mode does not take it.
+TEST(EmulatedCudaMla, PrefetchedTilesGiveTheBitsOfTheLoadedOnes) {
+  const goldens::OpDriver* driver = goldens::find_driver("mla_prefill_fp8");
+  ASSERT_NE(driver, nullptr);
+  std::vector<std::pair<std::string, json>> cases;
+  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  cases.emplace_back("many_tiles_two_sequences", json{{"num_heads", 2}, {"nope", 32}, {"rope", 16}, {"v", 40},
+                                                      {"seq_lens", {40, 230}}, {"cache_lens", {30, 150}}});
+  cases.emplace_back("many_tiles_deepseek", json{{"numerics", "deepseek_ue8m0"}, {"num_heads", 2}, {"nope", 32},
+                                                 {"rope", 16}, {"v", 24}, {"seq_lens", {200}}, {"cache_lens", {140}}});
+  cases.emplace_back("many_tiles_topk", json{{"numerics", "deepseek_ue8m0"}, {"topk", 40}, {"num_heads", 2},
+                                             {"nope", 16}, {"rope", 8}, {"v", 16}, {"seq_lens", {150}},
+                                             {"cache_lens", {100}}});
+  int taken_cases = 0;
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver->generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
+      const auto dim = [&](const char* key) { return inputs.params.at(key).get<std::int64_t>(); };
+      const bool takes = inputs.at("q").shape()[0] > 0 && dim("nope") % 8 == 0 && dim("rope") % 8 == 0 && dim("v") % 8 == 0;
+      Bundle actual = inputs, loaded = inputs;
+      {
+        PrefetchMode m(core::RouteMode::on);
+        const long before = cuda::mla_prefetch::runs();
+        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
+        ASSERT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(cuda::mla_prefetch::runs() - before, takes ? 1 : 0) << "the prefetch route";
+        taken_cases += takes && seed == 1;
+        if (takes && seed == 1) expect_same_bits_when_warps_run_alone(*driver, inputs, actual);
+      }
+      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      {
+        PrefetchMode m(core::RouteMode::automatic);
+        const long before = cuda::mla_prefetch::runs();
+        ASSERT_TRUE(run_staged(*driver, loaded, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::mla_prefetch::runs(), before) << "taken in the automatic mode";
+      }
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(loaded.at(out))) << "'" << out << "' differs from the loaded tiles'";
+    }
+  }
+  EXPECT_GE(taken_cases, 34) << "the cases with nope, rope and v multiples of 8, and the three above";
+}
+
 // ---- op 4's ring kernel --------------------------------------------------------------------------
 struct RingMode {
   explicit RingMode(core::RouteMode m) : saved(cuda::sparse_mla_ring::mode()) { cuda::sparse_mla_ring::set_mode(m); }
@@ -408,10 +487,11 @@ struct WideMode {
 
 // The ring kernel's cases with its wide steps forced on (64 slots a step in two stages) and its
 // products on wgmma: exactly the bf16 cases the ring kernel takes run on them, pass the golden
-// comparison and overrun no output. The five-step cases and the matrix's long rows turn both
-// stages over several times, and the emulator lands each copy only at its wait, so a stage
-// refilled while a warp still read it, or read before its copies landed, fails. The automatic
-// mode never takes them.
+// comparison and overrun no output, with the same bits under every schedule of the emulator. The
+// five-step cases and the matrix's long rows turn both stages over several times; a copy poisons
+// its destination at the issue and lands only at its wait, so a stage read before its copies
+// landed fails, and with the warps run one after another so does a stage refilled while another
+// warp still reads it. The automatic mode never takes them.
 TEST(EmulatedCudaRing, WideStepsTakeTheBf16CasesAndMatchTheReference) {
   const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   ASSERT_NE(driver, nullptr);
@@ -433,6 +513,7 @@ TEST(EmulatedCudaRing, WideStepsTakeTheBf16CasesAndMatchTheReference) {
         ASSERT_TRUE(s.ok()) << s.message;
         EXPECT_EQ(cuda::sparse_mla_ring::wide_runs() - before, takes ? 1 : 0) << "the wide steps";
         taken_cases += takes && seed == 1;
+        if (takes && seed == 1) expect_same_bits_when_warps_run_alone(*driver, inputs, actual);
       }
       for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
       for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";

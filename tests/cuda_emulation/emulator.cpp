@@ -1,6 +1,7 @@
 // The CPU emulation behind tests/cuda_emulation/cuda_runtime.h (see there).
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +79,7 @@ std::map<const void*, std::size_t> g_allocations;  // ordered: copies look up th
 long g_launches = 0;
 long g_copies_to_host = 0;
 long g_allocations_made = 0;
+Schedule g_schedule = Schedule::lockstep;
 long g_syncs = 0;
 int g_device_count = 1;
 
@@ -214,11 +216,10 @@ const char* wait_name(const Fiber& f) {
   return "?";
 }
 
-// Completes the warp collectives whose 32 lanes all wait at one; true when one completed.
-bool resolve_warps(Block& blk) {
-  bool progress = false;
+// Completes warp w0 / 32's collective if its 32 lanes all wait at one; true when it completed.
+bool resolve_warp(Block& blk, int w0) {
   const int n = static_cast<int>(blk.fibers.size());
-  for (int w0 = 0; w0 < n; w0 += 32) {
+  {
     Fiber* lanes = &blk.fibers[static_cast<std::size_t>(w0)];
     const int width = n - w0 < 32 ? n - w0 : 32;
     int waiting = 0;
@@ -227,10 +228,10 @@ bool resolve_warps(Block& blk) {
       waiting += lanes[l].wait == Wait::warp;
       any_done |= lanes[l].wait == Wait::done;
     }
-    if (waiting == 0) continue;
+    if (waiting == 0) return false;
     if (width < 32) fail("a warp collective in a partial warp");
     if (any_done) fail("a warp collective reached by some lanes after others exited");
-    if (waiting < 32) continue;  // the other lanes have not arrived yet
+    if (waiting < 32) return false;  // the other lanes have not arrived yet
     const WarpOp op = lanes[0].op;
     for (int l = 1; l < 32; ++l)
       if (lanes[l].op != op)
@@ -251,8 +252,14 @@ bool resolve_warps(Block& blk) {
       case WarpOp::ldmatrix: run_ldmatrix(lanes); break;
     }
     for (int l = 0; l < 32; ++l) lanes[l].wait = Wait::ready;
-    progress = true;
   }
+  return true;
+}
+
+// Completes the warp collectives whose 32 lanes all wait at one; true when one completed.
+bool resolve_warps(Block& blk) {
+  bool progress = false;
+  for (int w0 = 0; w0 < static_cast<int>(blk.fibers.size()); w0 += 32) progress |= resolve_warp(blk, w0);
   return progress;
 }
 
@@ -294,14 +301,31 @@ void run_block(dim3 block, std::size_t smem, const std::function<void()>& body) 
     makecontext(&f.ctx, fiber_entry, 0);
   }
   g_block = &blk;
-  for (;;) {
+  // Runs the ready threads of [first, last); true when one ran.
+  const auto sweep = [&](std::size_t first, std::size_t last) {
     bool ran = false;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = first; i < last; ++i) {
       if (blk.fibers[i].wait != Wait::ready) continue;
       blk.current = static_cast<int>(i);
       threadIdx = blk.fibers[i].idx;
       swapcontext(&blk.scheduler, &blk.fibers[i].ctx);
       ran = true;
+    }
+    return ran;
+  };
+  const std::size_t warps = (n + 31) / 32;
+  for (;;) {
+    bool ran = false;
+    if (g_schedule == Schedule::lockstep) {
+      ran = sweep(0, n);
+    } else {
+      // The first warp in the order with work left runs until its threads all wait at a block
+      // barrier or have exited.
+      for (std::size_t k = 0; k < warps && !ran; ++k) {
+        const std::size_t w = g_schedule == Schedule::warps_reversed ? warps - 1 - k : k;
+        const std::size_t first = 32 * w, last = std::min(n, first + 32);
+        while (sweep(first, last) || resolve_warp(blk, static_cast<int>(first))) ran = true;
+      }
     }
     bool all_done = true;
     for (const Fiber& f : blk.fibers) all_done &= f.wait == Wait::done;
@@ -512,6 +536,11 @@ long launches() { return g_launches; }
 long copies_to_host() { return g_copies_to_host; }
 long allocations_made() { return g_allocations_made; }
 long stream_synchronizations() { return g_syncs; }
+Schedule set_schedule(Schedule s) {
+  const Schedule previous = g_schedule;
+  g_schedule = s;
+  return previous;
+}
 int set_device_count(int count) {
   const int previous = g_device_count;
   g_device_count = count;
