@@ -139,11 +139,18 @@ INSTANTIATE_TEST_SUITE_P(Ops, EmulatedCuda, ::testing::ValuesIn(params()),
 
 // ---- op 5's GPTQ decode-once route --------------------------------------------------------------
 // Sets the route's mode for a scope.
-struct DecodeOnceMode {
-  explicit DecodeOnceMode(core::RouteMode m) : saved(cuda::gptq_decode_once::mode()) { cuda::gptq_decode_once::set_mode(m); }
-  ~DecodeOnceMode() { cuda::gptq_decode_once::set_mode(saved); }
+// A route switch set to a mode for a scope (the process-wide start restored after).
+template <core::RouteMode (*Get)(), void (*Set)(core::RouteMode)>
+struct ScopedMode {
+  explicit ScopedMode(core::RouteMode m) : saved(Get()) { Set(m); }
+  ~ScopedMode() { Set(saved); }
   core::RouteMode saved;
 };
+using DecodeOnceMode = ScopedMode<&cuda::gptq_decode_once::mode, &cuda::gptq_decode_once::set_mode>;
+using WgmmaMode = ScopedMode<&cuda::wgmma_route::mode, &cuda::wgmma_route::set_mode>;
+using PrefetchMode = ScopedMode<&cuda::mla_prefetch::mode, &cuda::mla_prefetch::set_mode>;
+using RingMode = ScopedMode<&cuda::sparse_mla_ring::mode, &cuda::sparse_mla_ring::set_mode>;
+using WideMode = ScopedMode<&cuda::sparse_mla_ring::wide_mode, &cuda::sparse_mla_ring::set_wide_mode>;
 
 // Every GPTQ case with bf16 activations (zero points v1 and v2, g_idx, f16 and bf16 scales, an MLA
 // cache, decode rows), forced through the decode-once route and forced off, plus a prefill of two
@@ -189,12 +196,6 @@ TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
 }
 
 // ---- op 5's warpgroup (wgmma) kernel ------------------------------------------------------------
-struct WgmmaMode {
-  explicit WgmmaMode(core::RouteMode m) : saved(cuda::wgmma_route::mode()) { cuda::wgmma_route::set_mode(m); }
-  ~WgmmaMode() { cuda::wgmma_route::set_mode(saved); }
-  core::RouteMode saved;
-};
-
 // Every op 5 case, and shapes the matrix lacks (two row tiles, a partial 128-column tile, fp8
 // scales over several 128-column rows and k blocks), with the wgmma kernel forced on and GPTQ
 // decoded once: it takes every call with bf16 activations and K a multiple of 16 (GPTQ through the
@@ -290,12 +291,6 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
 }
 
 // ---- op 3's attention tiles by cp.async ----------------------------------------------------------
-struct PrefetchMode {
-  explicit PrefetchMode(core::RouteMode m) : saved(cuda::mla_prefetch::mode()) { cuda::mla_prefetch::set_mode(m); }
-  ~PrefetchMode() { cuda::mla_prefetch::set_mode(saved); }
-  core::RouteMode saved;
-};
-
 // Runs `call` under the emulator's two serial schedules (each warp as far as it goes, in warp
 // order and reversed) and expects the bytes of `outputs` (the lockstep run's) from each: a buffer
 // one warp refills while another still reads it, unordered by a barrier, reads the poison of the
@@ -311,6 +306,26 @@ void expect_same_bits_when_warps_run_alone(const goldens::OpDriver& driver, cons
     for (const auto& out : outputs.output_names())
       EXPECT_TRUE(again.at(out).same_bytes(outputs.at(out))) << "'" << out << "' differs from the lockstep run's";
   }
+}
+
+// `inputs` (seed `seed`) on cuda with a route forced on (Mode, a ScopedMode): `runs` counts it
+// exactly when `takes`, the golden comparison against `expected` passes, no output is overrun,
+// and with seed 1 a taken case gives the same bits with the warps run alone. Returns the outputs.
+template <class Mode>
+Bundle run_forced_on(const goldens::OpDriver& driver, const Bundle& inputs, const Bundle& expected, long (*runs)(),
+                     bool takes, std::uint64_t seed) {
+  Bundle actual = inputs;
+  {
+    Mode m(core::RouteMode::on);
+    const long before = runs();
+    const Status s = run_staged(driver, actual, RunOptions{Backend::cuda});
+    EXPECT_TRUE(s.ok()) << s.message;
+    EXPECT_EQ(runs() - before, takes ? 1 : 0) << "the route forced on";
+    if (s.ok() && takes && seed == 1) expect_same_bits_when_warps_run_alone(driver, inputs, actual);
+  }
+  for (const auto& c : driver.compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+  for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+  return actual;
 }
 
 // Every op 3 case, and shapes the matrix lacks (many key tiles and two sequences in one block of
@@ -342,18 +357,9 @@ TEST(EmulatedCudaMla, PrefetchedTilesGiveTheBitsOfTheLoadedOnes) {
       ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
       const auto dim = [&](const char* key) { return inputs.params.at(key).get<std::int64_t>(); };
       const bool takes = inputs.at("q").shape()[0] > 0 && dim("nope") % 8 == 0 && dim("rope") % 8 == 0 && dim("v") % 8 == 0;
-      Bundle actual = inputs, loaded = inputs;
-      {
-        PrefetchMode m(core::RouteMode::on);
-        const long before = cuda::mla_prefetch::runs();
-        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-        ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::mla_prefetch::runs() - before, takes ? 1 : 0) << "the prefetch route";
-        taken_cases += takes && seed == 1;
-        if (takes && seed == 1) expect_same_bits_when_warps_run_alone(*driver, inputs, actual);
-      }
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      const Bundle actual = run_forced_on<PrefetchMode>(*driver, inputs, expected, &cuda::mla_prefetch::runs, takes, seed);
+      taken_cases += takes && seed == 1;
+      Bundle loaded = inputs;
       {
         PrefetchMode m(core::RouteMode::automatic);
         const long before = cuda::mla_prefetch::runs();
@@ -368,12 +374,6 @@ TEST(EmulatedCudaMla, PrefetchedTilesGiveTheBitsOfTheLoadedOnes) {
 }
 
 // ---- op 4's ring kernel --------------------------------------------------------------------------
-struct RingMode {
-  explicit RingMode(core::RouteMode m) : saved(cuda::sparse_mla_ring::mode()) { cuda::sparse_mla_ring::set_mode(m); }
-  ~RingMode() { cuda::sparse_mla_ring::set_mode(saved); }
-  core::RouteMode saved;
-};
-
 // Whether the ring kernel takes a case: bf16 caches; fp8 caches with qk_depth a multiple of 16 and
 // either one scale per row, or codes and tail in whole 16-byte copies with scale groups of a
 // multiple of 16 columns (the golden cases' rows are aligned, v_depth <= 512).
@@ -391,10 +391,11 @@ bool ring_takes(const json& knobs, const Bundle& b) {
 // Every op 4 case, and shapes the matrix lacks (two head groups with a partial one, five steps so
 // that the ring's stages are reused, on bf16, single-scale fp8 and FlashMLA V32 caches, v_depth
 // ending inside a 16-column pair of either half or reaching into a split row's tail), with the
-// ring forced on: it takes every case it can (the others stay on the first kernel) and passes the
-// golden comparison. The
-// emulator lands each cp.async copy only at its wait (reads before read NaN), so a stage read too
-// early fails. The automatic mode takes it for calls of 64 heads or more.
+// ring forced on: it takes every case it can (the others stay on the first kernel), passes the
+// golden comparison and gives the same bits with the warps run alone. The emulator lands each
+// cp.async copy only at its wait (reads before read NaN), so a stage read too early fails, and
+// with the warps run one after another so does a stage refilled while another warp reads it. The
+// automatic mode takes it for calls of 64 heads or more.
 std::vector<std::pair<std::string, json>> ring_cases(const goldens::OpDriver& driver) {
   std::vector<std::pair<std::string, json>> cases;
   for (const auto& spec : driver.cases()) cases.emplace_back(spec.name, spec.knobs);
@@ -436,17 +437,8 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
       Bundle expected = inputs;
       ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
       const bool takes = ring_takes(knobs, inputs);
-      Bundle actual = inputs;
-      {
-        RingMode m(core::RouteMode::on);
-        const long before = cuda::sparse_mla_ring::runs();
-        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-        ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::sparse_mla_ring::runs() - before, takes ? 1 : 0) << "the ring kernel's route";
-        taken_cases += takes && seed == 1;
-      }
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      run_forced_on<RingMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::runs, takes, seed);
+      taken_cases += takes && seed == 1;
       if (seed == 1 && takes) {
         RingMode m(core::RouteMode::automatic);
         const bool by_default = inputs.at("q").shape()[1] >= static_cast<std::int64_t>(cuda::sparse_mla_ring::kAutoMinHeads);
@@ -477,14 +469,6 @@ TEST(EmulatedCudaWgmma, RingKernelsScoresGiveTheBitsOfTheMmaKernel) {
   EXPECT_GE(taken, 28) << "every case the ring kernel takes";
 }
 
-struct WideMode {
-  explicit WideMode(core::RouteMode m) : saved(cuda::sparse_mla_ring::wide_mode()) {
-    cuda::sparse_mla_ring::set_wide_mode(m);
-  }
-  ~WideMode() { cuda::sparse_mla_ring::set_wide_mode(saved); }
-  core::RouteMode saved;
-};
-
 // The ring kernel's cases with its wide steps forced on (64 slots a step in two stages) and its
 // products on wgmma: exactly the bf16 cases the ring kernel takes run on them, pass the golden
 // comparison and overrun no output, with the same bits under every schedule of the emulator. The
@@ -505,18 +489,8 @@ TEST(EmulatedCudaRing, WideStepsTakeTheBf16CasesAndMatchTheReference) {
       Bundle expected = inputs;
       ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
       const bool takes = ring_takes(knobs, inputs) && knobs.value("cache_dtype", "bf16") == "bf16";
-      Bundle actual = inputs;
-      {
-        WideMode m(core::RouteMode::on);
-        const long before = cuda::sparse_mla_ring::wide_runs();
-        const Status s = run_staged(*driver, actual, RunOptions{Backend::cuda});
-        ASSERT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::sparse_mla_ring::wide_runs() - before, takes ? 1 : 0) << "the wide steps";
-        taken_cases += takes && seed == 1;
-        if (takes && seed == 1) expect_same_bits_when_warps_run_alone(*driver, inputs, actual);
-      }
-      for (const auto& c : driver->compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+      run_forced_on<WideMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::wide_runs, takes, seed);
+      taken_cases += takes && seed == 1;
       if (seed == 1) {
         WideMode m(core::RouteMode::automatic);
         const long before = cuda::sparse_mla_ring::wide_runs();

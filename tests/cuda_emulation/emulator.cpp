@@ -79,7 +79,15 @@ std::map<const void*, std::size_t> g_allocations;  // ordered: copies look up th
 long g_launches = 0;
 long g_copies_to_host = 0;
 long g_allocations_made = 0;
-Schedule g_schedule = Schedule::lockstep;
+// The start: MLAKIT_CUDA_EMU_SCHEDULE=in_order or reversed runs a whole test program under a serial
+// order (a search for barriers the kernels lack), else lockstep.
+Schedule schedule_from_env() {
+  const char* v = std::getenv("MLAKIT_CUDA_EMU_SCHEDULE");
+  if (v != nullptr && std::string(v) == "in_order") return Schedule::warps_in_order;
+  if (v != nullptr && std::string(v) == "reversed") return Schedule::warps_reversed;
+  return Schedule::lockstep;
+}
+Schedule g_schedule = schedule_from_env();
 long g_syncs = 0;
 int g_device_count = 1;
 
