@@ -139,6 +139,29 @@ INSTANTIATE_TEST_SUITE_P(Ops, EmulatedCuda, ::testing::ValuesIn(params()),
 
 // ---- op 5's GPTQ decode-once route --------------------------------------------------------------
 // Sets the route's mode for a scope.
+// The golden matrix's cases of an operator, by name, for a test to add its own shapes to.
+std::vector<std::pair<std::string, json>> matrix_cases(const goldens::OpDriver& driver) {
+  std::vector<std::pair<std::string, json>> cases;
+  for (const auto& spec : driver.cases()) cases.emplace_back(spec.name, spec.knobs);
+  return cases;
+}
+
+// body(knobs, seed, inputs, expected) for every case of `cases` with seeds 1 and 2: the case's
+// inputs and the reference's outputs for them.
+template <class Body>
+void for_cases_and_seeds(const goldens::OpDriver& driver, const std::vector<std::pair<std::string, json>>& cases,
+                         Body body) {
+  for (const auto& [name, knobs] : cases) {
+    SCOPED_TRACE(name);
+    for (std::uint64_t seed : {1, 2}) {
+      const Bundle inputs = driver.generate(knobs, seed);
+      Bundle expected = inputs;
+      ASSERT_TRUE(driver.run(expected, RunOptions{Backend::reference}).ok());
+      body(knobs, seed, inputs, expected);
+    }
+  }
+}
+
 // A route switch set to a mode for a scope (the process-wide start restored after).
 template <core::RouteMode (*Get)(), void (*Set)(core::RouteMode)>
 struct ScopedMode {
@@ -257,8 +280,7 @@ int expect_wgmma_bits(const goldens::OpDriver& driver, const std::vector<std::pa
 TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
   ASSERT_NE(driver, nullptr);
-  std::vector<std::pair<std::string, json>> cases;
-  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  std::vector<std::pair<std::string, json>> cases = matrix_cases(*driver);
   cases.emplace_back("dense_two_row_tiles", json{{"K", 128}, {"q_dim", 136}, {"seq_lens", {70, 9}}, {"cache_lens", {3, 20}}});
   cases.emplace_back("fp8_scale_rows", json{{"weight_format", "fp8_block"}, {"K", 400}, {"q_dim", 300},
                                             {"seq_lens", {65}}, {"cache_lens", {2}}});
@@ -277,8 +299,7 @@ TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
 TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("mla_prefill_fp8");
   ASSERT_NE(driver, nullptr);
-  std::vector<std::pair<std::string, json>> cases;
-  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  std::vector<std::pair<std::string, json>> cases = matrix_cases(*driver);
   cases.emplace_back("two_row_tiles_groups", json{{"seq_lens", {70}}, {"cache_lens", {20}}, {"num_heads", 5},
                                                   {"latent", 256}, {"bk", 64}, {"bn", 32}});
   const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
@@ -339,8 +360,7 @@ Bundle run_forced_on(const goldens::OpDriver& driver, const Bundle& inputs, cons
 TEST(EmulatedCudaMla, PrefetchedTilesGiveTheBitsOfTheLoadedOnes) {
   const goldens::OpDriver* driver = goldens::find_driver("mla_prefill_fp8");
   ASSERT_NE(driver, nullptr);
-  std::vector<std::pair<std::string, json>> cases;
-  for (const auto& spec : driver->cases()) cases.emplace_back(spec.name, spec.knobs);
+  std::vector<std::pair<std::string, json>> cases = matrix_cases(*driver);
   cases.emplace_back("many_tiles_two_sequences", json{{"num_heads", 2}, {"nope", 32}, {"rope", 16}, {"v", 40},
                                                       {"seq_lens", {40, 230}}, {"cache_lens", {30, 150}}});
   cases.emplace_back("many_tiles_deepseek", json{{"numerics", "deepseek_ue8m0"}, {"num_heads", 2}, {"nope", 32},
@@ -349,27 +369,21 @@ TEST(EmulatedCudaMla, PrefetchedTilesGiveTheBitsOfTheLoadedOnes) {
                                              {"nope", 16}, {"rope", 8}, {"v", 16}, {"seq_lens", {150}},
                                              {"cache_lens", {100}}});
   int taken_cases = 0;
-  for (const auto& [name, knobs] : cases) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      const auto dim = [&](const char* key) { return inputs.params.at(key).get<std::int64_t>(); };
-      const bool takes = inputs.at("q").shape()[0] > 0 && dim("nope") % 8 == 0 && dim("rope") % 8 == 0 && dim("v") % 8 == 0;
-      const Bundle actual = run_forced_on<PrefetchMode>(*driver, inputs, expected, &cuda::mla_prefetch::runs, takes, seed);
-      taken_cases += takes && seed == 1;
-      Bundle loaded = inputs;
-      {
-        PrefetchMode m(core::RouteMode::automatic);
-        const long before = cuda::mla_prefetch::runs();
-        ASSERT_TRUE(run_staged(*driver, loaded, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::mla_prefetch::runs(), before) << "taken in the automatic mode";
-      }
-      for (const auto& out : actual.output_names())
-        EXPECT_TRUE(actual.at(out).same_bytes(loaded.at(out))) << "'" << out << "' differs from the loaded tiles'";
+  for_cases_and_seeds(*driver, cases, [&](const json&, std::uint64_t seed, const Bundle& inputs, const Bundle& expected) {
+    const auto dim = [&](const char* key) { return inputs.params.at(key).get<std::int64_t>(); };
+    const bool takes = inputs.at("q").shape()[0] > 0 && dim("nope") % 8 == 0 && dim("rope") % 8 == 0 && dim("v") % 8 == 0;
+    const Bundle actual = run_forced_on<PrefetchMode>(*driver, inputs, expected, &cuda::mla_prefetch::runs, takes, seed);
+    taken_cases += takes && seed == 1;
+    Bundle loaded = inputs;
+    {
+      PrefetchMode m(core::RouteMode::automatic);
+      const long before = cuda::mla_prefetch::runs();
+      ASSERT_TRUE(run_staged(*driver, loaded, RunOptions{Backend::cuda}).ok());
+      EXPECT_EQ(cuda::mla_prefetch::runs(), before) << "taken in the automatic mode";
     }
-  }
+    for (const auto& out : actual.output_names())
+      EXPECT_TRUE(actual.at(out).same_bytes(loaded.at(out))) << "'" << out << "' differs from the loaded tiles'";
+  });
   EXPECT_GE(taken_cases, 34) << "the cases with nope, rope and v multiples of 8, and the three above";
 }
 
@@ -397,8 +411,7 @@ bool ring_takes(const json& knobs, const Bundle& b) {
 // with the warps run one after another so does a stage refilled while another warp reads it. The
 // automatic mode takes it for calls of 64 heads or more.
 std::vector<std::pair<std::string, json>> ring_cases(const goldens::OpDriver& driver) {
-  std::vector<std::pair<std::string, json>> cases;
-  for (const auto& spec : driver.cases()) cases.emplace_back(spec.name, spec.knobs);
+  std::vector<std::pair<std::string, json>> cases = matrix_cases(driver);
   cases.emplace_back("two_head_groups", json{{"num_q_heads", 70}, {"T", 2}, {"indices_stride", 96}, {"sink", true},
                                              {"max_logits", true}});
   // Either side of the automatic mode's threshold (64 heads).
@@ -430,26 +443,21 @@ TEST(EmulatedCudaRing, TakesEveryCaseItCanAndMatchesTheReference) {
   const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
   ASSERT_NE(driver, nullptr);
   int taken_cases = 0, automatic_cases = 0;
-  for (const auto& [name, knobs] : ring_cases(*driver)) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      const bool takes = ring_takes(knobs, inputs);
-      run_forced_on<RingMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::runs, takes, seed);
-      taken_cases += takes && seed == 1;
-      if (seed == 1 && takes) {
-        RingMode m(core::RouteMode::automatic);
-        const bool by_default = inputs.at("q").shape()[1] >= static_cast<std::int64_t>(cuda::sparse_mla_ring::kAutoMinHeads);
-        const long before = cuda::sparse_mla_ring::runs();
-        Bundle again = inputs;
-        ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::sparse_mla_ring::runs() - before, by_default ? 1 : 0) << "the automatic mode";
-        automatic_cases += by_default;
-      }
+  for_cases_and_seeds(*driver, ring_cases(*driver),
+                      [&](const json& knobs, std::uint64_t seed, const Bundle& inputs, const Bundle& expected) {
+    const bool takes = ring_takes(knobs, inputs);
+    run_forced_on<RingMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::runs, takes, seed);
+    taken_cases += takes && seed == 1;
+    if (seed == 1 && takes) {
+      RingMode m(core::RouteMode::automatic);
+      const bool by_default = inputs.at("q").shape()[1] >= static_cast<std::int64_t>(cuda::sparse_mla_ring::kAutoMinHeads);
+      const long before = cuda::sparse_mla_ring::runs();
+      Bundle again = inputs;
+      ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
+      EXPECT_EQ(cuda::sparse_mla_ring::runs() - before, by_default ? 1 : 0) << "the automatic mode";
+      automatic_cases += by_default;
     }
-  }
+  });
   EXPECT_GE(taken_cases, 28) << "the bf16, single-scale fp8 and FlashMLA cases of the matrix";
   EXPECT_GE(automatic_cases, 2) << "two_head_groups and heads_64";
   EXPECT_LT(automatic_cases, taken_cases) << "cases of fewer heads";
@@ -482,24 +490,19 @@ TEST(EmulatedCudaRing, WideStepsTakeTheBf16CasesAndMatchTheReference) {
   RingMode ring(core::RouteMode::on);
   WgmmaMode wgmma(core::RouteMode::on);
   int taken_cases = 0;
-  for (const auto& [name, knobs] : ring_cases(*driver)) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver->generate(knobs, seed);
-      Bundle expected = inputs;
-      ASSERT_TRUE(driver->run(expected, RunOptions{Backend::reference}).ok());
-      const bool takes = ring_takes(knobs, inputs) && knobs.value("cache_dtype", "bf16") == "bf16";
-      run_forced_on<WideMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::wide_runs, takes, seed);
-      taken_cases += takes && seed == 1;
-      if (seed == 1) {
-        WideMode m(core::RouteMode::automatic);
-        const long before = cuda::sparse_mla_ring::wide_runs();
-        Bundle again = inputs;
-        ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::sparse_mla_ring::wide_runs(), before) << "taken in the automatic mode";
-      }
+  for_cases_and_seeds(*driver, ring_cases(*driver),
+                      [&](const json& knobs, std::uint64_t seed, const Bundle& inputs, const Bundle& expected) {
+    const bool takes = ring_takes(knobs, inputs) && knobs.value("cache_dtype", "bf16") == "bf16";
+    run_forced_on<WideMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::wide_runs, takes, seed);
+    taken_cases += takes && seed == 1;
+    if (seed == 1) {
+      WideMode m(core::RouteMode::automatic);
+      const long before = cuda::sparse_mla_ring::wide_runs();
+      Bundle again = inputs;
+      ASSERT_TRUE(run_staged(*driver, again, RunOptions{Backend::cuda}).ok());
+      EXPECT_EQ(cuda::sparse_mla_ring::wide_runs(), before) << "taken in the automatic mode";
     }
-  }
+  });
   EXPECT_GE(taken_cases, 28) << "the bf16 cases of the matrix and of ring_cases";
 }
 
