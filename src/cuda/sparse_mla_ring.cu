@@ -414,7 +414,8 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
     if constexpr (kWg) fence_proxy_async();  // this thread's P, before the products read it
     __syncthreads();
 
-    // O = alpha·O + P·V over the step's kStep slots, columns [256·half, +256) of v_depth, 16 at a time.
+    // O = alpha·O + P·V over the step's kStep slots, columns [256·half, +256) of v_depth, 16 at a
+    // time.
 #pragma unroll
     for (int n = 0; n < 32; ++n) {
       acc[n][0] *= alpha[0];
@@ -448,9 +449,10 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         }
       }
     } else if (kWg && p.vd == kVMax) {
-      // Each half's warpgroup: its 256 columns over the kStep slots, kStep / 16 m64n256k16 products with P
-      // (K-major core matrices, 8 rows of kStep slots 16·kStep bytes apart) and V read MN-major from the
-      // stage (8 slots of a chunk form a core matrix; chunks 128 bytes apart, slot groups 16·Dp).
+      // Each half's warpgroup: its 256 columns over the kStep slots, kStep / 16 m64n256k16 products
+      // with P (K-major core matrices, 8 rows of kStep slots 16·kStep bytes apart) and V read
+      // MN-major from the stage (8 slots of a chunk form a core matrix; chunks 128 bytes apart,
+      // slot groups 16·Dp).
       wgmma_fence(acc_flat(acc));
 #pragma unroll
       for (int kk = 0; kk < kJ; ++kk)

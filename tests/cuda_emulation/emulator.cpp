@@ -227,40 +227,38 @@ const char* wait_name(const Fiber& f) {
 // Completes warp w0 / 32's collective if its 32 lanes all wait at one; true when it completed.
 bool resolve_warp(Block& blk, int w0) {
   const int n = static_cast<int>(blk.fibers.size());
-  {
-    Fiber* lanes = &blk.fibers[static_cast<std::size_t>(w0)];
-    const int width = n - w0 < 32 ? n - w0 : 32;
-    int waiting = 0;
-    bool any_done = false;
-    for (int l = 0; l < width; ++l) {
-      waiting += lanes[l].wait == Wait::warp;
-      any_done |= lanes[l].wait == Wait::done;
-    }
-    if (waiting == 0) return false;
-    if (width < 32) fail("a warp collective in a partial warp");
-    if (any_done) fail("a warp collective reached by some lanes after others exited");
-    if (waiting < 32) return false;  // the other lanes have not arrived yet
-    const WarpOp op = lanes[0].op;
-    for (int l = 1; l < 32; ++l)
-      if (lanes[l].op != op)
-        fail(std::string("lanes of one warp wait at different collectives: ") + wait_name(lanes[0]) + " and " +
-             wait_name(lanes[l]));
-    switch (op) {
-      case WarpOp::sync: break;
-      case WarpOp::ballot: {
-        std::uint64_t bits = 0;
-        for (int l = 0; l < 32; ++l) bits |= (lanes[l].value ? 1ull : 0ull) << l;
-        for (int l = 0; l < 32; ++l) lanes[l].result = bits;
-        break;
-      }
-      case WarpOp::shfl:
-        for (int l = 0; l < 32; ++l) lanes[l].result = lanes[l ^ lanes[l].lane_mask].value;
-        break;
-      case WarpOp::mma: run_mma(lanes); break;
-      case WarpOp::ldmatrix: run_ldmatrix(lanes); break;
-    }
-    for (int l = 0; l < 32; ++l) lanes[l].wait = Wait::ready;
+  Fiber* lanes = &blk.fibers[static_cast<std::size_t>(w0)];
+  const int width = n - w0 < 32 ? n - w0 : 32;
+  int waiting = 0;
+  bool any_done = false;
+  for (int l = 0; l < width; ++l) {
+    waiting += lanes[l].wait == Wait::warp;
+    any_done |= lanes[l].wait == Wait::done;
   }
+  if (waiting == 0) return false;
+  if (width < 32) fail("a warp collective in a partial warp");
+  if (any_done) fail("a warp collective reached by some lanes after others exited");
+  if (waiting < 32) return false;  // the other lanes have not arrived yet
+  const WarpOp op = lanes[0].op;
+  for (int l = 1; l < 32; ++l)
+    if (lanes[l].op != op)
+      fail(std::string("lanes of one warp wait at different collectives: ") + wait_name(lanes[0]) + " and " +
+           wait_name(lanes[l]));
+  switch (op) {
+    case WarpOp::sync: break;
+    case WarpOp::ballot: {
+      std::uint64_t bits = 0;
+      for (int l = 0; l < 32; ++l) bits |= (lanes[l].value ? 1ull : 0ull) << l;
+      for (int l = 0; l < 32; ++l) lanes[l].result = bits;
+      break;
+    }
+    case WarpOp::shfl:
+      for (int l = 0; l < 32; ++l) lanes[l].result = lanes[l ^ lanes[l].lane_mask].value;
+      break;
+    case WarpOp::mma: run_mma(lanes); break;
+    case WarpOp::ldmatrix: run_ldmatrix(lanes); break;
+  }
+  for (int l = 0; l < 32; ++l) lanes[l].wait = Wait::ready;
   return true;
 }
 
