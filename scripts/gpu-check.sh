@@ -279,6 +279,7 @@ phase_sanitizers() {
   local per_op=(lightning_indexer.default msa_block_indexer.prefill_ragged_random mla_prefill_fp8.deepseek_dims
                 sparse_mla_prefill.deepseek_bf16 sparse_mla_prefill.deepseek_bf16@ring
                 fused_qkv_paged.fp8_bf16_partial_blocks fused_qkv_paged.dense_bf16_prefill@wgmma
+                fused_qkv_paged.fp8_bf16_partial_blocks@wgmma
                 mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_mma
                 sparse_mla_prefill.deepseek_bf16@first sparse_mla_prefill.deepseek_bf16@ring_wide
                 mla_prefill_fp8.deepseek_dims@prefetch)
