@@ -51,7 +51,7 @@
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
 #         ncu        Nsight Compute (speed of light, launch statistics, occupancy) on the kernels
 #                    of each headline row, the first calls (op 4's again on its wide steps, op 3's
-#                    with its attention tiles prefetched)
+#                    with its attention tiles prefetched, op 5's fp8 T 2048 on its wgmma GEMM)
 #                                                                                   -> OUT/ncu.txt
 #         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
 #                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
@@ -401,12 +401,14 @@ phase_ncu() {
   ncu=$(command -v ncu || find /usr/local/cuda* /opt -name ncu -type f -perm -u+x 2>/dev/null | head -1)
   [ -n "$ncu" ] || { fail "ncu: not found"; return; }
   # ROW@wide: op 4's row on the ring kernel's wide steps; ROW@prefetch: op 3's with its attention
-  # tiles prefetched.
-  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide mla_prefill_fp8/h128_b1_s4096_c0@prefetch; do
+  # tiles prefetched; ROW@wgmma: op 5's on its pipelined warpgroup GEMM.
+  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide mla_prefill_fp8/h128_b1_s4096_c0@prefetch \
+      fused_qkv_paged/deepseek_v3_mla_fp8_t2048@wgmma; do
     row=${entry%@*} op=${entry//\//.}
     rc=0
     MLAKIT_CUDA_SPARSE_MLA_WIDE=$([ "$entry" = "$row@wide" ] && echo on || echo auto) \
-      MLAKIT_CUDA_MLA_PREFETCH=$([ "$entry" = "$row@prefetch" ] && echo on || echo auto) MLAKIT_BENCH_CPU_PEAK=off \
+      MLAKIT_CUDA_MLA_PREFETCH=$([ "$entry" = "$row@prefetch" ] && echo on || echo auto) \
+      MLAKIT_CUDA_WGMMA=$([ "$entry" = "$row@wgmma" ] && echo on || echo auto) MLAKIT_BENCH_CPU_PEAK=off \
       timeout "${MLAKIT_NCU_SECONDS:-60}" "$ncu" --clock-control none --kernel-name-base demangled \
       -k regex:mlakit::cuda --launch-count 8 --section SpeedOfLight --section LaunchStats --section Occupancy \
       "$bin/mlakit_bench_ops" --benchmark_filter="^$row/cuda\$" --benchmark_min_time=0.01 >"$out/ncu.$op.txt" 2>&1 || rc=$?

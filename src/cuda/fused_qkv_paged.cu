@@ -18,17 +18,17 @@
 // On sm_90a builds running on an sm_90 GPU (MLAKIT_CUDA_WGMMA=on; "auto" keeps it off until a GPU
 // has measured it: the two-stage wgmma kernel before it ran DeepSeek-V3's fp8 projection at T 2048
 // in 1.03 ms on an H200 against 0.67 on mma.sync): the dense and fp8 bf16 GEMMs (the decode-once
-// route's second kernel too) on warpgroup products instead, block tile 128 x 128, two warpgroups,
-// k tiles of 64 in a four-stage cp.async ring loaded two tiles ahead, fp8 codes decoded in shared
-// memory by the block while the previous tile's products run.
+// route's second kernel too) on the pipelined warpgroup GEMM (gemm_pipeline.cuh): block tile
+// 128 x 128 on two warpgroups, k tiles of 64 in a four-stage cp.async ring loaded two tiles
+// ahead, fp8 codes decoded in shared memory by the block while the previous tile's products run.
 // TODO(perf): decode (T <= 32) reads the weight with ceil(N/64) blocks only; a deterministic split-K
 // (fixed-order reduction of partial tiles) would spread the weight stream over every SM.
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/fused_qkv_paged.hpp"
+#include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/wgmma.cuh"
@@ -233,177 +233,36 @@ __global__ void __launch_bounds__(kMmaThreads) gemm_bf16_kernel(Params p) {
     }
 }
 
-// ---- bf16 activations on sm_90a: a pipelined warpgroup GEMM ------------------------------------
-// Block tile 128 rows x 128 columns, two warpgroups of 64 rows each against all 128 columns, k
-// tiles of 64 (four m64n128k16 products a warpgroup) in a ring of kPipeStages shared stages fed by
-// cp.async two tiles ahead, one batch of products in flight over the next tile's barrier. Where the
-// two-stage kernel it replaces loaded each tile through registers and drained the tensor cores
-// every 32 k, the loads here go straight to shared memory in the operands' core-matrix layout and
-// the tensor cores wait only at fp8's 128-wide block ends, whose scale needs the block's sums.
-// fp8 weights land as codes in a ring of their own one tile further ahead and are decoded to bf16
-// (every e4m3 value is a bf16 value) by the whole block while the previous tile's products run.
-constexpr int kPipeBM = 128, kPipeBN = kCoreTileCols, kPipeBK = 64, kPipeThreads = 2 * kCoreTileThreads;
-constexpr int kPipeStages = 4;      // operand stages: tile i + 2 loads while tile i - 1's products may run
-constexpr int kPipeDecoded = 3;     // fp8: decoded weight stages (tile i + 1 decoded while i - 1's products run)
-constexpr int kPipeCodeStages = 3;  // fp8: code stages (tile i + 3 loads while tile i + 1 is decoded)
-constexpr std::size_t kPipeATile = kPipeBM * kPipeBK * 2, kPipeBTile = kPipeBN * kPipeBK * 2;  // bytes
-constexpr std::size_t kPipeCodeTile = kPipeBN * kPipeBK;
-constexpr int kPipeChunks = kPipeBK / 8;  // 16-byte chunks of a bf16 row of a tile
-
-// Byte offsets of the kernel's dynamic shared memory: operand rings, the fp8 rings, the fp8 table
-// and the rows' cache bases.
-struct PipeLayout {
-  std::size_t a, b, codes, table, base, bytes;
-  __host__ __device__ explicit PipeLayout(bool fp8) {
-    a = 0;
-    b = a + kPipeStages * kPipeATile;
-    codes = b + (fp8 ? kPipeDecoded : kPipeStages) * kPipeBTile;
-    table = codes + (fp8 ? kPipeCodeStages * kPipeCodeTile : 0);
-    base = table + 256 * sizeof(std::uint16_t);
-    bytes = base + kPipeBM * sizeof(std::int64_t);
-  }
-};
-
-// Rows [r0, r0 + kRows) x k [k0, k0 + 64) of a bf16 matrix (row stride ld) queued by cp.async into
-// a stage in core-matrix layout (core_offset), zeros past `rows` and k_end. Two neighbouring threads
-// copy one row's 32 bytes of a 16-k step (a whole sector), eight such pairs write 512 contiguous
-// bytes of the stage.
-template <int kRows>
-__device__ __forceinline__ void pipe_queue_bf16(std::uint16_t* stage, const std::uint16_t* src, std::int64_t ld,
-                                                std::int64_t r0, std::int64_t rows, std::int64_t k0, std::int64_t k_end) {
-#pragma unroll
-  for (int i = 0; i < kRows * kPipeChunks / kPipeThreads; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + i * kPipeThreads;
-    const int step = e / (2 * kRows), r = (e % (2 * kRows)) / 2, k = 16 * step + 8 * (e % 2);
-    const std::int64_t row = r0 + r, col = k0 + k;
-    const bool fill = row < rows && col < k_end;
-    cp_async_16(stage + core_offset(kRows, r, k), fill ? src + row * ld + col : src, fill);
-  }
-}
-
-// The fp8 codes of weight rows [r0, r0 + 128) x k [k0, k0 + 64): 16-byte chunks, four a row, each
-// thread's two at its own slots of the stage (kept by index, not by row: the decode reads them back
-// after a barrier).
-__device__ __forceinline__ void pipe_queue_codes(std::uint8_t* stage, const std::uint8_t* src, std::int64_t ld,
-                                                 std::int64_t r0, std::int64_t rows, std::int64_t k0, std::int64_t k_end) {
-#pragma unroll
-  for (int i = 0; i < kPipeBN * 4 / kPipeThreads; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + i * kPipeThreads, r = e / 4, k = 16 * (e % 4);
-    const std::int64_t row = r0 + r, col = k0 + k;
-    const bool fill = row < rows && col < k_end;
-    cp_async_16(stage + 16 * e, fill ? src + row * ld + col : src, fill);
-  }
-}
-
-// A code stage decoded into a weight stage (core-matrix layout): each thread takes the chunks of
-// eight consecutive rows' same k, so that a phase of eight 16-byte stores covers every bank.
-__device__ __forceinline__ void pipe_decode_codes(std::uint16_t* stage, const std::uint8_t* codes,
-                                                  const std::uint16_t* table) {
-#pragma unroll
-  for (int i = 0; i < kPipeBN * 4 / kPipeThreads; ++i) {
-    const int f = static_cast<int>(threadIdx.x) + i * kPipeThreads, r = f % kPipeBN, c = f / kPipeBN;
-    const uint4 v = *reinterpret_cast<const uint4*>(codes + 16 * (4 * r + c));
-    *reinterpret_cast<uint4*>(stage + core_offset(kPipeBN, r, 16 * c)) = decode_fp8x8(v.x, v.y, table);
-    *reinterpret_cast<uint4*>(stage + core_offset(kPipeBN, r, 16 * c + 8)) = decode_fp8x8(v.z, v.w, table);
-  }
-}
-
-// kF8: fp8 weight codes, else bf16 weight (16-byte loads: K a multiple of 16, aligned bases). The
-// products and the fp8 block scales as gemm_bf16_kernel's (each output summed over 16-k products in
-// k order, one scale per 128-wide k block, the 128-column tile inside one scale row), so the results
-// differ from it only by the tensor cores' order of summation within a product.
+// ---- bf16 activations on sm_90a: the pipelined warpgroup GEMM (gemm_pipeline.cuh) ---------------
+// Block tile 128 x 128, the rows' cache bases after the main loop's shared memory.
 template <bool kF8>
-__global__ void __launch_bounds__(kPipeThreads, 1) gemm_bf16_wgmma_kernel(Params p) {
+using WgmmaLayout = pipe::Layout<pipe::Operand::bf16, kF8 ? pipe::Operand::fp8 : pipe::Operand::bf16>;
+template <bool kF8>
+std::size_t wgmma_shared_bytes() {
+  return WgmmaLayout<kF8>(pipe::kBM * sizeof(std::int64_t)).bytes;
+}
+
+// kF8: fp8 weight codes, else bf16 weight (K a multiple of 16, 16-byte aligned rows). The products
+// and the fp8 block scales as gemm_bf16_kernel's (one scale per 128-wide k block, the 128-column
+// tile inside one scale row), so the results differ from it only by the tensor cores' order of
+// summation within a product.
+template <bool kF8>
+__global__ void __launch_bounds__(pipe::kThreads, 1) gemm_bf16_wgmma_kernel(Params p) {
   MLAKIT_DYNAMIC_SHARED(smem);
-  const PipeLayout L(kF8);
-  auto* as = reinterpret_cast<std::uint16_t*>(smem + L.a);
-  auto* bs = reinterpret_cast<std::uint16_t*>(smem + L.b);
-  auto* codes = smem + L.codes;
-  auto* table = reinterpret_cast<std::uint16_t*>(smem + L.table);
-  auto* base = reinterpret_cast<std::int64_t*>(smem + L.base);
-  constexpr int kA = kPipeBM * kPipeBK, kB = kPipeBN * kPipeBK;  // elements of a stage
-  const std::int64_t n0 = p.n_begin + static_cast<std::int64_t>(blockIdx.x) * kPipeBN;
-  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kPipeBM;
-  const int wg = static_cast<int>(threadIdx.x) / kCoreTileThreads;  // the warpgroup's 64 rows
-  if (kF8) build_fp8_table(table);
-  row_bases(p, m0, base, kPipeBM);
-
-  const auto* x = static_cast<const std::uint16_t*>(p.x);
-  const std::int64_t kblocks = (p.K + 127) / 128, tiles = kF8 ? 2 * kblocks : (p.K + kPipeBK - 1) / kPipeBK;
-  const std::int64_t w_rows = p.n_end - p.w_row0, w_r0 = n0 - p.w_row0;
-  // Group j of copies: A(j) and, fp8, the codes of tile j + 1 (dense: B(j)); queued two tiles ahead.
-  const auto queue = [&](std::int64_t j) {
-    if (j < tiles) pipe_queue_bf16<kPipeBM>(as + (j % kPipeStages) * kA, x, p.K, m0, p.T, j * kPipeBK, p.K);
-    if (kF8) {
-      if (j + 1 < tiles)
-        pipe_queue_codes(codes + ((j + 1) % kPipeCodeStages) * kPipeCodeTile, static_cast<const std::uint8_t*>(p.w),
-                         p.K, w_r0, w_rows, (j + 1) * kPipeBK, p.K);
-    } else if (j < tiles) {
-      pipe_queue_bf16<kPipeBN>(bs + (j % kPipeStages) * kB, static_cast<const std::uint16_t*>(p.w), p.K, w_r0, w_rows,
-                               j * kPipeBK, p.K);
-    }
-    cp_async_commit();  // empty past the end: the waits count groups
-  };
-  if (kF8) {
-    pipe_queue_codes(codes, static_cast<const std::uint8_t*>(p.w), p.K, w_r0, w_rows, 0, p.K);
-    cp_async_commit();
-  }
-  queue(0);
-  queue(1);
-  if (kF8) {
-    cp_async_wait<2>();
-    __syncthreads();  // tile 0's codes landed everywhere; the table is built
-    pipe_decode_codes(bs, codes, table);
-  }
-
-  float acc[64], total[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = total[i] = 0.0f;
-  // fp8: two tiles a 128-wide k block (the second zeros past K), unrolled so that every wait is
-  // fixed: products in flight over the block's middle, drained at its end for the scale. A wait
-  // chosen at run time makes ptxas serialize the products (C7514).
-  constexpr int kUnroll = kF8 ? 2 : 1;
-  for (std::int64_t i0 = 0; i0 < tiles; i0 += kUnroll) {
-#pragma unroll
-    for (int h = 0; h < kUnroll; ++h) {
-      const std::int64_t i = i0 + h;
-      cp_async_wait<1>();   // group i: A(i) and, fp8, the codes of tile i + 1
-      fence_proxy_async();  // the decoded weights and the copies, before the products read them
-      __syncthreads();      // landed everywhere; tile i - 2's products complete everywhere
-      queue(i + 2);         // into the stages tile i - 2 used
-      const std::uint16_t* a = as + (i % kPipeStages) * kA + wg * 64 * 16;
-      const std::uint16_t* b = bs + (i % (kF8 ? kPipeDecoded : kPipeStages)) * kB;
-      wgmma_fence(acc);
-#pragma unroll
-      for (int s = 0; s < kPipeBK / 16; ++s)
-        wgmma_m64n128k16(acc, a + s * kPipeBM * 16, b + s * kPipeBN * 16, kCoreLbo, kCoreSbo, true);
-      wgmma_commit();
-      if (kF8 && i + 1 < tiles)  // overlaps the products just issued; its stage was tile i - 2's
-        pipe_decode_codes(bs + ((i + 1) % kPipeDecoded) * kB, codes + ((i + 1) % kPipeCodeStages) * kPipeCodeTile,
-                          table);
-      if (kF8 && h == 1) {
-        // End of a 128-wide k block: its scale (one per 128-column tile) on its sums, then from 0.
-        wgmma_wait<0>(acc);
-        const float sc = p.wscale[(n0 / 128) * kblocks + i0 / 2];
-#pragma unroll
-        for (int e = 0; e < 64; ++e) {
-          total[e] = fmaf(sc, acc[e], total[e]);
-          acc[e] = 0.0f;
-        }
-      } else {
-        wgmma_wait<1>(acc);
-      }
-    }
-  }
-  wgmma_wait<0>(acc);
-  if (kF8) {
-#pragma unroll
-    for (int e = 0; e < 64; ++e) acc[e] = total[e];
-  }
+  auto* base = reinterpret_cast<std::int64_t*>(smem + WgmmaLayout<kF8>(0).extra);
+  const std::int64_t n0 = p.n_begin + static_cast<std::int64_t>(blockIdx.x) * pipe::kBN;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * pipe::kBM;
+  row_bases(p, m0, base, pipe::kBM);  // published by the main loop's first barrier
+  const pipe::Source a{p.x, p.K, m0, p.T}, b{p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0};
+  const std::int64_t kblocks = (p.K + 127) / 128;
+  const float* scales = p.wscale + (n0 / 128) * kblocks;
+  float acc[64];
+  pipe::mainloop<pipe::Operand::bf16, kF8 ? pipe::Operand::fp8 : pipe::Operand::bf16, kF8 ? 2 : 0>(
+      acc, smem, a, b, p.K, [scales](int, std::int64_t g) { return scales[g]; });
 #pragma unroll
   for (int e = 0; e < 64; ++e) {
-    const int r = 64 * wg + core_acc_row(e);
-    store<false>(p, base, r, m0 + r, n0 + core_acc_col(e), acc[e]);
+    const int r = pipe::acc_row(e);
+    store<false>(p, base, r, m0 + r, n0 + pipe::acc_col(e), acc[e]);
   }
 }
 
@@ -553,7 +412,7 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
     Status s;
     const std::size_t limit = max_shared_memory(kOp, &s);
     MLAKIT_STATUS_TRY(s);
-    wgmma = PipeLayout(p.format == kFp8).bytes <= limit;
+    wgmma = (p.format == kFp8 ? wgmma_shared_bytes<true>() : wgmma_shared_bytes<false>()) <= limit;
   }
   // The dense or fp8 GEMM over columns [n_begin, n_end) of p on the 16-byte-load kernels.
   bool counted = false;  // runs() counts calls, not launches (one per decoded column group)
@@ -561,13 +420,12 @@ Status fused_qkv_paged(const FusedQkvPagedDesc& d, const FusedQkvPagedArgs& a, c
     if (wgmma) {
       if (!counted) wgmma_route::count();
       counted = true;
-      const dim3 wg_grid(static_cast<unsigned>(ceil_div(q.n_end - q.n_begin, kPipeBN)),
-                         static_cast<unsigned>(ceil_div(T, kPipeBM)));
-      const std::size_t smem = PipeLayout(fp8).bytes;
-      return fp8 ? launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<true>, wg_grid, kPipeThreads,
-                                 smem, stream, q)
-                 : launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<false>, wg_grid, kPipeThreads,
-                                 smem, stream, q);
+      const dim3 wg_grid(static_cast<unsigned>(ceil_div(q.n_end - q.n_begin, pipe::kBN)),
+                         static_cast<unsigned>(ceil_div(T, pipe::kBM)));
+      return fp8 ? launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<true>, wg_grid, pipe::kThreads,
+                                 wgmma_shared_bytes<true>(), stream, q)
+                 : launch_kernel(kOp, "gemm_bf16_wgmma_kernel", gemm_bf16_wgmma_kernel<false>, wg_grid, pipe::kThreads,
+                                 wgmma_shared_bytes<false>(), stream, q);
     }
     const dim3 mma_grid(static_cast<unsigned>(ceil_div(q.n_end - q.n_begin, kBN)), static_cast<unsigned>(row_tiles));
     return fp8 ? launch_kernel(kOp, "gemm_bf16_kernel", gemm_bf16_kernel<1>, mma_grid, kMmaThreads, 0, stream, q)

@@ -12,9 +12,10 @@
 // 3. kv_gemm_kernel: KV = block-scaled xq·Wᵀ on BF16 tensor cores (fp8 codes are exact in bf16),
 //    64x64 tiles, one bk group at a time: the group's partial sums are scaled by sa·w_s and added in
 //    f32, then rounded to bf16. Heads are processed in chunks that bound the KV buffer. On sm_90a
-//    builds on an sm_90 GPU, MLAKIT_CUDA_WGMMA=on runs it on warpgroup products instead
-//    (kv_gemm_wgmma_kernel; off in "auto": the call at H 128, seq 4096 took 17.4 ms on it against
-//    16.0 on mma.sync on an H200).
+//    builds on an sm_90 GPU, MLAKIT_CUDA_WGMMA=on runs it on warpgroup products instead: for bk 64
+//    or 128 the pipelined GEMM (kv_gemm_pipe_kernel, gemm_pipeline.cuh), else the two-stage
+//    kv_gemm_wgmma_kernel (off in "auto": the call at H 128, seq 4096 took 17.4 ms on the latter
+//    against 16.0 on mma.sync on an H200; the former is not measured yet).
 // 4. attention_kernel (one block per 64 query rows, head and 128 columns of v): S = Q·Kᵀ on BF16
 //    tensor cores (K = [K_nope ; rope part], both bf16), online softmax in f32 registers per query
 //    row over its visible keys only, O += P·V on BF16 tensor cores with P split into three bf16
@@ -33,6 +34,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/common.cuh"
+#include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mla_prefill_fp8.hpp"
 #include "cuda/mma.cuh"
@@ -361,6 +363,37 @@ __global__ void __launch_bounds__(kCoreTileThreads) kv_gemm_wgmma_kernel(GemmPar
 #pragma unroll
   for (int e = 0; e < 64; ++e) {
     const std::int64_t m = m0 + core_acc_row(e), n = n0 + core_acc_col(e);
+    if (m < p.BL && n < p.Nc) p.kv[m * p.Nc + n] = p.needed[m] ? f32_to_bf16(total[e]) : std::uint16_t{0};
+  }
+}
+
+// The same product on the pipelined warpgroup GEMM (gemm_pipeline.cuh; the wgmma route with bk 64
+// or 128, kGroupTiles = bk / 64): both operands' codes decoded in shared memory, each group's sums
+// scaled by sa·w_s at its end as above.
+using KvPipeLayout = pipe::Layout<pipe::Operand::fp8, pipe::Operand::fp8>;
+template <int kGroupTiles>
+__global__ void __launch_bounds__(pipe::kThreads, 1) kv_gemm_pipe_kernel(GemmParams p) {
+  MLAKIT_DYNAMIC_SHARED(smem);
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * pipe::kBN;
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * pipe::kBM;
+  const pipe::Source a{p.xq, p.latent, m0, p.BL}, b{p.w + p.n_first * p.latent, p.latent, n0, p.Nc};
+  // A thread's accumulators lie in two rows (acc_row(e) for e % 4 < 2 and 8 below it); their sa
+  // from two row pointers, w_s by column (32-bit: columns are within one head chunk).
+  const std::int64_t m_lo = m0 + pipe::acc_row(0);
+  const float* sa_lo = m_lo < p.BL ? p.sa + m_lo * p.groups : nullptr;
+  const float* sa_hi = m_lo + 8 < p.BL ? p.sa + (m_lo + 8) * p.groups : nullptr;
+  const int nc = static_cast<int>(p.Nc), n_first = static_cast<int>(p.n_first), bn = static_cast<int>(p.bn);
+  const int n_lo = static_cast<int>(n0) + pipe::acc_col(0);
+  float total[64];
+  pipe::mainloop<pipe::Operand::fp8, pipe::Operand::fp8, kGroupTiles>(
+      total, smem, a, b, p.latent, [&](int e, std::int64_t grp) {
+        const float* sa = e % 4 < 2 ? sa_lo : sa_hi;
+        const int n = n_lo + 8 * (e / 4) + (e & 1);
+        return sa != nullptr && n < nc ? sa[grp] * p.wscale[((n_first + n) / bn) * p.groups + grp] : 0.0f;
+      });
+#pragma unroll
+  for (int e = 0; e < 64; ++e) {
+    const std::int64_t m = m0 + pipe::acc_row(e), n = n0 + pipe::acc_col(e);
     if (m < p.BL && n < p.Nc) p.kv[m * p.Nc + n] = p.needed[m] ? f32_to_bf16(total[e]) : std::uint16_t{0};
   }
 }
@@ -878,8 +911,10 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "mask_kernel", mask_kernel, static_cast<unsigned>(T), kQuantThreads, 0, stream, mp));
   }
 
-  // 3 + 4 per chunk of heads; the KV projection on the wgmma kernel where the route takes it.
+  // 3 + 4 per chunk of heads; the KV projection on the wgmma kernels where the route takes it: the
+  // pipelined one for groups of 64 or 128 k (whole 64-k tiles), the two-stage one for other groups.
   const bool wgmma = wgmma_route::takes(false);
+  const bool pipelined = (d.bk == 64 || d.bk == 128) && KvPipeLayout(0).bytes <= smem_max;
   for (std::int64_t h0 = 0; h0 < H; h0 += heads_per_chunk) {
     const std::int64_t hc = std::min<std::int64_t>(heads_per_chunk, H - h0);
     const std::int64_t Nc = hc * cols_per_head;
@@ -907,9 +942,16 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
       const bool vector = latent % 16 == 0 && d.bk % 16 == 0 && reinterpret_cast<std::uintptr_t>(gm.w) % 16 == 0;
       if (vector && wgmma) {
         if (h0 == 0) wgmma_route::count();
-        const dim3 wg_grid(static_cast<unsigned>(ceil_div(Nc, kCoreTileCols)), static_cast<unsigned>(row_tiles));
-        MLAKIT_STATUS_TRY(
-            launch_kernel(kOp, "kv_gemm_wgmma_kernel", kv_gemm_wgmma_kernel, wg_grid, kCoreTileThreads, 0, stream, gm));
+        if (pipelined) {
+          const dim3 pipe_grid(static_cast<unsigned>(ceil_div(Nc, pipe::kBN)), static_cast<unsigned>(ceil_div(BL, pipe::kBM)));
+          MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_pipe_kernel",
+                                          d.bk == 128 ? kv_gemm_pipe_kernel<2> : kv_gemm_pipe_kernel<1>, pipe_grid,
+                                          pipe::kThreads, KvPipeLayout(0).bytes, stream, gm));
+        } else {
+          const dim3 wg_grid(static_cast<unsigned>(ceil_div(Nc, kCoreTileCols)), static_cast<unsigned>(row_tiles));
+          MLAKIT_STATUS_TRY(
+              launch_kernel(kOp, "kv_gemm_wgmma_kernel", kv_gemm_wgmma_kernel, wg_grid, kCoreTileThreads, 0, stream, gm));
+        }
       } else {
         MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", vector ? kv_gemm_kernel<true> : kv_gemm_kernel<false>,
                                         grid, kGemmThreads, 0, stream, gm));
