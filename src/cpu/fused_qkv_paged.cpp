@@ -52,7 +52,7 @@
 // of at least panel_min_rows rows (per weight format) runs on the panel GEMM (simd/gemm.hpp):
 // work tiles of 256 rows x 256 columns, K in chunks of 256; the activations are widened into the
 // register tiles' packed row groups before the tiles start, in blocks of rows whose packed rows stay
-// within kPackedActivationsMaxBytes (once per tile and chunk where one column tile covers N), and each
+// within half of the last-level cache (once per tile and chunk where one column tile covers N), and each
 // panel of weight columns (dense rows widened as they are packed, fp8 as code·scale rounded once
 // to f32, GPTQ expanded from its value tables, in group order or element by element as above) is formed once
 // per tile in a call of one row tile, or once per block into a buffer shared by the block's row
@@ -86,6 +86,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "cpu/common/bf16_dot.hpp"
 #include "cpu/common/kernels.hpp"
@@ -720,12 +722,19 @@ std::size_t panel_buffer_bytes(std::size_t T, std::size_t K, std::size_t N) {
 // Llama-3-8B's 6144 columns: 7 % of a dense T 512 call); packed once, the tiles read them from
 // cache instead (0.94-0.95x the time of dense and GPTQ T 512 calls). Bounded: every column tile
 // reads the whole buffer again, and once it outgrows a share of the last-level cache those reads
-// stall the kernel by more than the widening cost (Llama-3-8B T 2048 packed whole, 34 MiB:
-// 1.035-1.045x the time of packing per tile). So a larger call runs in blocks of whole row tiles
-// whose packed activations stay within the bound, each block forming the weight panels again:
-// the weights are formed once per block instead of the activations once per column tile.
-constexpr std::size_t kPackedActivationsMaxBytes = std::size_t{16} << 20;
-std::atomic<std::size_t> packed_activations_bound{kPackedActivationsMaxBytes};
+// stall the kernel by more than the widening cost (Llama-3-8B T 2048 packed whole, 34 MiB, on AMD
+// Zen 3 with 32 MiB of L3: 1.035-1.045x the time of packing per tile). So a larger call runs in
+// blocks of whole row tiles whose packed activations stay within the bound, each block forming
+// the weight panels again: the weights are formed once per block instead of the activations once
+// per column tile. The bound is half of the last-level cache the C library reports, at least 16
+// MiB (Zen 3's measured bound): on a Xeon reporting 260 MiB, DeepSeek-V3's fp8 T 2048 (56 MiB
+// packed) ran 0.96x the time packed whole as against in blocks of 16 MiB, dense T 2048 0.98x.
+constexpr std::size_t kPackedActivationsMinBytes = std::size_t{16} << 20;
+std::size_t default_packed_activations_bound() {
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return std::max(kPackedActivationsMinBytes, llc > 0 ? static_cast<std::size_t>(llc) / 2 : std::size_t{0});
+}
+std::atomic<std::size_t> packed_activations_bound{default_packed_activations_bound()};
 
 // Rows that `rows` activation rows take once packed: every row tile padded to whole register-tile
 // groups.
