@@ -252,10 +252,10 @@ __global__ void __launch_bounds__(pipe::kThreads, 1) gemm_bf16_wgmma_kernel(Para
   auto* base = reinterpret_cast<std::int64_t*>(smem + WgmmaLayout<kF8>(0).extra);
   const std::int64_t n0 = p.n_begin + static_cast<std::int64_t>(blockIdx.x) * pipe::kBN;
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * pipe::kBM;
-  row_bases(p, m0, base, pipe::kBM);  // published by the main loop's first barrier
+  row_bases(p, m0, base, pipe::kBM);  // published by the main loop's first barrier (K >= 16)
   const pipe::Source a{p.x, p.K, m0, p.T}, b{p.w, p.K, n0 - p.w_row0, p.n_end - p.w_row0};
   const std::int64_t kblocks = (p.K + 127) / 128;
-  const float* scales = p.wscale + (n0 / 128) * kblocks;
+  const float* scales = kF8 ? p.wscale + (n0 / 128) * kblocks : nullptr;  // this tile's scale row
   float acc[64];
   pipe::mainloop<pipe::Operand::bf16, kF8 ? pipe::Operand::fp8 : pipe::Operand::bf16, kF8 ? 2 : 0>(
       acc, smem, a, b, p.K, [scales](int, std::int64_t g) { return scales[g]; });
