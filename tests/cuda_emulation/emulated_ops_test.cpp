@@ -218,15 +218,7 @@ TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
   }
 }
 
-// ---- op 5's warpgroup (wgmma) kernel ------------------------------------------------------------
-// Every op 5 case, and shapes the matrix lacks (two row tiles, a partial 128-column tile, fp8
-// scales over several 128-column rows and k blocks), with the wgmma kernel forced on and GPTQ
-// decoded once: it takes every call with bf16 activations and K a multiple of 16 (GPTQ through the
-// decoded weight) and passes the golden comparison. The emulation sums each 16-k product as it
-// sums mma.sync's, so its outputs are the bits of the mma.sync kernel: a check of every index of
-// the layout, the fragments and the stages. Its accumulators read NaN until the wait and an
-// operand overwritten before it is reported, so a stage reused too early fails. In the automatic
-// mode it is not taken yet.
+// ---- the warpgroup (wgmma) kernels --------------------------------------------------------------
 // Every case of `cases` (seeds 1 and 2) with the wgmma kernels forced on, then on mma.sync: the
 // route is counted exactly when takes(knobs, inputs), the golden comparison passes, no output is
 // overrun, and both runs give the same bits (the emulation sums a wgmma product as it sums
@@ -277,6 +269,14 @@ int expect_wgmma_bits(const goldens::OpDriver& driver, const std::vector<std::pa
   return taken_cases;
 }
 
+// Every op 5 case, and shapes the matrix lacks (two row tiles, a partial 128-column tile, fp8
+// scales over several 128-column rows and k blocks), with the wgmma kernel forced on and GPTQ
+// decoded once: it takes every call with bf16 activations and K a multiple of 16 (GPTQ through the
+// decoded weight) and passes the golden comparison. The emulation sums each 16-k product as it
+// sums mma.sync's, so its outputs are the bits of the mma.sync kernel: a check of every index of
+// the layout, the fragments and the stages. Its accumulators read NaN until the wait and an
+// operand overwritten before it is reported, so a stage reused too early fails. In the automatic
+// mode it is not taken yet.
 TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("fused_qkv_paged");
   ASSERT_NE(driver, nullptr);
