@@ -31,7 +31,6 @@
 #include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tile.cuh"
 #include "cuda/mma.cuh"
-#include "cuda/wgmma.cuh"
 #include "cuda/wgmma_route.hpp"
 
 namespace mlakit::cuda {

@@ -137,8 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, EmulatedCuda, ::testing::ValuesIn(params()),
                            return info.param.op + "_" + info.param.spec.name + "_seed" + std::to_string(info.param.seed);
                          });
 
-// ---- op 5's GPTQ decode-once route --------------------------------------------------------------
-// Sets the route's mode for a scope.
+// ---- helpers of the route tests ------------------------------------------------------------------
 // The golden matrix's cases of an operator, by name, for a test to add its own shapes to.
 std::vector<std::pair<std::string, json>> matrix_cases(const goldens::OpDriver& driver) {
   std::vector<std::pair<std::string, json>> cases;
@@ -175,6 +174,7 @@ using PrefetchMode = ScopedMode<&cuda::mla_prefetch::mode, &cuda::mla_prefetch::
 using RingMode = ScopedMode<&cuda::sparse_mla_ring::mode, &cuda::sparse_mla_ring::set_mode>;
 using WideMode = ScopedMode<&cuda::sparse_mla_ring::wide_mode, &cuda::sparse_mla_ring::set_wide_mode>;
 
+// ---- op 5's GPTQ decode-once route --------------------------------------------------------------
 // Every GPTQ case with bf16 activations (zero points v1 and v2, g_idx, f16 and bf16 scales, an MLA
 // cache, decode rows), forced through the decode-once route and forced off, plus a prefill of two
 // row tiles in the automatic mode: the route runs (a decode launch and a GEMM launch per column
@@ -228,44 +228,39 @@ TEST(EmulatedCudaGptq, DecodeOnceGivesTheBitsOfTheDecodeInTheLoop) {
 int expect_wgmma_bits(const goldens::OpDriver& driver, const std::vector<std::pair<std::string, json>>& cases,
                       const std::function<bool(const json&, const Bundle&)>& takes, bool by_default) {
   int taken_cases = 0;
-  for (const auto& [name, knobs] : cases) {
-    SCOPED_TRACE(name);
-    for (std::uint64_t seed : {1, 2}) {
-      const Bundle inputs = driver.generate(knobs, seed);
-      Bundle expected = inputs;
-      EXPECT_TRUE(driver.run(expected, RunOptions{Backend::reference}).ok());
-      const bool taken = takes(knobs, inputs);
-      Bundle actual = inputs, mma = inputs;
-      {
-        WgmmaMode m(core::RouteMode::on);
-        const long before = cuda::wgmma_route::runs();
-        const Status s = run_staged(driver, actual, RunOptions{Backend::cuda});
-        EXPECT_TRUE(s.ok()) << s.message;
-        EXPECT_EQ(cuda::wgmma_route::runs() - before, taken ? 1 : 0) << "the wgmma route";
-        taken_cases += taken && seed == 1;
-      }
-      for (const auto& c : driver.compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
-      for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
-      {
-        // The mma.sync kernels: the automatic mode where it keeps them, else the route forced off.
-        WgmmaMode m(by_default ? core::RouteMode::off : core::RouteMode::automatic);
-        const long before = cuda::wgmma_route::runs();
-        EXPECT_TRUE(run_staged(driver, mma, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::wgmma_route::runs(), before) << (by_default ? "taken when off" : "taken in the automatic mode");
-      }
-      for (const auto& out : actual.output_names())
-        EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernels'";
-      if (by_default && seed == 1) {
-        WgmmaMode m(core::RouteMode::automatic);
-        Bundle automatic = inputs;
-        const long before = cuda::wgmma_route::runs();
-        EXPECT_TRUE(run_staged(driver, automatic, RunOptions{Backend::cuda}).ok());
-        EXPECT_EQ(cuda::wgmma_route::runs() - before, taken ? 1 : 0) << "the automatic mode";
-        for (const auto& out : actual.output_names())
-          EXPECT_TRUE(actual.at(out).same_bytes(automatic.at(out))) << "'" << out << "' differs in the automatic mode";
-      }
+  for_cases_and_seeds(driver, cases, [&](const json& knobs, std::uint64_t seed, const Bundle& inputs,
+                                         const Bundle& expected) {
+    const bool taken = takes(knobs, inputs);
+    Bundle actual = inputs, mma = inputs;
+    {
+      WgmmaMode m(core::RouteMode::on);
+      const long before = cuda::wgmma_route::runs();
+      const Status s = run_staged(driver, actual, RunOptions{Backend::cuda});
+      EXPECT_TRUE(s.ok()) << s.message;
+      EXPECT_EQ(cuda::wgmma_route::runs() - before, taken ? 1 : 0) << "the wgmma route";
+      taken_cases += taken && seed == 1;
     }
-  }
+    for (const auto& c : driver.compare(expected, actual)) EXPECT_TRUE(c.pass) << goldens::describe(c);
+    for (const auto& out : actual.output_names()) EXPECT_TRUE(actual.at(out).guard_intact()) << out << " overrun";
+    {
+      // The mma.sync kernels: the automatic mode where it keeps them, else the route forced off.
+      WgmmaMode m(by_default ? core::RouteMode::off : core::RouteMode::automatic);
+      const long before = cuda::wgmma_route::runs();
+      EXPECT_TRUE(run_staged(driver, mma, RunOptions{Backend::cuda}).ok());
+      EXPECT_EQ(cuda::wgmma_route::runs(), before) << (by_default ? "taken when off" : "taken in the automatic mode");
+    }
+    for (const auto& out : actual.output_names())
+      EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernels'";
+    if (by_default && seed == 1) {
+      WgmmaMode m(core::RouteMode::automatic);
+      Bundle automatic = inputs;
+      const long before = cuda::wgmma_route::runs();
+      EXPECT_TRUE(run_staged(driver, automatic, RunOptions{Backend::cuda}).ok());
+      EXPECT_EQ(cuda::wgmma_route::runs() - before, taken ? 1 : 0) << "the automatic mode";
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(automatic.at(out))) << "'" << out << "' differs in the automatic mode";
+    }
+  });
   return taken_cases;
 }
 
