@@ -1,6 +1,7 @@
-// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16, m64n16k16, m64n32k16 and
-// m64n256k16 with bf16 operands read from shared memory through matrix descriptors and f32
-// accumulators in registers, asynchronous to the issuing threads.
+// Warpgroup tensor-core products (sm_90a): wgmma.mma_async m64n128k16, m64n16k16, m64n32k16,
+// m64n64k16 and m64n256k16 with bf16 operands read from shared memory through matrix descriptors
+// (m64n128k16 also with A in registers) and f32 accumulators in registers, asynchronous to the
+// issuing threads.
 //
 // Operand layout in shared memory (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory
 // Layout", no swizzle, K-major): core matrices of 8 rows x 8 bf16 (16 bytes a row, 128 contiguous
@@ -83,6 +84,18 @@ __device__ __forceinline__ void wgmma_fence(float (&d)[R]) {
   wgmma_fence();
 }
 
+// The same with registers holding A fragments (register-A products) tied to it as well.
+template <int R, int Q>
+__device__ __forceinline__ void wgmma_fence(float (&d)[R], std::uint32_t (&a)[Q]) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+#pragma unroll
+  for (int i = 0; i < Q; ++i) asm volatile("" : "+r"(a[i])::"memory");
+#else
+  (void)a;
+#endif
+  wgmma_fence(d);
+}
+
 __device__ __forceinline__ void wgmma_commit() {
 #if defined(MLAKIT_CUDA_WGMMA_ASM)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -104,6 +117,19 @@ __device__ __forceinline__ void wgmma_wait(float (&d)[R]) {
   ::mlakit_cuda_emu::wgmma_wait(N);
 #else
   (void)d;
+#endif
+}
+
+// The same with registers holding A fragments of the products tied to it too: their values are
+// kept (the products read them until they complete).
+template <int N, int R, int Q>
+__device__ __forceinline__ void wgmma_wait(float (&d)[R], std::uint32_t (&a)[Q]) {
+  wgmma_wait<N>(d);
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+#pragma unroll
+  for (int i = 0; i < Q; ++i) asm volatile("" : "+r"(a[i])::"memory");
+#else
+  (void)a;
 #endif
 }
 
@@ -200,6 +226,32 @@ __device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], const std::uint16
 #endif
 }
 
+// The same with B 64 rows x 16 (d: 32 accumulators).
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const std::uint16_t* a, const std::uint16_t* b,
+                                                std::uint32_t lbo, std::uint32_t sbo, bool accumulate) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  const std::uint64_t da = smem_desc(a, lbo, sbo), db = smem_desc(b, lbo, sbo);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(static_cast<int>(accumulate)));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::wgmma_bf16(d, 64, a, lbo, sbo, b, lbo, sbo, false, accumulate);
+#else
+  (void)a, (void)b, (void)lbo, (void)sbo, (void)accumulate;
+  wgmma_unavailable(d);
+#endif
+}
+
 
 // The same with B 32 rows x 16 (d: 16 accumulators).
 __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const std::uint16_t* a, const std::uint16_t* b,
@@ -220,6 +272,40 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const std::uint1
   ::mlakit_cuda_emu::wgmma_bf16(d, 32, a, lbo, sbo, b, lbo, sbo, false, accumulate);
 #else
   (void)a, (void)b, (void)lbo, (void)sbo, (void)accumulate;
+  wgmma_unavailable(d);
+#endif
+}
+
+// d (+)= A·B over 16 k with A in registers and B 16 k x 128 columns, MN-major (its own lbo and
+// sbo): a, this thread's share of A (64 x 16), is mma.sync's m16n8k16 A fragment for the 16 rows
+// of its warp, so the accumulator fragment of an earlier product, rounded to bf16 and packed in
+// pairs, is the A of the next without any exchange. The registers a must hold their values until
+// the wait for this product.
+__device__ __forceinline__ void wgmma_m64n128k16_rs_mn(float (&d)[64], const std::uint32_t (&a)[4], const std::uint16_t* b,
+                                                       std::uint32_t b_lbo, std::uint32_t b_sbo, bool accumulate) {
+#if defined(MLAKIT_CUDA_WGMMA_ASM)
+  const std::uint64_t db = smem_desc(b, b_lbo, b_sbo);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(static_cast<int>(accumulate)));
+#elif defined(MLAKIT_CUDA_EMULATION)
+  ::mlakit_cuda_emu::wgmma_bf16_rs(d, 128, a, b, b_lbo, b_sbo, true, accumulate);
+#else
+  (void)a, (void)b, (void)b_lbo, (void)b_sbo, (void)accumulate;
   wgmma_unavailable(d);
 #endif
 }

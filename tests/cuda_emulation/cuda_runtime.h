@@ -12,9 +12,11 @@
 // synchronizations and copies are counted for the tests).
 // mma.sync m16n8k16 is emulated from the PTX fragment layout (documented in src/cuda/mma.cuh),
 // with the products summed in f64: the emulation checks the kernels' logic and indexing, not the
-// tensor cores' rounding. wgmma.mma_async m64nNk16 (src/cuda/wgmma.cuh) likewise, per thread
-// from its operands in shared memory, and asynchronous as cp.async below: its accumulators read
-// NaN until the wait for its group, and an operand changed before that wait is reported.
+// tensor cores' rounding; a NaN result is the canonical NaN (0x7fffffff) whatever NaN went in, as
+// on the tensor cores. wgmma.mma_async m64nNk16 (src/cuda/wgmma.cuh) likewise, per thread from its
+// operands in shared memory (A also from registers), and asynchronous as cp.async below: its
+// accumulators read NaN until the wait for its group, and an operand changed before that wait is
+// reported.
 // The emulated device is an sm_90 GPU (compute capability 9.x). ldmatrix .x4 (.trans) is a warp collective that reads the rows the lanes
 // name (each 16 bytes, 16-byte aligned, not in device memory, and not past the end of the block's
 // dynamic shared memory: static __shared__ arrays are plain statics here).
@@ -79,6 +81,11 @@ void cp_async_wait(int pending_groups);
 // that wait.
 void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, std::uint32_t a_sbo, const std::uint16_t* b,
                 std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate);
+// The same with A in registers (wgmma's register-A form): a[4] is the issuing lane's share of A's
+// 64 x 16, mma.sync's m16n8k16 A fragment per warp (warp w: rows 16w .. 16w + 15), exchanged
+// within each warp as its 32 lanes issue; captured at the issue.
+void wgmma_bf16_rs(float* d, int n, const std::uint32_t a[4], const std::uint16_t* b, std::uint32_t b_lbo,
+                   std::uint32_t b_sbo, bool b_mn_major, bool accumulate);
 void wgmma_commit();
 void wgmma_wait(int pending_groups);
 unsigned char* dynamic_shared();

@@ -276,6 +276,68 @@ TEST(DeviceCode, WgmmaReadsAnMnMajorB) {
     }
 }
 
+// D[64 x 128] = A[64 x 32]·B[32 x 128] in two products of 16 k with A in registers (each lane's
+// mma.sync A fragment of its warp's 16 rows) and B MN-major (sbo 128 along the columns, lbo 2048
+// along k), then E[64 x 64] = A[.., 0:16]·C[64 x 16]ᵀ with both operands K-major in shared memory
+// (m64n64k16).
+__global__ void wgmma_rs_kernel(const std::uint16_t* a, const std::uint16_t* b, const std::uint16_t* c64, float* out,
+                                float* out64) {
+  __shared__ __align__(128) std::uint16_t As[1024], Bs[2][2048], Cs[1024];
+  for (int e = threadIdx.x; e < 64 * 16; e += 128) As[wg_byte(e / 16, e % 16, 128, 256) / 2] = a[(e / 16) * 32 + e % 16];
+  for (int e = threadIdx.x; e < 32 * 128; e += 128) {
+    const int k = e / 128, n = e % 128;
+    Bs[k / 16][((n / 8) * 128 + (k % 16 / 8) * 2048 + (k % 8) * 16 + (n % 8) * 2) / 2] = b[e];
+  }
+  for (int e = threadIdx.x; e < 64 * 16; e += 128) Cs[wg_byte(e / 16, e % 16, 128, 256) / 2] = c64[e];
+  fence_proxy_async();
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, q = t % 4;
+  const auto pair = [&](int r, int k) {
+    return static_cast<std::uint32_t>(a[r * 32 + k]) | static_cast<std::uint32_t>(a[r * 32 + k + 1]) << 16;
+  };
+  std::uint32_t frag[2][4];
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * w + g, k = 16 * h + 2 * q;
+    frag[h][0] = pair(r, k);
+    frag[h][1] = pair(r + 8, k);
+    frag[h][2] = pair(r, k + 8);
+    frag[h][3] = pair(r + 8, k + 8);
+  }
+  float d[64], e64[32];
+  for (int i = 0; i < 64; ++i) d[i] = 1e30f;
+  for (int i = 0; i < 32; ++i) e64[i] = 1e30f;
+  wgmma_fence(d, frag[0]);
+  wgmma_m64n128k16_rs_mn(d, frag[0], Bs[0], 2048, 128, false);
+  wgmma_m64n128k16_rs_mn(d, frag[1], Bs[1], 2048, 128, true);
+  wgmma_m64n64k16(e64, As, Cs, 128, 256, false);
+  wgmma_commit();
+  wgmma_wait<0>(d);
+  wgmma_wait<0>(e64);
+  store_fragment<128>(d, out);
+  store_fragment<64>(e64, out64);
+}
+
+TEST(DeviceCode, WgmmaTakesAFromRegistersAndHasA64ColumnShape) {
+  std::mt19937 rng(13);
+  const SmallInts as(64 * 32, rng), bs(32 * 128, rng), cs(64 * 16, rng);
+  std::vector<float> out(64 * 128, -1.0f), out64(64 * 64, -1.0f);
+  mlakit_cuda_emu::launch(wgmma_rs_kernel, dim3(1), dim3(128), 0, nullptr, static_cast<const std::uint16_t*>(as.bf.data()),
+                          static_cast<const std::uint16_t*>(bs.bf.data()), static_cast<const std::uint16_t*>(cs.bf.data()),
+                          out.data(), out64.data());
+  for (int r = 0; r < 64; ++r) {
+    for (int n = 0; n < 128; ++n) {
+      int want = 0;
+      for (int k = 0; k < 32; ++k) want += as.v[static_cast<std::size_t>(r * 32 + k)] * bs.v[static_cast<std::size_t>(k * 128 + n)];
+      ASSERT_EQ(out[static_cast<std::size_t>(r * 128 + n)], static_cast<float>(want)) << "register A: " << r << "," << n;
+    }
+    for (int n = 0; n < 64; ++n) {
+      int want = 0;
+      for (int k = 0; k < 16; ++k) want += as.v[static_cast<std::size_t>(r * 32 + k)] * cs.v[static_cast<std::size_t>(n * 16 + k)];
+      ASSERT_EQ(out64[static_cast<std::size_t>(r * 64 + n)], static_cast<float>(want)) << "m64n64k16: " << r << "," << n;
+    }
+  }
+}
+
 // ---- top-k -------------------------------------------------------------------------------------
 constexpr int kThreads = 512;
 

@@ -126,6 +126,9 @@ void fiber_entry() {
 }
 
 float bf16_lo(std::uint32_t r) { return __uint_as_float(r << 16); }
+// A tensor-core sum rounded to f32; NaN as the canonical NaN the tensor cores give (whichever NaN
+// went in), so that no result depends on which operand's NaN a CPU instruction passes on.
+float tensor_core_result(double s) { return s != s ? __uint_as_float(0x7fffffffu) : static_cast<float>(s); }
 float bf16_hi(std::uint32_t r) { return __uint_as_float(r & 0xFFFF0000u); }
 
 // D = A·B + C for one warp, with the fragment layout of mma.m16n8k16 (.bf16, .f32).
@@ -156,7 +159,7 @@ void run_mma(Fiber* lanes) {
     for (int j = 0; j < 8; ++j) {
       double s = C[i][j];
       for (int k = 0; k < 16; ++k) s += static_cast<double>(A[i][k]) * static_cast<double>(B[k][j]);
-      D[i][j] = static_cast<float>(s);
+      D[i][j] = tensor_core_result(s);
     }
   for (int l = 0; l < 32; ++l) {
     Fiber& f = lanes[l];
@@ -436,43 +439,50 @@ void cp_async_wait(int pending_groups) {
   f.copies.swap(left);
 }
 
-void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, std::uint32_t a_sbo, const std::uint16_t* b,
-                std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate) {
+namespace {
+
+// Core matrix (row group q, k group h) of an operand: 128 bytes, in shared memory; sbo steps along
+// the rows (M or N), lbo along k.
+const unsigned char* core_matrix(const unsigned char* base, std::uint32_t lbo, std::uint32_t sbo, int q, int h) {
+  const unsigned char* at = base + static_cast<std::size_t>(q) * sbo + static_cast<std::size_t>(h) * lbo;
+  if (in_device_memory(at, 128)) fail("wgmma: an operand in device memory, not shared memory");
+  return at;
+}
+
+// Element (r, k) of an operand in shared memory: K-major, a core matrix's 16-byte rows are its 8
+// rows (8 k each); MN-major, its 8 k (8 rows or columns each).
+double operand_element(const unsigned char* base, std::uint32_t lbo, std::uint32_t sbo, bool mn_major, int r, int k) {
+  std::uint16_t v;
+  const unsigned char* c = core_matrix(base, lbo, sbo, r / 8, k / 8);
+  std::memcpy(&v, mn_major ? c + (k % 8) * 16 + (r % 8) * 2 : c + (r % 8) * 16 + (k % 8) * 2, 2);
+  return static_cast<double>(__uint_as_float(static_cast<std::uint32_t>(v) << 16));
+}
+
+// Queues the issuing thread's share of a product D (+)= A·B over 16 k, N = n: its accumulators'
+// values computed now (f64 sums in k order from the accumulators at the issue, as mma.sync's),
+// delivered at the wait for its group; A's element (row, k) from a_element, A's core matrices in
+// shared memory (none when A is in registers) and B's kept to be checked unchanged then.
+template <class AElement>
+void issue_product(float* d, int n, const AElement& a_element, const unsigned char* pa, std::uint32_t a_lbo,
+                   std::uint32_t a_sbo, const std::uint16_t* b, std::uint32_t b_lbo, std::uint32_t b_sbo,
+                   bool b_mn_major, bool accumulate) {
   Fiber& f = self();
-  const std::size_t threads = static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z;
-  if (threads % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
-  const auto* pa = reinterpret_cast<const unsigned char*>(a);
   const auto* pb = reinterpret_cast<const unsigned char*>(b);
-  if (!aligned16(pa) || !aligned16(pb) || (a_lbo | a_sbo | b_lbo | b_sbo) % 16 != 0)
+  if ((pa != nullptr && !aligned16(pa)) || !aligned16(pb) || (a_lbo | a_sbo | b_lbo | b_sbo) % 16 != 0)
     fail("wgmma: an operand start, lbo or sbo not a multiple of 16 bytes");
   if (n % 8 != 0 || n < 8 || n > 256) fail("wgmma: N not a multiple of 8 in [8, 256]");
   const std::size_t regs = static_cast<std::size_t>(n) / 2;
   AsyncProduct p{d, std::vector<float>(regs), {}, f.product_commits};
-  // Core matrix (row group q, k group h) of an operand: 128 bytes, in shared memory; sbo steps
-  // along the rows (M or N), lbo along k.
-  auto core = [&](const unsigned char* base, std::uint32_t lbo, std::uint32_t sbo, int q, int h) {
-    const unsigned char* at = base + static_cast<std::size_t>(q) * sbo + static_cast<std::size_t>(h) * lbo;
-    if (in_device_memory(at, 128)) fail("wgmma: an operand in device memory, not shared memory");
-    return at;
-  };
-  for (int q = 0; q < 8; ++q)
+  for (int q = 0; pa != nullptr && q < 8; ++q)
     for (int h = 0; h < 2; ++h) {
-      const unsigned char* at = core(pa, a_lbo, a_sbo, q, h);
+      const unsigned char* at = core_matrix(pa, a_lbo, a_sbo, q, h);
       p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
     }
   for (int q = 0; q < n / 8; ++q)
     for (int h = 0; h < 2; ++h) {
-      const unsigned char* at = core(pb, b_lbo, b_sbo, q, h);
+      const unsigned char* at = core_matrix(pb, b_lbo, b_sbo, q, h);
       p.operands.emplace_back(at, std::vector<unsigned char>(at, at + 128));
     }
-  // Element (r, k): K-major, a core matrix's 16-byte rows are its 8 rows (8 k each); MN-major, its
-  // 8 k (8 rows or columns each).
-  auto element = [&](const unsigned char* base, std::uint32_t lbo, std::uint32_t sbo, bool mn_major, int r, int k) {
-    std::uint16_t v;
-    const unsigned char* c = core(base, lbo, sbo, r / 8, k / 8);
-    std::memcpy(&v, mn_major ? c + (k % 8) * 16 + (r % 8) * 2 : c + (r % 8) * 16 + (k % 8) * 2, 2);
-    return static_cast<double>(__uint_as_float(static_cast<std::uint32_t>(v) << 16));
-  };
   // The accumulators' values at the issue: those of this thread's last product on d still in
   // flight, else the registers.
   const float* in = d;
@@ -488,12 +498,50 @@ void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, st
     for (int e = 0; e < 4; ++e) {
       const int row = 16 * w + g + (e >= 2 ? 8 : 0), col = 8 * i + 2 * c + (e & 1);
       double s = accumulate ? in[4 * i + e] : 0.0;
-      for (int k = 0; k < 16; ++k)
-        s += element(pa, a_lbo, a_sbo, false, row, k) * element(pb, b_lbo, b_sbo, b_mn_major, col, k);
-      p.result[static_cast<std::size_t>(4 * i + e)] = static_cast<float>(s);
+      for (int k = 0; k < 16; ++k) s += a_element(row, k) * operand_element(pb, b_lbo, b_sbo, b_mn_major, col, k);
+      p.result[static_cast<std::size_t>(4 * i + e)] = tensor_core_result(s);
     }
   for (std::size_t i = 0; i < regs; ++i) d[i] = __uint_as_float(0x7fc00000u);  // in flight
   f.products.push_back(std::move(p));
+}
+
+std::size_t block_threads() { return static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z; }
+
+}  // namespace
+
+void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, std::uint32_t a_sbo, const std::uint16_t* b,
+                std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate) {
+  if (block_threads() % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
+  const auto* pa = reinterpret_cast<const unsigned char*>(a);
+  if (!aligned16(pa)) fail("wgmma: an operand start, lbo or sbo not a multiple of 16 bytes");
+  const auto a_element = [&](int row, int k) { return operand_element(pa, a_lbo, a_sbo, false, row, k); };
+  issue_product(d, n, a_element, pa, a_lbo, a_sbo, b, b_lbo, b_sbo, b_mn_major, accumulate);
+}
+
+void wgmma_bf16_rs(float* d, int n, const std::uint32_t a[4], const std::uint16_t* b, std::uint32_t b_lbo,
+                   std::uint32_t b_sbo, bool b_mn_major, bool accumulate) {
+  if (block_threads() % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
+  // A row's 16 k lie in the four lanes of its quad (mma.sync's A fragment): lane c of the quad
+  // holds k 2c, 2c + 1 (registers 0 and 1: rows g and g + 8) and k 8 + 2c, + 1 (registers 2, 3).
+  // The quad's registers, exchanged as the warp's lanes all issue the product.
+  const unsigned lane = threadIdx.x % 32;
+  std::uint32_t quad[4][4];
+  for (int mask = 0; mask < 4; ++mask) {
+    const std::uint64_t lo = mask == 0 ? (a[0] | static_cast<std::uint64_t>(a[1]) << 32)
+                                       : warp_shfl_xor(a[0] | static_cast<std::uint64_t>(a[1]) << 32, mask);
+    const std::uint64_t hi = mask == 0 ? (a[2] | static_cast<std::uint64_t>(a[3]) << 32)
+                                       : warp_shfl_xor(a[2] | static_cast<std::uint64_t>(a[3]) << 32, mask);
+    const unsigned c = (lane ^ static_cast<unsigned>(mask)) & 3u;
+    quad[c][0] = static_cast<std::uint32_t>(lo);
+    quad[c][1] = static_cast<std::uint32_t>(lo >> 32);
+    quad[c][2] = static_cast<std::uint32_t>(hi);
+    quad[c][3] = static_cast<std::uint32_t>(hi >> 32);
+  }
+  const auto a_element = [&](int row, int k) {
+    const std::uint32_t r = quad[(k % 8) / 2][(row % 16 >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+    return static_cast<double>(k % 2 == 0 ? bf16_lo(r) : bf16_hi(r));
+  };
+  issue_product(d, n, a_element, nullptr, 0, 0, b, b_lbo, b_sbo, b_mn_major, accumulate);
 }
 
 void wgmma_commit() { ++self().product_commits; }
