@@ -44,14 +44,15 @@
 #                    the ring kernel on mma.sync (.../cuda.ring_mma) and on its wide steps
 #                    (.../cuda.wide), op 3's with its attention tiles prefetched
 #                    (.../cuda.prefetch), ops 3 and 5's rows again
-#                    through the wgmma kernels (.../cuda.wgmma)
+#                    through the wgmma kernels (op 3's KV projection and attention;
+#                    .../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
 #                                     -> OUT/bench_ops.json, OUT/torch.json, OUT/table_rows.txt
 #         ncu        Nsight Compute (speed of light, launch statistics, occupancy) on the kernels
 #                    of each headline row, the first calls (op 4's again on its wide steps, op 3's
-#                    with its attention tiles prefetched, op 5's fp8 T 2048 on its wgmma GEMM)
+#                    on its wgmma kernels, op 5's fp8 T 2048 on its wgmma GEMM)
 #                                                                                   -> OUT/ncu.txt
 #         amx        the amx level on the host's CPU: the tile kernels' and the tile routes' tests,
 #                    the tile GEMM rows and ops 4 and 5 at the amx and avx512bf16 levels, and
@@ -400,9 +401,10 @@ phase_ncu() {
   local ncu entry row op rc
   ncu=$(command -v ncu || find /usr/local/cuda* /opt -name ncu -type f -perm -u+x 2>/dev/null | head -1)
   [ -n "$ncu" ] || { fail "ncu: not found"; return; }
-  # ROW@wide: op 4's row on the ring kernel's wide steps; ROW@prefetch: op 3's with its attention
-  # tiles prefetched; ROW@wgmma: op 5's on its pipelined warpgroup GEMM.
-  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide mla_prefill_fp8/h128_b1_s4096_c0@prefetch \
+  # ROW@wide: op 4's row on the ring kernel's wide steps; ROW@wgmma: op 3's and op 5's on the
+  # warpgroup kernels (op 3's KV projection on the pipelined GEMM and its attention, each kernel's
+  # time apart).
+  for entry in "${headline_rows[@]}" sparse_mla_prefill/dsv32_t4096@wide mla_prefill_fp8/h128_b1_s4096_c0@wgmma \
       fused_qkv_paged/deepseek_v3_mla_fp8_t2048@wgmma; do
     row=${entry%@*} op=${entry//\//.}
     rc=0

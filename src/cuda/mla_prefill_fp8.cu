@@ -27,7 +27,10 @@
 //    the query's row names, and a key counts only where its bit is set. With
 //    MLAKIT_CUDA_MLA_PREFETCH=on (16-byte loads) the tiles arrive by cp.async, the next tile's K
 //    asked for once every warp's scores have read this one and its V once every warp's P·V has,
-//    so each is in flight over other work (FlashAttention-2's order); the same bits.
+//    so each is in flight over other work (FlashAttention-2's order); the same bits. With
+//    MLAKIT_CUDA_WGMMA=on (the same loads) attention_wgmma_kernel takes the tiles the same way and
+//    runs S and P·V on warpgroup products, P's bf16 parts as the register A operand (FlashAttention-
+//    3's reuse of the score accumulators); the same bits.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -440,16 +443,20 @@ __global__ void __launch_bounds__(kQuantThreads) mask_kernel(MaskParams p) {
   }
 }
 
+// Q, K and V in shared memory: rows padded by 16 bytes (ldmatrix's 8 rows in 8 bank groups), or
+// for the warpgroup products (wg) unpadded core matrices: each group of eight rows stored 8
+// columns at a time, 128 contiguous bytes per 8 x 8 (wgmma.cuh's layout with lbo 128 bytes along
+// the columns and sbo 16·width bytes between row groups).
 struct AttnLayout {
   std::size_t row_b, row_vis, qs, ks, vs, bytes;
-  __host__ __device__ explicit AttnLayout(int qkp) {
-    const std::size_t ld = static_cast<std::size_t>(qkp + 8);
+  __host__ __device__ AttnLayout(int qkp, bool wg) {
+    const std::size_t ld = static_cast<std::size_t>(qkp + (wg ? 0 : 8)), ldv = wg ? kVCols : kLdV;
     row_b = 0;
     row_vis = row_b + kQRows * sizeof(int);
     qs = row_vis + kQRows * sizeof(std::int64_t);
     ks = qs + kQRows * ld * sizeof(std::uint16_t);
     vs = ks + kKeys * ld * sizeof(std::uint16_t);
-    bytes = vs + static_cast<std::size_t>(kKeys) * kLdV * sizeof(std::uint16_t);
+    bytes = vs + static_cast<std::size_t>(kKeys) * ldv * sizeof(std::uint16_t);
   }
 };
 
@@ -483,21 +490,65 @@ __device__ __forceinline__ void pv_mma(float (&o)[kVTiles][4], const std::uint32
   }
 }
 
+// O += P·V over a tile's 64 keys, P as kParts bf16 fragments per 16 keys (split(kc, parts) forms
+// those of the kc-th, to be added in the order given): on mma.sync (pv_mma) 16 keys at a time, or
+// with kWg as register-A warpgroup products (all of the tile's P in registers), V MN-major in
+// AttnLayout's core matrices (8 keys x 8 columns each: sbo 128 bytes along the columns, lbo 2048
+// along the keys), complete on return.
+template <bool kWg, int kParts, class Split>
+__device__ __forceinline__ void pv_tile(float (&o)[kVTiles][4], const Split& split, const std::uint16_t* vs, int vcols) {
+  if constexpr (kWg) {
+    std::uint32_t parts[kKeys / 16][kParts][4];
+#pragma unroll
+    for (int kc = 0; kc < kKeys / 16; ++kc) split(kc, parts[kc]);
+    auto& of = *reinterpret_cast<float(*)[kVTiles * 4]>(&o);
+    auto& pf = *reinterpret_cast<std::uint32_t(*)[kKeys / 16 * kParts * 4]>(&parts);
+    wgmma_fence(of, pf);
+#pragma unroll
+    for (int kc = 0; kc < kKeys / 16; ++kc)
+#pragma unroll
+      for (int q = 0; q < kParts; ++q) wgmma_m64n128k16_rs_mn(of, parts[kc][q], vs + kc * 16 * kVCols, 2048, 128, true);
+    wgmma_commit();
+    wgmma_wait<0>(of, pf);
+  } else {
+#pragma unroll
+    for (int kc = 0; kc < kKeys / 16; ++kc) {
+      std::uint32_t parts[kParts][4];
+      split(kc, parts);
+      pv_mma(o, parts, vs, kc, vcols);
+    }
+  }
+}
+
 // One block per 64 query rows, head and 128 columns of v; warp w owns query rows [16w, 16w+16).
 // Scores, the online softmax and the output accumulators stay in registers (the C fragment of
 // Q·Kᵀ is the A fragment of P·V); K and V tiles of 64 keys go through shared memory key by key,
 // 16 bytes a store, V's fragments read by ldmatrix .trans.
-template <bool kPrefetch>
+// kWg (with kPrefetch): the products on the warpgroup (sm_90a): S as qkp / 16 m64n64k16 products
+// with Q and K read from shared memory as core matrices, P·V as m64n128k16 products with P's bf16
+// parts in registers (the accumulator fragment of S is their A fragment) and V read MN-major; the
+// same registers, the same sums in the same order as on mma.sync, so the same bits. kQkSteps: qkp
+// / 16 fixed at compile time (S's products unrolled), or 0 (a loop over qkp, which ptxas
+// serializes, C7520).
+template <bool kPrefetch, bool kWg = false, int kQkSteps = 0>
 __device__ __forceinline__ void attention_body(const AttnParams& p) {
+  static_assert(kPrefetch || !kWg, "the warpgroup products take their tiles by cp.async");
   MLAKIT_DYNAMIC_SHARED(smem);
-  const AttnLayout L(p.qkp);
+  const AttnLayout L(p.qkp, kWg);
   auto* row_b = reinterpret_cast<int*>(smem + L.row_b);
   auto* row_vis = reinterpret_cast<std::int64_t*>(smem + L.row_vis);
   auto* qs = reinterpret_cast<std::uint16_t*>(smem + L.qs);
   auto* ks = reinterpret_cast<std::uint16_t*>(smem + L.ks);
   auto* vs = reinterpret_cast<std::uint16_t*>(smem + L.vs);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-  const int ld = p.qkp + 8, qk = p.qk, qkp = p.qkp, nope = p.nope, vdim = p.v;
+  const int ld = p.qkp + (kWg ? 0 : 8), qk = p.qk, qkp = p.qkp, nope = p.nope, vdim = p.v;
+  // Element (row r, column d) of Q or K (qkp columns) and of V (kVCols columns) in the layout.
+  const auto qk_at = [&](std::uint16_t* base, int r, int d) {
+    return kWg ? base + (r / 8) * 8 * qkp + (d / 8) * 64 + (r % 8) * 8 + d % 8 : base + r * ld + d;
+  };
+  const auto v_at = [&](int r, int d) {
+    return kWg ? vs + (r / 8) * 8 * kVCols + (d / 8) * 64 + (r % 8) * 8 + d % 8 : vs + r * kLdV + d;
+  };
   const int vc0 = blockIdx.z * kVCols, vcols = min(kVCols, vdim - vc0);
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * kQRows;
   const int hl = blockIdx.y, h = p.h_first + hl;
@@ -524,15 +575,16 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
       const std::int64_t t = t0 + r;
       uint4 x = make_uint4(0, 0, 0, 0);
       if (t < p.T && d < qk) x = *reinterpret_cast<const uint4*>(p.q + (t * p.H + h) * qk + d);
-      *reinterpret_cast<uint4*>(qs + r * ld + d) = x;
+      *reinterpret_cast<uint4*>(qk_at(qs, r, d)) = x;
     }
   } else {
     for (int e = tid; e < kQRows * qkp; e += kAttnThreads) {
       const int r = e / qkp, d = e % qkp;
       const std::int64_t t = t0 + r;
-      qs[r * ld + d] = (t < p.T && d < qk) ? p.q[(t * p.H + h) * qk + d] : std::uint16_t{0};
+      *qk_at(qs, r, d) = (t < p.T && d < qk) ? p.q[(t * p.H + h) * qk + d] : std::uint16_t{0};
     }
   }
+  if constexpr (kWg) fence_proxy_async();  // Q, before the products read it
   __syncthreads();
 
   const int rows[2] = {warp * 16 + g, warp * 16 + g + 8};  // the two query rows of this thread
@@ -585,7 +637,7 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
           const int kk = e / vecs, d = (e % vecs) * 8;
           const bool ok = kk < keys && d < qk;
           const std::uint16_t* src = !ok ? p.kv : d < nope ? kv_rows + kk * nc + d : kr_rows + kk * p.rope + (d - nope);
-          cp_async_16(ks + kk * ld + d, src, ok);
+          cp_async_16(qk_at(ks, kk, d), src, ok);
         }
         cp_async_commit();
       };
@@ -596,7 +648,7 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
         for (int e = tid; any && e < kKeys * (kVCols / 8); e += kAttnThreads) {
           const int kk = e / (kVCols / 8), d = (e % (kVCols / 8)) * 8;
           const bool ok = kk < keys && d < vcols;
-          cp_async_16(vs + kk * kLdV + d, ok ? v_rows + kk * nc + d : p.kv, ok);
+          cp_async_16(v_at(kk, d), ok ? v_rows + kk * nc + d : p.kv, ok);
         }
         cp_async_commit();  // possibly empty: the group count stays two a tile
       };
@@ -647,10 +699,25 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
             vs[kk * kLdV + d] = (j < n_keys && d < vcols) ? p.kv[br * p.Nc + kv_col + nope + vc0 + d] : std::uint16_t{0};
           }
         }
+        if constexpr (kWg) fence_proxy_async();  // the copies, before the products read them
         __syncthreads();
 
         // S = scale · Q·Kᵀ for this warp's 16 rows x 64 keys; keys a row cannot see are -inf.
         float s[kKeys / 8][4];
+        if constexpr (kWg) {  // the fragment is the same registers in the same order
+          auto& sf = *reinterpret_cast<float(*)[kKeys / 2]>(&s);
+          wgmma_fence(sf);
+          wgmma_m64n64k16(sf, qs, ks, 128, 16 * qkp, false);
+          if constexpr (kQkSteps > 0) {
+#pragma unroll
+            for (int k0 = 16; k0 < 16 * kQkSteps; k0 += 16)
+              wgmma_m64n64k16(sf, qk_at(qs, 0, k0), qk_at(ks, 0, k0), 128, 16 * qkp, true);
+          } else {
+            for (int k0 = 16; k0 < qkp; k0 += 16) wgmma_m64n64k16(sf, qk_at(qs, 0, k0), qk_at(ks, 0, k0), 128, 16 * qkp, true);
+          }
+          wgmma_commit();
+          wgmma_wait<0>(sf);
+        } else {
 #pragma unroll
         for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
         for (int k0 = 0; k0 < qkp; k0 += 16) {
@@ -664,6 +731,7 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
             mma_bf16_16816(s[j], af, b0);
             mma_bf16_16816(s[j + 1], af, b1);
           }
+        }
         }
         if constexpr (kPrefetch) {
           __syncthreads();  // every warp's S has read ks
@@ -695,16 +763,15 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
             }
           if constexpr (kPrefetch) {
             cp_async_wait<1>();  // this tile's V (the next tile's K may still be in flight)
+            if constexpr (kWg) fence_proxy_async();
             __syncthreads();
           }
-#pragma unroll
-          for (int kc = 0; kc < kKeys / 16; ++kc) {
-            const std::uint32_t pa[1][4] = {{pack_bf16x2(f32_to_bf16(s[2 * kc][0]), f32_to_bf16(s[2 * kc][1])),
-                                             pack_bf16x2(f32_to_bf16(s[2 * kc][2]), f32_to_bf16(s[2 * kc][3])),
-                                             pack_bf16x2(f32_to_bf16(s[2 * kc + 1][0]), f32_to_bf16(s[2 * kc + 1][1])),
-                                             pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]))}};
-            pv_mma(o, pa, vs, kc, vcols);
-          }
+          pv_tile<kWg, 1>(o, [&](int kc, std::uint32_t (&pa)[1][4]) {
+            pa[0][0] = pack_bf16x2(f32_to_bf16(s[2 * kc][0]), f32_to_bf16(s[2 * kc][1]));
+            pa[0][1] = pack_bf16x2(f32_to_bf16(s[2 * kc][2]), f32_to_bf16(s[2 * kc][3]));
+            pa[0][2] = pack_bf16x2(f32_to_bf16(s[2 * kc + 1][0]), f32_to_bf16(s[2 * kc + 1][1]));
+            pa[0][3] = pack_bf16x2(f32_to_bf16(s[2 * kc + 1][2]), f32_to_bf16(s[2 * kc + 1][3]));
+          }, vs, vcols);
           end_tile(kt, next);
           continue;
         }
@@ -743,17 +810,15 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
         // O += P·V with P as three bf16 parts (smallest first).
         if constexpr (kPrefetch) {
           cp_async_wait<1>();  // this tile's V (the next tile's K may still be in flight)
+          if constexpr (kWg) fence_proxy_async();
           __syncthreads();
         }
-#pragma unroll
-        for (int kc = 0; kc < kKeys / 16; ++kc) {
-          std::uint32_t parts[3][4];  // lo, mid, hi: the smallest first
+        pv_tile<kWg, 3>(o, [&](int kc, std::uint32_t (&parts)[3][4]) {  // lo, mid, hi: the smallest first
           split_bf16(s[2 * kc][0], s[2 * kc][1], parts[2][0], parts[1][0], parts[0][0]);
           split_bf16(s[2 * kc][2], s[2 * kc][3], parts[2][1], parts[1][1], parts[0][1]);
           split_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1], parts[2][2], parts[1][2], parts[0][2]);
           split_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3], parts[2][3], parts[1][3], parts[0][3]);
-          pv_mma(o, parts, vs, kc, vcols);
-        }
+        }, vs, vcols);
         end_tile(kt, next);
       }
     }
@@ -789,6 +854,12 @@ __device__ __forceinline__ void attention_body(const AttnParams& p) {
 // scores: 208 registers).
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttnParams p) { attention_body<false>(p); }
 __global__ void __launch_bounds__(kAttnThreads, 2) attention_prefetch_kernel(AttnParams p) { attention_body<true>(p); }
+template <int kQkSteps>
+__global__ void __launch_bounds__(kAttnThreads, 2) attention_wgmma_kernel(AttnParams p) {
+  attention_body<true, true, kQkSteps>(p);
+}
+// DeepSeek's qk (128 + 64) has its own kernel: S's products unrolled.
+constexpr int kDeepSeekQkSteps = 192 / 16;
 
 core::RouteSwitch& prefetch_route() {
   static core::RouteSwitch r("MLAKIT_CUDA_MLA_PREFETCH");
@@ -824,7 +895,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
   Status s;
   const std::size_t smem_max = max_shared_memory(kOp, &s);
   MLAKIT_STATUS_TRY(s);
-  const AttnLayout attn_layout(qkp);
+  const AttnLayout attn_layout(qkp, false), attn_wg_layout(qkp, true);
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "v", "nope+rope=" + std::to_string(qk) + " with v=" + std::to_string(vdim),
                                        attn_layout.bytes, smem_max));
 
@@ -911,10 +982,16 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "mask_kernel", mask_kernel, static_cast<unsigned>(T), kQuantThreads, 0, stream, mp));
   }
 
-  // 3 + 4 per chunk of heads; the KV projection on the wgmma kernels where the route takes it: the
-  // pipelined one for groups of 64 or 128 k (whole 64-k tiles), the two-stage one for other groups.
+  // 3 + 4 per chunk of heads; on the wgmma kernels where the route takes them: the KV projection
+  // (the pipelined kernel for groups of 64 or 128 k, whole 64-k tiles; the two-stage one for other
+  // groups) with 16-byte weight loads, the attention with 16-byte tile loads.
   const bool wgmma = wgmma_route::takes(false);
   const bool pipelined = (d.bk == 64 || d.bk == 128) && KvPipeLayout(0).bytes <= smem_max;
+  const bool gemm_vector = latent % 16 == 0 && d.bk % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.kv_b_proj.data) % 16 == 0;
+  const bool attn_vector = qk % 8 == 0 && nope % 8 == 0 && rope % 8 == 0 && vdim % 8 == 0 &&
+                           reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0;
+  const bool attn_wgmma = wgmma && attn_vector;
+  if (wgmma && ((BL > 0 && gemm_vector) || attn_wgmma)) wgmma_route::count();
   for (std::int64_t h0 = 0; h0 < H; h0 += heads_per_chunk) {
     const std::int64_t hc = std::min<std::int64_t>(heads_per_chunk, H - h0);
     const std::int64_t Nc = hc * cols_per_head;
@@ -939,9 +1016,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
                                   "buffer_length=" + std::to_string(BL) + " (at most " + std::to_string(65535 * kBM) +
                                       " per launch)");
       const dim3 grid(static_cast<unsigned>(ceil_div(Nc, kBN)), static_cast<unsigned>(row_tiles));
-      const bool vector = latent % 16 == 0 && d.bk % 16 == 0 && reinterpret_cast<std::uintptr_t>(gm.w) % 16 == 0;
-      if (vector && wgmma) {
-        if (h0 == 0) wgmma_route::count();
+      if (gemm_vector && wgmma) {
         if (pipelined) {
           const dim3 pipe_grid(static_cast<unsigned>(ceil_div(Nc, pipe::kBN)), static_cast<unsigned>(ceil_div(BL, pipe::kBM)));
           MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_pipe_kernel",
@@ -953,7 +1028,7 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
               launch_kernel(kOp, "kv_gemm_wgmma_kernel", kv_gemm_wgmma_kernel, wg_grid, kCoreTileThreads, 0, stream, gm));
         }
       } else {
-        MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", vector ? kv_gemm_kernel<true> : kv_gemm_kernel<false>,
+        MLAKIT_STATUS_TRY(launch_kernel(kOp, "kv_gemm_kernel", gemm_vector ? kv_gemm_kernel<true> : kv_gemm_kernel<false>,
                                         grid, kGemmThreads, 0, stream, gm));
       }
     }
@@ -980,20 +1055,24 @@ Status mla_prefill_fp8(const MlaPrefillFp8Desc& d, const MlaPrefillFp8Args& a, c
     ap.round_p = d.numerics != MlaNumerics::max;
     ap.keep = keep_words > 0 ? tmp.at<std::uint32_t>(keep) : nullptr;
     ap.keep_words = keep_words;
-    ap.vector_loads = qk % 8 == 0 && nope % 8 == 0 && rope % 8 == 0 && vdim % 8 == 0 &&
-                      reinterpret_cast<std::uintptr_t>(a.q.data) % 16 == 0;
-    // Forced on only until a GPU has measured it (the same bits either way).
-    ap.prefetch = ap.vector_loads && prefetch_route().mode() == core::RouteMode::on;
-    if (ap.prefetch && h0 == 0) g_prefetch_runs.fetch_add(1);
+    ap.vector_loads = attn_vector;
+    // Forced on only until a GPU has measured it (the same bits either way); the wgmma kernel
+    // prefetches its tiles in the same order.
+    ap.prefetch = ap.vector_loads && (attn_wgmma || prefetch_route().mode() == core::RouteMode::on);
+    if (ap.prefetch && !attn_wgmma && h0 == 0) g_prefetch_runs.fetch_add(1);
     if (hc > 65535)
       return exceeds_one_launch(kOp, "num_heads", "num_heads=" + std::to_string(H));
     const dim3 grid(static_cast<unsigned>(ceil_div(T, kQRows)), static_cast<unsigned>(hc),
                     static_cast<unsigned>(ceil_div(vdim, kVCols)));
     MLAKIT_STATUS_TRY(
-        ap.prefetch ? launch_kernel(kOp, "attention_prefetch_kernel", attention_prefetch_kernel, grid, kAttnThreads,
-                                    attn_layout.bytes, stream, ap)
-                    : launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kAttnThreads, attn_layout.bytes,
-                                    stream, ap));
+        attn_wgmma    ? launch_kernel(kOp, "attention_wgmma_kernel",
+                                      qkp == 16 * kDeepSeekQkSteps ? attention_wgmma_kernel<kDeepSeekQkSteps>
+                                                                   : attention_wgmma_kernel<0>,
+                                      grid, kAttnThreads, attn_wg_layout.bytes, stream, ap)
+        : ap.prefetch ? launch_kernel(kOp, "attention_prefetch_kernel", attention_prefetch_kernel, grid, kAttnThreads,
+                                      attn_layout.bytes, stream, ap)
+                      : launch_kernel(kOp, "attention_kernel", attention_kernel, grid, kAttnThreads, attn_layout.bytes,
+                                      stream, ap));
   }
   return Status::success();
 }

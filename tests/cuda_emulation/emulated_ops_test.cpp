@@ -298,8 +298,9 @@ TEST(EmulatedCudaWgmma, TakesTheBf16GemmsAndGivesTheBitsOfTheMmaKernel) {
 
 // Every op 3 case, and one whose KV projection spans two row tiles, a partial 128-column tile and
 // several bk groups, with the wgmma kernels forced on: the KV projection takes the wgmma kernel
-// where latent and bk are multiples of 16 and the call has new tokens and window rows, passes the golden comparison
-// and gives the bits of the mma.sync kernel (as above).
+// where latent and bk are multiples of 16 and the call has window rows, the attention where nope,
+// rope and v are multiples of 8 (16-byte tile loads), each call with new tokens counted once; the
+// golden comparison passes and the outputs are the bits of the mma.sync kernels (as above).
 TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("mla_prefill_fp8");
   ASSERT_NE(driver, nullptr);
@@ -317,10 +318,12 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
   const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
     const Tensor& bro = b.at("buffer_row_offsets");
     const std::uint32_t rows = bro.data<std::uint32_t>()[bro.numel() - 1];
-    const std::int64_t latent = b.params.at("latent").get<std::int64_t>(), bk = b.params.at("bk").get<std::int64_t>();
-    return b.at("q").shape()[0] > 0 && rows > 0 && latent % 16 == 0 && bk % 16 == 0;
+    const auto dim = [&](const char* key) { return b.params.at(key).get<std::int64_t>(); };
+    const bool gemm = rows > 0 && dim("latent") % 16 == 0 && dim("bk") % 16 == 0;
+    const bool attention = dim("nope") % 8 == 0 && dim("rope") % 8 == 0 && dim("v") % 8 == 0;
+    return b.at("q").shape()[0] > 0 && (gemm || attention);
   }, false);
-  EXPECT_GE(taken, 13) << "the cases with latent and bk multiples of 16, and the four above";
+  EXPECT_GE(taken, 13) << "the cases with latent and bk multiples of 16 or 16-byte attention tiles, and the four above";
 }
 
 // ---- op 3's attention tiles by cp.async ----------------------------------------------------------
@@ -397,6 +400,36 @@ TEST(EmulatedCudaMla, PrefetchedTilesGiveTheBitsOfTheLoadedOnes) {
       EXPECT_TRUE(actual.at(out).same_bytes(loaded.at(out))) << "'" << out << "' differs from the loaded tiles'";
   });
   EXPECT_GE(taken_cases, 34) << "the cases with nope, rope and v multiples of 8, and the three above";
+}
+
+// Op 3's attention on the warpgroup products, over many key tiles (two sequences in one block of
+// query rows, qk 40 padded to 48 for the products), under the max and the deepseek numerics, with
+// topk_indices, and with v in two blocks of columns, the second partial: with the wgmma kernels
+// forced on the outputs pass the golden comparison, are the bits of the mma.sync kernels and stay
+// so under every schedule of the emulator (a tile refilled while a warp's products still read it
+// fails there). (The matrix's cases run in TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel.)
+TEST(EmulatedCudaMla, WgmmaAttentionGivesTheBitsOfTheMmaKernelsUnderEverySchedule) {
+  const goldens::OpDriver* driver = goldens::find_driver("mla_prefill_fp8");
+  ASSERT_NE(driver, nullptr);
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"many_tiles_two_sequences", json{{"num_heads", 2}, {"nope", 24}, {"rope", 16}, {"v", 40},
+                                        {"seq_lens", {40, 230}}, {"cache_lens", {30, 150}}}},
+      {"many_tiles_deepseek", json{{"numerics", "deepseek_ue8m0"}, {"num_heads", 2}, {"nope", 32}, {"rope", 16},
+                                   {"v", 24}, {"seq_lens", {200}}, {"cache_lens", {140}}}},
+      {"many_tiles_topk", json{{"numerics", "deepseek_ue8m0"}, {"topk", 40}, {"num_heads", 2}, {"nope", 16},
+                               {"rope", 8}, {"v", 16}, {"seq_lens", {150}}, {"cache_lens", {100}}}},
+      {"two_v_blocks", json{{"num_heads", 2}, {"nope", 16}, {"rope", 8}, {"v", 136}, {"seq_lens", {90}},
+                            {"cache_lens", {70}}}}};
+  for_cases_and_seeds(*driver, cases, [&](const json&, std::uint64_t seed, const Bundle& inputs, const Bundle& expected) {
+    const Bundle actual = run_forced_on<WgmmaMode>(*driver, inputs, expected, &cuda::wgmma_route::runs, true, seed);
+    Bundle mma = inputs;
+    {
+      WgmmaMode m(core::RouteMode::off);
+      ASSERT_TRUE(run_staged(*driver, mma, RunOptions{Backend::cuda}).ok());
+    }
+    for (const auto& out : actual.output_names())
+      EXPECT_TRUE(actual.at(out).same_bytes(mma.at(out))) << "'" << out << "' differs from the mma.sync kernels'";
+  });
 }
 
 // ---- op 4's ring kernel --------------------------------------------------------------------------
