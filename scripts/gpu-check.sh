@@ -30,7 +30,7 @@
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
 #                    through the decode-once route, op 4's cases again through the ring kernel
 #                    (the default from 64 heads) with its products on wgmma and on mma.sync, on
-#                    its wide steps, and through the first kernel, ops 3 and 5's cases again
+#                    its wide steps, and through the first kernel, ops 1, 3 and 5's cases again
 #                    through the wgmma kernels (op 5's GPTQ decoded once), op 3's with its attention
 #                    tiles prefetched, test_gpu's graph
 #                    capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its
@@ -43,9 +43,9 @@
 #                    op 4's T=4096 row again through the first kernel (named .../cuda.first),
 #                    the ring kernel on mma.sync (.../cuda.ring_mma) and on its wide steps
 #                    (.../cuda.wide), op 3's with its attention tiles prefetched
-#                    (.../cuda.prefetch), ops 3 and 5's rows again
-#                    through the wgmma kernels (op 3's KV projection and attention;
-#                    .../cuda.wgmma)
+#                    (.../cuda.prefetch), ops 1, 3 and 5's rows again
+#                    through the wgmma kernels (op 1's scores, op 3's KV projection and
+#                    attention; .../cuda.wgmma)
 #                                                            -> OUT/bench_ops.json, OUT/torch.json
 #         table      every cuda benchmark row (one bounded process per operator) and the PyTorch
 #                    headline cases (--quick) on the GPU, and the joined table for RESULTS.md
@@ -236,14 +236,15 @@ phase_gpu_tests() {
   # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
   # forced); op 4's cases, its graph capture and device flag through the ring kernel (taken in the
   # automatic mode from 64 heads, which few golden cases have), with its products on wgmma (its
-  # default), on mma.sync and on its wide steps (forced only), and through the first kernel; ops 3
-  # and 5's cases through the wgmma
-  # kernels (off in the automatic mode: slower there), op 5's GPTQ cases decoded once so that they
-  # reach one.
+  # default), on mma.sync and on its wide steps (forced only), and through the first kernel; ops 1,
+  # 3 and 5's cases through the wgmma
+  # kernels (off in the automatic mode: slower there or not measured), op 5's GPTQ cases decoded
+  # once so that they reach one.
   route_pass test_fused_qkv_paged.gptq_decode_once MLAKIT_CUDA_GPTQ_DECODE_ONCE test_fused_qkv_paged '*gptq*cuda*'
   route_pass test_fused_qkv_paged.wgmma "MLAKIT_CUDA_WGMMA MLAKIT_CUDA_GPTQ_DECODE_ONCE" test_fused_qkv_paged \
     '*cuda*:*Cuda*'
   route_pass test_mla_prefill_fp8.wgmma MLAKIT_CUDA_WGMMA test_mla_prefill_fp8 '*cuda*:*Cuda*'
+  route_pass test_lightning_indexer.wgmma MLAKIT_CUDA_WGMMA test_lightning_indexer '*cuda*:*Cuda*'
   route_pass test_mla_prefill_fp8.prefetch MLAKIT_CUDA_MLA_PREFETCH test_mla_prefill_fp8 '*cuda*:*Cuda*'
   route_pass test_sparse_mla_prefill.ring_mma "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_WGMMA=off" \
     test_sparse_mla_prefill '*cuda*:*Cuda*'
@@ -283,7 +284,7 @@ phase_sanitizers() {
                 fused_qkv_paged.fp8_bf16_partial_blocks@wgmma
                 mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_mma
                 sparse_mla_prefill.deepseek_bf16@first sparse_mla_prefill.deepseek_bf16@ring_wide
-                mla_prefill_fp8.deepseek_dims@prefetch)
+                mla_prefill_fp8.deepseek_dims@prefetch lightning_indexer.default@wgmma)
   run_tool() {
     local tool=$1 failed=0
     shift
@@ -317,7 +318,7 @@ phase_sanitizers() {
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
 # the ring kernel (its products on wgmma); NAME@ring_mma: the same on mma.sync; NAME@ring_wide:
 # the ring kernel on its wide steps; NAME@first: op 4's file through the first kernel; NAME@wgmma:
-# an op 3 or 5 file through the wgmma kernels; NAME@prefetch: an op 3 file with its attention tiles
+# an op 1, 3 or 5 file through the wgmma kernels; NAME@prefetch: an op 3 file with its attention tiles
 # prefetched. Sets `once`, `ring`, `wide`, `wgmma` and `prefetch` (the route switches' values) for
 # the entry.
 route_env() {
@@ -384,7 +385,7 @@ phase_headline() {
   route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_MLA_PREFETCH prefetch '^mla_prefill_fp8/h128_b1_s4096_c0/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA wgmma \
-    '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0)/cuda$' 60
+    '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0|lightning_indexer/prefill_b1_s4096_c8192_h64)/cuda$' 75
   route_rows MLAKIT_CUDA_GPTQ_DECODE_ONCE=off in_loop '^fused_qkv_paged/llama3_8b_gptq_t512/cuda$' 45
   rc=0
   PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_baseline.py --device cuda --op all "${headline_torch[@]}" \
@@ -467,7 +468,7 @@ PY
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   route_rows MLAKIT_CUDA_MLA_PREFETCH prefetch '^mla_prefill_fp8/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
-  route_rows MLAKIT_CUDA_WGMMA wgmma '^(fused_qkv_paged|mla_prefill_fp8)/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
+  route_rows MLAKIT_CUDA_WGMMA wgmma '^(fused_qkv_paged|mla_prefill_fp8|lightning_indexer)/.*/cuda$' "${MLAKIT_TABLE_OP_SECONDS:-150}"
   rc=0
   PYTHONUNBUFFERED=1 timeout "${MLAKIT_TABLE_TORCH_SECONDS:-120}" python3 bench/torch_baseline.py --device cuda \
     --op all --quick --reps 5 --json "$out/torch.json" >>"$out/summary.txt" 2>&1 || rc=$?
@@ -490,6 +491,7 @@ sanitizer_files=(
   sparse_mla_prefill.flashmla_v32@ring_mma sparse_mla_prefill.deepseek_fp8@ring_mma
   sparse_mla_prefill.general_bf16@ring sparse_mla_prefill.deepseek_fp8@first
   sparse_mla_prefill.flashmla_v32@ring sparse_mla_prefill.general_bf16@ring_wide mla_prefill_fp8.chunked@prefetch
+  lightning_indexer.default@wgmma
 )
 
 phase_sanitizer() {

@@ -15,6 +15,9 @@
 // key scale multiplies the head sum. A query tile that spans two sequences is
 // processed one sequence segment at a time (each segment has its own keys).
 //
+// With MLAKIT_CUDA_WGMMA=on (sm_90a), DeepSeek's shape (64 heads of 128, sequences of four new rows
+// or more) is scored by one warpgroup a block on warpgroup products, four query rows at once (kWg
+// below).
 // fp8 x fp8 products are exact in bf16 x bf16 -> f32, so only the accumulation rounds (f32).
 // Selection. One block of 512 threads per query row over the row's scores (kept in global memory,
 // one row of max_keys floats per query row, processed in row chunks that bound the buffer): radix
@@ -27,12 +30,17 @@
 #include "cuda/lightning_indexer.hpp"
 #include "cuda/mma.cuh"
 #include "cuda/topk.cuh"
+#include "cuda/wgmma.cuh"
+#include "cuda/wgmma_route.hpp"
 
 namespace mlakit::cuda {
 namespace {
 
 constexpr const char* kOp = "lightning_indexer";
 constexpr int kScoreThreads = 256;
+// The warpgroup kernel (kWg below): one warpgroup, four query rows of 64 heads (the products' 256
+// columns), head_dim 128 (8 products a key tile, unrolled: a loop over them would be serialized).
+constexpr int kWgThreads = 128, kWgRows = 4, kWgHeads = 64, kWgDim = 128;
 constexpr int kKeyTile = 64;
 constexpr int kKeysPerBlock = 1024;
 constexpr int kTopkThreads = 512;
@@ -52,10 +60,12 @@ struct ScoreParams {
 };
 
 // `ring`: the codes of two key tiles (Dp bytes a key) and their scales, for the cp.async gather.
+// Q's rows and the key tile: rows padded by 16 bytes for ldmatrix, or (wg) core matrices for the
+// warpgroup products.
 struct ScoreLayout {
   std::size_t kbase, kscale, qw, table, qs, ks, codes, ring_scale, bytes;
-  __host__ __device__ ScoreLayout(int QR, int Hp, int Dp, bool ring) {
-    const std::size_t ld = static_cast<std::size_t>(Dp + 8);
+  __host__ __device__ ScoreLayout(int QR, int Hp, int Dp, bool ring, bool wg = false) {
+    const std::size_t ld = static_cast<std::size_t>(Dp + (wg ? 0 : 8));
     kbase = 0;
     kscale = kbase + kKeyTile * sizeof(std::int64_t);
     qw = kscale + kKeyTile * sizeof(float);
@@ -73,10 +83,19 @@ __device__ __forceinline__ float relu_ieee(float x) { return (x > 0.0f || x != x
 
 // VectorCodes is a template argument, not a branch on p: with both gathers in one body ptxas spilled
 // the two-row kernel's accumulators.
-template <int QR, bool VectorCodes>
-__global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
+// kWg (sm_90a; with VectorCodes, QR = kWgRows, Hp = kWgHeads, Dp = kWgDim): one warpgroup scores
+// a key tile for the block's four rows at once, keys as the products' 64 rows and (row, head) as
+// their 256 columns, K tile and Q as core matrices; each thread then holds all 64 heads of its two
+// keys for a row in groups of four (heads 2c, 2c + 1, 8 + 2c, 9 + 2c of each 16-head tile). The
+// fold is the mma.sync kernel's, step for step: per head tile the pair (h, h + 8), then the pairs
+// of neighbouring heads (in registers), then the lanes of a quad, the head tiles in order; so the
+// same scores. A block's rows from another sequence are multiplied too but not written.
+template <int QR, bool VectorCodes, bool kWg = false>
+__global__ void __launch_bounds__(kWg ? kWgThreads : kScoreThreads) score_kernel(ScoreParams p) {
+  static_assert(!kWg || (VectorCodes && QR == kWgRows), "the warpgroup kernel gathers by cp.async, four rows");
+  constexpr int kThreads = kWg ? kWgThreads : kScoreThreads;
   MLAKIT_DYNAMIC_SHARED(smem);
-  const ScoreLayout L(QR, p.Hp, p.Dp, VectorCodes);
+  const ScoreLayout L(QR, p.Hp, p.Dp, VectorCodes, kWg);
   auto* kbase = reinterpret_cast<std::int64_t*>(smem + L.kbase);
   auto* kscale = reinterpret_cast<float*>(smem + L.kscale);
   auto* qw = reinterpret_cast<float*>(smem + L.qw);
@@ -89,8 +108,12 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   __shared__ std::int64_t row_t[QR], row_n[QR];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int ld = p.Dp + 8;
+  const int ld = p.Dp + (kWg ? 0 : 8);
   const int H = p.H, D = p.D, Hp = p.Hp, Dp = p.Dp;
+  // Element (row n, column d) of Q's rows (n = row·Hp + head) or of the key tile, in the layout.
+  const auto at = [&](std::uint16_t* base, int n, int d) {
+    return kWg ? base + (n / 8) * 8 * Dp + (d / 8) * 64 + (n % 8) * 8 + d % 8 : base + n * ld + d;
+  };
   build_fp8_table(table);
   if (tid < QR) {
     const std::int64_t t = p.row0 + static_cast<std::int64_t>(blockIdx.x) * QR + tid;
@@ -110,16 +133,17 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
   __syncthreads();
 
   // The block's query rows, decoded, and their head weights (zero for padding rows and heads).
-  for (int e = tid; e < QR * Hp * Dp; e += kScoreThreads) {
+  for (int e = tid; e < QR * Hp * Dp; e += kThreads) {
     const int r = e / (Hp * Dp), rem = e % (Hp * Dp), h = rem / Dp, d = rem % Dp;
     std::uint16_t v = 0;
     if (row_seq[r] >= 0 && h < H && d < D) v = table[p.q[(row_t[r] * H + h) * D + d]];
-    qs[(r * Hp + h) * ld + d] = v;
+    *at(qs, r * Hp + h, d) = v;
   }
-  for (int e = tid; e < QR * Hp; e += kScoreThreads) {
+  for (int e = tid; e < QR * Hp; e += kThreads) {
     const int r = e / Hp, h = e % Hp;
     qw[e] = (row_seq[r] >= 0 && h < H) ? p.q_s[row_t[r] * H + h] : 0.0f;
   }
+  if constexpr (kWg) fence_proxy_async();  // Q, before the products read it
   __syncthreads();
 
   constexpr int kWarpsPerRow = 8 / QR;
@@ -158,8 +182,54 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
     for (std::int64_t chunk = blockIdx.y; chunk * kKeysPerBlock < n_max; chunk += gridDim.y) {
       const std::int64_t k_begin = chunk * kKeysPerBlock;
       const std::int64_t k_end = min(k_begin + kKeysPerBlock, n_max);
+      // Scores of the key tile at kt from ks and kscale: the warpgroup's, for the segment's rows.
+      auto score_tile_wg = [&](std::int64_t kt) {
+        float acc[128];
+        wgmma_fence(acc);
+        wgmma_m64n256k16(acc, ks, qs, 128, 16 * kWgDim, false);
+#pragma unroll
+        for (int s = 1; s < kWgDim / 16; ++s) wgmma_m64n256k16(acc, ks + 64 * 2 * s, qs + 64 * 2 * s, 128, 16 * kWgDim, true);
+        wgmma_commit();
+        wgmma_wait<0>(acc);
+        // acc[4i + e]: key 16·warp + g (+ 8 for e >= 2), column 8i + 2c + (e & 1) = row·64 + head.
+#pragma unroll
+        for (int r = 0; r < kWgRows; ++r) {
+          if (r < seg || r >= seg_end) continue;
+          float score[2] = {0.0f, 0.0f};  // keys g and g + 8 of the warp's 16
+#pragma unroll
+          for (int m = 0; m < kWgHeads / 16; ++m)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              float v[2];
+#pragma unroll
+              for (int col = 0; col < 2; ++col) {
+                const int h0 = 16 * m + 2 * c + col, h1 = h0 + 8;
+                const int i0 = 4 * (8 * r + 2 * m) + 2 * half + col, i1 = i0 + 4;
+                v[col] = (h0 < H ? relu_ieee(acc[i0]) * qw[r * kWgHeads + h0] : 0.0f) +
+                         (h1 < H ? relu_ieee(acc[i1]) * qw[r * kWgHeads + h1] : 0.0f);
+              }
+              float sum = v[0] + v[1];
+              sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+              sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+              score[half] += sum;
+            }
+          if (c == 0) {
+            const std::int64_t n_row = min(row_n[r], k_end);
+            float* out = p.scores + (row_t[r] - p.row0) * p.ld;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int key = 16 * warp + g + 8 * half;
+              if (kt + key < n_row) out[kt + key] = kscale[key] * score[half];
+            }
+          }
+        }
+      };
       // Scores of the key tile at kt from ks and kscale, by the warps of this segment's rows.
       auto score_tile = [&](std::int64_t kt) {
+        if constexpr (kWg) {
+          score_tile_wg(kt);
+          return;
+        }
         if (!mine) return;
         float score[QR][2];
         for (int i = 0; i < QR; ++i) score[i][0] = score[i][1] = 0.0f;
@@ -221,7 +291,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
         const int vecs = D / 16;
         const std::int64_t page = p.cache.page_size;
         auto gather = [&](std::int64_t kt, int st) {
-          for (int e = tid; e < kKeyTile * vecs; e += kScoreThreads) {
+          for (int e = tid; e < kKeyTile * vecs; e += kThreads) {
             const int kk = e / vecs, v = e % vecs;
             const std::int64_t j = kt + kk;
             const bool ok = j < k_end;
@@ -245,14 +315,14 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
           cp_async_commit();
           cp_async_wait<1>();
           __syncthreads();
-          for (int e = tid; e < kKeyTile * vecs; e += kScoreThreads) {
+          for (int e = tid; e < kKeyTile * vecs; e += kThreads) {
             const int kk = e / vecs, v = e % vecs;
             const uint4 x = *reinterpret_cast<const uint4*>(codes + (st * kKeyTile + kk) * Dp + 16 * v);
-            auto* dst = reinterpret_cast<uint4*>(ks + kk * ld + 16 * v);
-            dst[0] = decode_fp8x8(x.x, x.y, table);
-            dst[1] = decode_fp8x8(x.z, x.w, table);
+            *reinterpret_cast<uint4*>(at(ks, kk, 16 * v)) = decode_fp8x8(x.x, x.y, table);
+            *reinterpret_cast<uint4*>(at(ks, kk, 16 * v + 8)) = decode_fp8x8(x.z, x.w, table);
           }
           if (tid < kKeyTile) kscale[tid] = ring_scale[st * kKeyTile + tid];
+          if constexpr (kWg) fence_proxy_async();  // the decoded tile, before the products read it
           __syncthreads();
           score_tile(kt);  // ks and kscale are next written after the next tile's first barrier
         }
@@ -271,7 +341,7 @@ __global__ void __launch_bounds__(kScoreThreads) score_kernel(ScoreParams p) {
             }
           }
           __syncthreads();
-          for (int e = tid; e < kKeyTile * Dp; e += kScoreThreads) {
+          for (int e = tid; e < kKeyTile * Dp; e += kThreads) {
             const int kk = e / Dp, d = e % Dp;
             const std::int64_t base = kbase[kk];
             ks[kk * ld + d] = (base >= 0 && d < D) ? table[blocks[base + d]] : std::uint16_t{0};
@@ -367,13 +437,19 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
   MLAKIT_STATUS_TRY(s);
   int QR = max_rows >= 8 ? 8 : max_rows >= 4 ? 4 : max_rows >= 2 ? 2 : 1;
   const bool vector_codes = D % 16 == 0 && cache_rows_16_byte_aligned(a.k_cache.blocks);
-  while (QR > 1 && ScoreLayout(QR, Hp, Dp, vector_codes).bytes > smem_max) QR /= 2;
-  const std::size_t smem = ScoreLayout(QR, Hp, Dp, vector_codes).bytes;
+  // The warpgroup kernel: DeepSeek's 64 heads of 128 (49-64 heads, the rest padding), sequences of
+  // four new rows or more (a block's rows from four sequences would each pay for all four).
+  const bool wg = wgmma_route::takes(false) && vector_codes && Hp == kWgHeads && Dp == kWgDim && max_rows >= kWgRows &&
+                  ScoreLayout(kWgRows, Hp, Dp, true, true).bytes <= smem_max;
+  if (wg) QR = kWgRows;
+  while (!wg && QR > 1 && ScoreLayout(QR, Hp, Dp, vector_codes).bytes > smem_max) QR /= 2;
+  const std::size_t smem = ScoreLayout(QR, Hp, Dp, vector_codes, wg).bytes;
   MLAKIT_STATUS_TRY(shared_memory_fits(kOp, "num_heads",
                                        "num_heads=" + std::to_string(H) + " with head_dim=" + std::to_string(D), smem,
                                        smem_max));
   void (*const score)(ScoreParams) =
-      vector_codes ? (QR == 8   ? score_kernel<8, true>
+      wg             ? score_kernel<kWgRows, true, true>
+      : vector_codes ? (QR == 8   ? score_kernel<8, true>
                       : QR == 4 ? score_kernel<4, true>
                       : QR == 2 ? score_kernel<2, true>
                                 : score_kernel<1, true>)
@@ -396,6 +472,7 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
     return Status::success();
   }
   MLAKIT_STATUS_TRY(tmp.acquire(kOp, launch, stream));
+  if (wg) wgmma_route::count();
 
   ScoreParams sp;
   sp.q = static_cast<const std::uint8_t*>(a.q.data);
@@ -430,7 +507,8 @@ Status lightning_indexer(const LightningIndexerDesc& d, const LightningIndexerAr
     sp.rows = rows;
     const dim3 grid(static_cast<unsigned>(ceil_div(rows, QR)),
                     static_cast<unsigned>(std::min<std::int64_t>(ceil_div(max_keys, kKeysPerBlock), 65535)));
-    MLAKIT_STATUS_TRY(launch_kernel(kOp, "score_kernel", score, grid, kScoreThreads, smem, stream, sp));
+    MLAKIT_STATUS_TRY(launch_kernel(kOp, wg ? "score_kernel (wgmma)" : "score_kernel", score, grid,
+                                    wg ? kWgThreads : kScoreThreads, smem, stream, sp));
     tp.row0 = row0;
     MLAKIT_STATUS_TRY(launch_kernel(kOp, "topk_kernel", topk_kernel, static_cast<unsigned>(rows), kTopkThreads, 0,
                                     stream, tp));

@@ -1,5 +1,5 @@
-// Whether calls take the cuda back-end's wgmma kernels (op 5's bf16 GEMMs, op 3's KV projection and
-// attention, the scores and P·V of op 4's ring kernel):
+// Whether calls take the cuda back-end's wgmma kernels (op 1's scores, op 5's bf16 GEMMs, op 3's KV
+// projection and attention, the scores and P·V of op 4's ring kernel):
 // MLAKIT_CUDA_WGMMA ("auto": the kernels an H200 measured faster than their mma.sync twins, which
 // so far are op 4's ring kernel's products; "on": every call a wgmma kernel can take; "off"), set in
 // process by tests and benchmarks. They exist only in builds with sm_90a code, and run only on an

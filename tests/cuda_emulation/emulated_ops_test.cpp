@@ -326,6 +326,40 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
   EXPECT_GE(taken, 13) << "the cases with latent and bk multiples of 16 or 16-byte attention tiles, and the four above";
 }
 
+// Op 1's scores with the wgmma kernels forced on: taken for 49-64 heads of 128 and sequences of four
+// new rows or more (none of the matrix's cases), the golden comparison passes and the selected
+// positions are the mma.sync kernel's. top_k covers every candidate, so the whole order of the
+// scores is compared: over several key tiles and two key chunks, a block of rows spanning two
+// sequences, padding heads, exact data (ties by position) and every mask. (The scores themselves
+// are not read: a fold in another order would move them by a rounding, which the order rarely
+// shows.)
+TEST(EmulatedCudaWgmma, TakesOp1sScoresAndGivesTheBitsOfTheMmaKernel) {
+  const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
+  ASSERT_NE(driver, nullptr);
+  std::vector<std::pair<std::string, json>> cases = matrix_cases(*driver);
+  const json deepseek = {{"num_heads", 64}, {"head_dim", 128}, {"page_size", 16}};
+  const auto with = [&](json extra) {
+    json k = deepseek;
+    for (auto& [key, value] : extra.items()) k[key] = value;
+    return k;
+  };
+  cases.emplace_back("two_sequences_in_a_block", with({{"seq_lens", {9, 5}}, {"cache_lens", {150, 70}}, {"top_k", 160}}));
+  cases.emplace_back("padding_heads", with({{"num_heads", 50}, {"seq_lens", {6}}, {"cache_lens", {40}}, {"top_k", 46}}));
+  cases.emplace_back("exact_mask_none", with({{"seq_lens", {5, 4}}, {"cache_lens", {30, 12}}, {"top_k", 40},
+                                              {"mask", "none"}, {"data", "exact"}}));
+  cases.emplace_back("two_key_chunks", with({{"seq_lens", {4}}, {"cache_lens", {1100}}, {"top_k", 1104}}));
+  const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
+    const auto dim = [&](const char* key) { return b.params.at(key).get<std::int64_t>(); };
+    const Tensor& iro = b.at("input_row_offsets");
+    std::int64_t max_rows = 0;
+    for (std::int64_t i = 0; i + 1 < iro.numel(); ++i)
+      max_rows = std::max<std::int64_t>(max_rows, iro.data<std::uint32_t>()[i + 1] - iro.data<std::uint32_t>()[i]);
+    return b.at("q").shape()[0] > 0 && dim("num_heads") > 48 && dim("num_heads") <= 64 && dim("head_dim") == 128 &&
+           max_rows >= 4;
+  }, false);
+  EXPECT_EQ(taken, 4) << "the four cases above";
+}
+
 // ---- op 3's attention tiles by cp.async ----------------------------------------------------------
 // Runs `call` under the emulator's two serial schedules (each warp as far as it goes, in warp
 // order and reversed) and expects the bytes of `outputs` (the lockstep run's) from each: a buffer
