@@ -117,7 +117,12 @@ pack() {
     echo "python $version package from $tree/"
   done
   [ -d "$stage/python" ] && parts+=(python)
-  tar -C "$stage" -cJf "$bundle" "${parts[@]}"
+  mkdir -p "$(dirname "$bundle")"
+  if ! tar -C "$stage" -cJf "$bundle" "${parts[@]}"; then
+    rm -rf "$stage"
+    echo "pack: writing $bundle failed" >&2
+    return 1
+  fi
   rm -rf "$stage"
   echo "packed ${#programs[@]} programs and $(bundled_libs "${programs[@]}" | wc -l) libraries into $bundle ($(du -h "$bundle" | cut -f1))"
 }
