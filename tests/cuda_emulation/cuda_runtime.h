@@ -99,6 +99,10 @@ long copies_to_host();
 long stream_synchronizations();
 // Device allocations made (cudaMalloc and cudaMallocAsync) since the process started.
 long allocations_made();
+// Called with each device allocation's bytes as it is freed, before they are released (tests read
+// a call's temporaries so); an empty function: none. Returns the previous observer.
+std::function<void(const unsigned char*, std::size_t)> set_free_observer(
+    std::function<void(const unsigned char*, std::size_t)> observer);
 // The device count cudaGetDeviceCount reports (1 at start); 0 makes it fail as on a machine
 // without a GPU (cudaErrorNoDevice). Returns the previous count.
 int set_device_count(int count);

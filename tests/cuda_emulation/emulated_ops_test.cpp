@@ -6,6 +6,7 @@
 // synchronization per call); then the calls that must fail before anything is written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <ostream>
@@ -330,9 +331,9 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
 // new rows or more (none of the matrix's cases), the golden comparison passes and the selected
 // positions are the mma.sync kernel's. top_k covers every candidate, so the whole order of the
 // scores is compared: over several key tiles and two key chunks, a block of rows spanning two
-// sequences, padding heads, exact data (ties by position) and every mask. (The scores themselves
-// are not read: a fold in another order would move them by a rounding, which the order rarely
-// shows.)
+// sequences, padding heads, exact data (ties by position) and every mask. The scores themselves
+// (a fold in another order would move them by a rounding, which the order rarely shows) are read
+// from the call's temporaries as they are freed: the same bytes as the mma.sync kernel's.
 TEST(EmulatedCudaWgmma, TakesOp1sScoresAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   ASSERT_NE(driver, nullptr);
@@ -358,6 +359,29 @@ TEST(EmulatedCudaWgmma, TakesOp1sScoresAndGivesTheBitsOfTheMmaKernel) {
            max_rows >= 4;
   }, false);
   EXPECT_EQ(taken, 4) << "the four cases above";
+
+  // The bytes of every device allocation freed during a run (the temporaries hold the scores), in
+  // an order of their own (the staged tensors are freed in the order of their addresses).
+  const auto freed_during = [&](const Bundle& inputs, core::RouteMode mode) {
+    std::vector<std::vector<unsigned char>> freed;
+    WgmmaMode m(mode);
+    const auto saved = mlakit_cuda_emu::set_free_observer(
+        [&](const unsigned char* p, std::size_t bytes) { freed.emplace_back(p, p + bytes); });
+    Bundle b = inputs;
+    EXPECT_TRUE(run_staged(*driver, b, RunOptions{Backend::cuda}).ok());
+    mlakit_cuda_emu::set_free_observer(saved);
+    std::sort(freed.begin(), freed.end(), [](const auto& x, const auto& y) {
+      return x.size() != y.size() ? x.size() < y.size() : x < y;
+    });
+    return freed;
+  };
+  const std::vector<std::pair<std::string, json>> extra(cases.end() - 4, cases.end());
+  for_cases_and_seeds(*driver, extra, [&](const json&, std::uint64_t, const Bundle& inputs, const Bundle&) {
+    const auto wg = freed_during(inputs, core::RouteMode::on), mma = freed_during(inputs, core::RouteMode::off);
+    ASSERT_EQ(wg.size(), mma.size()) << "allocations freed";
+    for (std::size_t i = 0; i < wg.size(); ++i)
+      EXPECT_TRUE(wg[i] == mma[i]) << "a freed allocation of " << wg[i].size() << " bytes differs";
+  });
 }
 
 // ---- op 3's attention tiles by cp.async ----------------------------------------------------------

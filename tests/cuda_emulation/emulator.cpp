@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -76,6 +77,7 @@ struct Block {
 Block* g_block = nullptr;
 std::vector<std::unique_ptr<char[]>> g_stacks;
 std::map<const void*, std::size_t> g_allocations;  // ordered: copies look up the allocation they fall in
+std::function<void(const unsigned char*, std::size_t)> g_free_observer;
 long g_launches = 0;
 long g_copies_to_host = 0;
 long g_allocations_made = 0;
@@ -586,6 +588,12 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::functi
 }
 
 long live_allocations() { return static_cast<long>(g_allocations.size()); }
+
+std::function<void(const unsigned char*, std::size_t)> set_free_observer(
+    std::function<void(const unsigned char*, std::size_t)> observer) {
+  std::swap(observer, g_free_observer);
+  return observer;
+}
 long launches() { return g_launches; }
 long copies_to_host() { return g_copies_to_host; }
 long allocations_made() { return g_allocations_made; }
@@ -645,7 +653,10 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 }
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
-  if (mlakit_cuda_emu::g_allocations.erase(ptr) == 0) return cudaErrorInvalidValue;
+  const auto at = mlakit_cuda_emu::g_allocations.find(ptr);
+  if (at == mlakit_cuda_emu::g_allocations.end()) return cudaErrorInvalidValue;
+  if (mlakit_cuda_emu::g_free_observer) mlakit_cuda_emu::g_free_observer(static_cast<const unsigned char*>(ptr), at->second);
+  mlakit_cuda_emu::g_allocations.erase(at);
   std::free(ptr);
   return cudaSuccess;
 }
