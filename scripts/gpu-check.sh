@@ -257,7 +257,7 @@ phase_gpu_tests() {
     test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_sparse_mla_prefill.first MLAKIT_CUDA_SPARSE_MLA_RING=off test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.first MLAKIT_CUDA_SPARSE_MLA_RING=off test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
-  route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*:*mla_prefill_fp8*'
+  route_pass test_gpu.wgmma MLAKIT_CUDA_WGMMA test_gpu '*fused_qkv_paged*:*FusedQkv*:*mla_prefill_fp8*:*lightning_indexer*'
   route_pass test_sparse_mla_prefill.ring MLAKIT_CUDA_SPARSE_MLA_RING test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.ring MLAKIT_CUDA_SPARSE_MLA_RING test_gpu '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   route_pass test_sparse_mla_prefill.ring_wide "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_WIDE" \
