@@ -324,7 +324,7 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
     const bool attention = dim("nope") % 8 == 0 && dim("rope") % 8 == 0 && dim("v") % 8 == 0;
     return b.at("q").shape()[0] > 0 && (gemm || attention);
   }, false);
-  EXPECT_GE(taken, 13) << "the cases with latent and bk multiples of 16 or 16-byte attention tiles, and the four above";
+  EXPECT_GE(taken, 36) << "every case with new tokens: each has 16-byte attention tiles (the matrix's and the four above)";
 }
 
 // Op 1's scores with the wgmma kernels forced on: taken for 49-64 heads of 128 and sequences of four
@@ -337,18 +337,19 @@ TEST(EmulatedCudaWgmma, TakesOp3sKvProjectionAndGivesTheBitsOfTheMmaKernel) {
 TEST(EmulatedCudaWgmma, TakesOp1sScoresAndGivesTheBitsOfTheMmaKernel) {
   const goldens::OpDriver* driver = goldens::find_driver("lightning_indexer");
   ASSERT_NE(driver, nullptr);
-  std::vector<std::pair<std::string, json>> cases = matrix_cases(*driver);
-  const json deepseek = {{"num_heads", 64}, {"head_dim", 128}, {"page_size", 16}};
-  const auto with = [&](json extra) {
-    json k = deepseek;
-    for (auto& [key, value] : extra.items()) k[key] = value;
+  const auto deepseek = [](json extra) {
+    json k = {{"num_heads", 64}, {"head_dim", 128}, {"page_size", 16}};
+    k.update(extra);
     return k;
   };
-  cases.emplace_back("two_sequences_in_a_block", with({{"seq_lens", {9, 5}}, {"cache_lens", {150, 70}}, {"top_k", 160}}));
-  cases.emplace_back("padding_heads", with({{"num_heads", 50}, {"seq_lens", {6}}, {"cache_lens", {40}}, {"top_k", 46}}));
-  cases.emplace_back("exact_mask_none", with({{"seq_lens", {5, 4}}, {"cache_lens", {30, 12}}, {"top_k", 40},
-                                              {"mask", "none"}, {"data", "exact"}}));
-  cases.emplace_back("two_key_chunks", with({{"seq_lens", {4}}, {"cache_lens", {1100}}, {"top_k", 1104}}));
+  const std::vector<std::pair<std::string, json>> extra = {
+      {"two_sequences_in_a_block", deepseek({{"seq_lens", {9, 5}}, {"cache_lens", {150, 70}}, {"top_k", 160}})},
+      {"padding_heads", deepseek({{"num_heads", 50}, {"seq_lens", {6}}, {"cache_lens", {40}}, {"top_k", 46}})},
+      {"exact_mask_none", deepseek({{"seq_lens", {5, 4}}, {"cache_lens", {30, 12}}, {"top_k", 40}, {"mask", "none"},
+                                    {"data", "exact"}})},
+      {"two_key_chunks", deepseek({{"seq_lens", {4}}, {"cache_lens", {1100}}, {"top_k", 1104}})}};
+  std::vector<std::pair<std::string, json>> cases = matrix_cases(*driver);
+  cases.insert(cases.end(), extra.begin(), extra.end());
   const int taken = expect_wgmma_bits(*driver, cases, [](const json&, const Bundle& b) {
     const auto dim = [&](const char* key) { return b.params.at(key).get<std::int64_t>(); };
     const Tensor& iro = b.at("input_row_offsets");
@@ -375,7 +376,6 @@ TEST(EmulatedCudaWgmma, TakesOp1sScoresAndGivesTheBitsOfTheMmaKernel) {
     });
     return freed;
   };
-  const std::vector<std::pair<std::string, json>> extra(cases.end() - 4, cases.end());
   for_cases_and_seeds(*driver, extra, [&](const json&, std::uint64_t, const Bundle& inputs, const Bundle&) {
     const auto wg = freed_during(inputs, core::RouteMode::on), mma = freed_during(inputs, core::RouteMode::off);
     ASSERT_EQ(wg.size(), mma.size()) << "allocations freed";

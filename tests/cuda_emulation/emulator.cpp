@@ -460,6 +460,8 @@ double operand_element(const unsigned char* base, std::uint32_t lbo, std::uint32
   return static_cast<double>(__uint_as_float(static_cast<std::uint32_t>(v) << 16));
 }
 
+std::size_t block_threads() { return static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z; }
+
 // Queues the issuing thread's share of a product D (+)= A·B over 16 k, N = n: its accumulators'
 // values computed now (f64 sums in k order from the accumulators at the issue, as mma.sync's),
 // delivered at the wait for its group; A's element (row, k) from a_element, A's core matrices in
@@ -468,6 +470,7 @@ template <class AElement>
 void issue_product(float* d, int n, const AElement& a_element, const unsigned char* pa, std::uint32_t a_lbo,
                    std::uint32_t a_sbo, const std::uint16_t* b, std::uint32_t b_lbo, std::uint32_t b_sbo,
                    bool b_mn_major, bool accumulate) {
+  if (block_threads() % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
   Fiber& f = self();
   const auto* pb = reinterpret_cast<const unsigned char*>(b);
   if ((pa != nullptr && !aligned16(pa)) || !aligned16(pb) || (a_lbo | a_sbo | b_lbo | b_sbo) % 16 != 0)
@@ -507,22 +510,17 @@ void issue_product(float* d, int n, const AElement& a_element, const unsigned ch
   f.products.push_back(std::move(p));
 }
 
-std::size_t block_threads() { return static_cast<std::size_t>(blockDim.x) * blockDim.y * blockDim.z; }
-
 }  // namespace
 
 void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, std::uint32_t a_sbo, const std::uint16_t* b,
                 std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate) {
-  if (block_threads() % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
   const auto* pa = reinterpret_cast<const unsigned char*>(a);
-  if (!aligned16(pa)) fail("wgmma: an operand start, lbo or sbo not a multiple of 16 bytes");
   const auto a_element = [&](int row, int k) { return operand_element(pa, a_lbo, a_sbo, false, row, k); };
   issue_product(d, n, a_element, pa, a_lbo, a_sbo, b, b_lbo, b_sbo, b_mn_major, accumulate);
 }
 
 void wgmma_bf16_rs(float* d, int n, const std::uint32_t a[4], const std::uint16_t* b, std::uint32_t b_lbo,
                    std::uint32_t b_sbo, bool b_mn_major, bool accumulate) {
-  if (block_threads() % 128 != 0) fail("wgmma in a block that is not whole warpgroups of 128 threads");
   // A row's 16 k lie in the four lanes of its quad (mma.sync's A fragment): lane c of the quad
   // holds k 2c, 2c + 1 (registers 0 and 1: rows g and g + 8) and k 8 + 2c, + 1 (registers 2, 3).
   // The quad's registers, exchanged as the warp's lanes all issue the product.
