@@ -30,7 +30,7 @@
 #         gpu-tests  the cuda cases only (every golden-matrix *_cuda case, op 5's GPTQ cases again
 #                    through the decode-once route, op 4's cases again through the ring kernel
 #                    (the default from 64 heads) with its products on wgmma and on mma.sync, on
-#                    its wide steps, and through the first kernel, ops 1, 3 and 5's cases again
+#                    its wide steps, with P in registers, and through the first kernel, ops 1, 3 and 5's cases again
 #                    through the wgmma kernels (op 5's GPTQ decoded once), op 3's with its attention
 #                    tiles prefetched, test_gpu's graph
 #                    capture and device-flag tests), CUDA_LAUNCH_BLOCKING=1 so a fault names its
@@ -41,8 +41,8 @@
 #         headline   the headline benchmark rows (one or two per operator) on cuda beside the
 #                    PyTorch formulations of the same cases and torch's 8192^3 bf16 matmul,
 #                    op 4's T=4096 row again through the first kernel (named .../cuda.first),
-#                    the ring kernel on mma.sync (.../cuda.ring_mma) and on its wide steps
-#                    (.../cuda.wide), op 3's with its attention tiles prefetched
+#                    the ring kernel on mma.sync (.../cuda.ring_mma), on its wide steps
+#                    (.../cuda.wide) and with P in registers (.../cuda.p_regs, .wide_p_regs), op 3's with its attention tiles prefetched
 #                    (.../cuda.prefetch), ops 1, 3 and 5's rows again
 #                    through the wgmma kernels (op 1's scores, op 3's KV projection and
 #                    attention; .../cuda.wgmma)
@@ -243,7 +243,8 @@ phase_gpu_tests() {
   # Op 5's GPTQ cases through the decode-once route (taken by the golden cases' few rows only when
   # forced); op 4's cases, its graph capture and device flag through the ring kernel (taken in the
   # automatic mode from 64 heads, which few golden cases have), with its products on wgmma (its
-  # default), on mma.sync and on its wide steps (forced only), and through the first kernel; ops 1,
+  # default), on mma.sync, on its wide steps and with P in registers (forced only), and through the
+  # first kernel; ops 1,
   # 3 and 5's cases through the wgmma
   # kernels (off in the automatic mode: slower there or not measured), op 5's GPTQ cases decoded
   # once so that they reach one.
@@ -263,6 +264,13 @@ phase_gpu_tests() {
   route_pass test_sparse_mla_prefill.ring_wide "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_WIDE" \
     test_sparse_mla_prefill '*cuda*:*Cuda*'
   route_pass test_gpu.ring_wide "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_WIDE" test_gpu \
+    '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
+  route_pass test_sparse_mla_prefill.p_regs "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_P_REGS" \
+    test_sparse_mla_prefill '*cuda*:*Cuda*'
+  route_pass test_sparse_mla_prefill.wide_p_regs \
+    "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_WIDE MLAKIT_CUDA_SPARSE_MLA_P_REGS" test_sparse_mla_prefill \
+    '*cuda*:*Cuda*'
+  route_pass test_gpu.p_regs "MLAKIT_CUDA_SPARSE_MLA_RING MLAKIT_CUDA_SPARSE_MLA_P_REGS" test_gpu \
     '*sparse_mla_prefill*:CudaDeviceErrors.TopkLengths*'
   for i in "${!pids[@]}"; do
     local rc=0 log="$logs/${names[$i]}.log" passed skipped failures
@@ -291,15 +299,17 @@ phase_sanitizers() {
                 fused_qkv_paged.fp8_bf16_partial_blocks@wgmma
                 mla_prefill_fp8.deepseek_dims@wgmma sparse_mla_prefill.deepseek_bf16@ring_mma
                 sparse_mla_prefill.deepseek_bf16@first sparse_mla_prefill.deepseek_bf16@ring_wide
-                mla_prefill_fp8.deepseek_dims@prefetch lightning_indexer.default@wgmma)
+                mla_prefill_fp8.deepseek_dims@prefetch lightning_indexer.default@wgmma
+                sparse_mla_prefill.deepseek_bf16@p_regs sparse_mla_prefill.deepseek_bf16@wide_p_regs)
   run_tool() {
     local tool=$1 failed=0
     shift
     for entry in "$@"; do
-      local rc=0 name=${entry%@*} once ring wgmma wide prefetch
+      local rc=0 name=${entry%@*} once ring wgmma wide prefetch p_regs
       route_env "$entry"
       echo "== $tool $entry" >>"$out/sanitizer.$tool.log"
       MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_SPARSE_MLA_WIDE=$wide \
+        MLAKIT_CUDA_SPARSE_MLA_P_REGS=$p_regs \
         MLAKIT_CUDA_MLA_PREFETCH=$prefetch MLAKIT_CUDA_WGMMA=$wgmma timeout 40 "$sanitizer" --tool "$tool" \
         --error-exitcode 99 "$bin/mlakit" check \
         "$root/data/golden/$name.s1.safetensors" --backend cuda >>"$out/sanitizer.$tool.log" 2>&1 || rc=$?
@@ -324,13 +334,16 @@ phase_sanitizers() {
 
 # NAME@decode_once: op 5's GPTQ file through the decode-once route; NAME@ring: op 4's file through
 # the ring kernel (its products on wgmma); NAME@ring_mma: the same on mma.sync; NAME@ring_wide:
-# the ring kernel on its wide steps; NAME@first: op 4's file through the first kernel; NAME@wgmma:
+# the ring kernel on its wide steps; NAME@p_regs, NAME@wide_p_regs: the ring kernel with P in
+# registers, on 32-slot or wide steps; NAME@first: op 4's file through the first kernel; NAME@wgmma:
 # an op 1, 3 or 5 file through the wgmma kernels; NAME@prefetch: an op 3 file with its attention tiles
-# prefetched. Sets `once`, `ring`, `wide`, `wgmma` and `prefetch` (the route switches' values) for
-# the entry.
+# prefetched. Sets `once`, `ring`, `wide`, `wgmma`, `prefetch` and `p_regs` (the route switches'
+# values) for the entry.
 route_env() {
-  once=auto ring=auto wgmma=auto wide=auto prefetch=auto
+  once=auto ring=auto wgmma=auto wide=auto prefetch=auto p_regs=auto
   case $1 in
+    *@p_regs) ring=on p_regs=on ;;
+    *@wide_p_regs) ring=on wide=on p_regs=on ;;
     *@prefetch) prefetch=on ;;
     *@decode_once) once=on ;;
     *@ring) ring=on ;;
@@ -390,6 +403,8 @@ phase_headline() {
   route_rows MLAKIT_CUDA_SPARSE_MLA_RING=off first '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA=off ring_mma '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_SPARSE_MLA_WIDE wide '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows MLAKIT_CUDA_SPARSE_MLA_P_REGS p_regs '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
+  route_rows "MLAKIT_CUDA_SPARSE_MLA_WIDE MLAKIT_CUDA_SPARSE_MLA_P_REGS" wide_p_regs '^sparse_mla_prefill/dsv32_t4096/cuda$' 45
   route_rows MLAKIT_CUDA_MLA_PREFETCH prefetch '^mla_prefill_fp8/h128_b1_s4096_c0/cuda$' 45
   route_rows MLAKIT_CUDA_WGMMA wgmma \
     '^(fused_qkv_paged/(deepseek_v3_mla_fp8_t2048|llama3_8b_dense_t2048)|mla_prefill_fp8/h128_b1_s4096_c0|lightning_indexer/prefill_b1_s4096_c8192_h64)/cuda$' 75
@@ -498,7 +513,7 @@ sanitizer_files=(
   sparse_mla_prefill.flashmla_v32@ring_mma sparse_mla_prefill.deepseek_fp8@ring_mma
   sparse_mla_prefill.general_bf16@ring sparse_mla_prefill.deepseek_fp8@first
   sparse_mla_prefill.flashmla_v32@ring sparse_mla_prefill.general_bf16@ring_wide mla_prefill_fp8.chunked@prefetch
-  lightning_indexer.default@wgmma
+  lightning_indexer.default@wgmma sparse_mla_prefill.deepseek_fp8@p_regs
 )
 
 phase_sanitizer() {
@@ -511,11 +526,12 @@ phase_sanitizer() {
   fi
   : >"$out/sanitizer.log"
   for entry in "${sanitizer_files[@]}"; do
-    local name=${entry%@*} once ring wgmma wide prefetch rc=0
+    local name=${entry%@*} once ring wgmma wide prefetch p_regs rc=0
     route_env "$entry"
     local f="$root/data/golden/$name.s1.safetensors"
     echo "== $entry" >>"$out/sanitizer.log"
     MLAKIT_CUDA_GPTQ_DECODE_ONCE=$once MLAKIT_CUDA_SPARSE_MLA_RING=$ring MLAKIT_CUDA_SPARSE_MLA_WIDE=$wide \
+      MLAKIT_CUDA_SPARSE_MLA_P_REGS=$p_regs \
       MLAKIT_CUDA_MLA_PREFETCH=$prefetch MLAKIT_CUDA_WGMMA=$wgmma "$sanitizer" --tool memcheck --error-exitcode 99 \
       "$bin/mlakit" check "$f" --backend cuda \
       >>"$out/sanitizer.log" 2>&1 || rc=$?

@@ -112,8 +112,14 @@ struct Layout {
 // The accumulators are the same registers either way (wgmma.cuh's fragment is mma.sync's). fp8
 // rows: the decoded K buffer in the same layout; grouped rows sum each scale group's products
 // apart, and keep P·V on mma.sync (their P is formed per group from registers).
-template <int R, bool kWg, int kStep>
+// kRegP (with kWg, v_depth 512, rows not grouped): each warpgroup's P·V takes the P of its own
+// slots from registers (the score accumulators rounded and packed: mma.sync's A fragment, which
+// wgmma's register-A products read), issued before the barrier that publishes P; only the other
+// half's P passes through shared memory (FlashMLA's sparse prefill shares P the same way). Either
+// way each half sums its own slots' products first, so both give the same bits.
+template <int R, bool kWg, int kStep, bool kRegP = false>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
+  static_assert(!kRegP || (kWg && R != kFp8Grouped), "P in registers: warpgroup products, P rounded once");
   constexpr bool Fp8 = R != kBf16, Grouped = R == kFp8Grouped;
   // kJ: the 8-slot tiles of a half, and the 16-slot chunks of a step.
   constexpr int kStages = stages_of(kStep), kHalf = kStep / 2, kJ = kStep / 16;
@@ -412,17 +418,42 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
       }
     }
     if constexpr (kWg) fence_proxy_async();  // this thread's P, before the products read it
-    __syncthreads();
 
     // O = alpha·O + P·V over the step's kStep slots, columns [256·half, +256) of v_depth, 16 at a
-    // time.
+    // time; each half's 16-slot chunks from its own (`first`) on, so that a half can start on the
+    // P it holds before the other half's is published.
+    const auto rescale = [&]() {
 #pragma unroll
-    for (int n = 0; n < 32; ++n) {
-      acc[n][0] *= alpha[0];
-      acc[n][1] *= alpha[0];
-      acc[n][2] *= alpha[1];
-      acc[n][3] *= alpha[1];
+      for (int n = 0; n < 32; ++n) {
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
+      }
+    };
+    const int first = (kJ / 2) * half;
+    const auto chunk = [&](int q) { return (first + q) % kJ; };
+    // kRegP: this half's kJ / 2 chunks of P as A fragments (4 registers each: element 2r + e of
+    // tiles 2q and 2q + 1, rows g + 8r, the same bf16 as written above).
+    std::uint32_t pa[kRegP ? 2 * kJ : 1];
+    const auto pa_of = [&](int q) -> std::uint32_t(&)[4] { return *reinterpret_cast<std::uint32_t(*)[4]>(pa + 4 * q); };
+    if constexpr (kRegP) {
+#pragma unroll
+      for (int q = 0; q < kJ / 2; ++q) {
+        pa[4 * q + 0] = pack_bf16x2(f32_to_bf16(s[2 * q][0]), f32_to_bf16(s[2 * q][1]));
+        pa[4 * q + 1] = pack_bf16x2(f32_to_bf16(s[2 * q][2]), f32_to_bf16(s[2 * q][3]));
+        pa[4 * q + 2] = pack_bf16x2(f32_to_bf16(s[2 * q + 1][0]), f32_to_bf16(s[2 * q + 1][1]));
+        pa[4 * q + 3] = pack_bf16x2(f32_to_bf16(s[2 * q + 1][2]), f32_to_bf16(s[2 * q + 1][3]));
+      }
+      rescale();
+      wgmma_fence(acc_flat(acc), pa);
+#pragma unroll
+      for (int q = 0; q < kJ / 2; ++q)
+        wgmma_m64n256k16_rs_mn(acc_flat(acc), pa_of(q), at(kst, 16 * chunk(q), 32 * half), 16 * p.Dp, 128, true);
+      wgmma_commit();
     }
+    __syncthreads();
+    if constexpr (!kRegP) rescale();
     if constexpr (Grouped) {
       // Per 16 columns, P = bf16(weight · the scale of those columns' group) as A fragments
       // (load_a_rowmajor's layout), rebuilt when the group changes: the single-scale rounding, once
@@ -437,32 +468,34 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(Params p) {
         if (grp != grp_a) {
           grp_a = grp;
 #pragma unroll
-          for (int kk = 0; kk < kJ; ++kk) grouped_p_fragment(a[kk], weights, kLdW, scales, p.groups, grp, m0 + g, kk);
+          for (int q = 0; q < kJ; ++q) grouped_p_fragment(a[q], weights, kLdW, scales, p.groups, grp, m0 + g, chunk(q));
         }
 #pragma unroll
-        for (int kk = 0; kk < kJ; ++kk) {
+        for (int q = 0; q < kJ; ++q) {  // a[q]: chunk(q)'s fragment
           std::uint32_t b[4];
-          ldmatrix_x4_trans(b, v_row(kst, 16 * kk, n0));
+          ldmatrix_x4_trans(b, v_row(kst, 16 * chunk(q), n0));
           const std::uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-          mma_bf16_16816(acc[2 * n], a[kk], b0);
-          mma_bf16_16816(acc[2 * n + 1], a[kk], b1);
+          mma_bf16_16816(acc[2 * n], a[q], b0);
+          mma_bf16_16816(acc[2 * n + 1], a[q], b1);
         }
       }
-    } else if (kWg && p.vd == kVMax) {
+    } else if (kRegP || (kWg && p.vd == kVMax)) {  // kRegP: launched for v_depth 512 only
       // Each half's warpgroup: its 256 columns over the kStep slots, kStep / 16 m64n256k16 products
       // with P (K-major core matrices, 8 rows of kStep slots 16·kStep bytes apart) and V read
       // MN-major from the stage (8 slots of a chunk form a core matrix; chunks 128 bytes apart,
-      // slot groups 16·Dp).
-      wgmma_fence(acc_flat(acc));
+      // slot groups 16·Dp); kRegP: the other half's chunks only, after its own.
+      if constexpr (!kRegP) wgmma_fence(acc_flat(acc));
 #pragma unroll
-      for (int kk = 0; kk < kJ; ++kk)
-        wgmma_m64n256k16_mn(acc_flat(acc), p_at(0, 16 * kk), 128, 16 * kStep, at(kst, 16 * kk, 32 * half), 16 * p.Dp, 128,
-                            true);
+      for (int q = kRegP ? kJ / 2 : 0; q < kJ; ++q)
+        wgmma_m64n256k16_mn(acc_flat(acc), p_at(0, 16 * chunk(q)), 128, 16 * kStep, at(kst, 16 * chunk(q), 32 * half),
+                            16 * p.Dp, 128, true);
       wgmma_commit();
-      wgmma_wait<0>(acc_flat(acc));
+      if constexpr (kRegP) wgmma_wait<0>(acc_flat(acc), pa);
+      else wgmma_wait<0>(acc_flat(acc));
     } else {
 #pragma unroll
-      for (int kk = 0; kk < kJ; ++kk) {
+      for (int q = 0; q < kJ; ++q) {
+        const int kk = chunk(q);
         std::uint32_t a[4];
         ldmatrix_x4(a, p_row(m0, 16 * kk));
 #pragma unroll
@@ -515,8 +548,24 @@ core::RouteSwitch& wide_route() {
   static core::RouteSwitch r("MLAKIT_CUDA_SPARSE_MLA_WIDE");
   return r;
 }
+core::RouteSwitch& p_regs_route() {
+  static core::RouteSwitch r("MLAKIT_CUDA_SPARSE_MLA_P_REGS");
+  return r;
+}
 
-std::atomic<long> g_runs{0}, g_wide_runs{0};
+std::atomic<long> g_runs{0}, g_wide_runs{0}, g_p_regs_runs{0};
+
+using Kernel = void (*)(Params);
+
+// The kernel of 32-slot steps for row format R: its products on wgmma or mma.sync, and with P in
+// registers where it can take it.
+template <int R>
+Kernel step_kernel(bool wgmma, bool p_regs) {
+  if (!wgmma) return ring_kernel<R, false, kSlots>;
+  if constexpr (R != kFp8Grouped)
+    if (p_regs) return ring_kernel<R, true, kSlots, true>;
+  return ring_kernel<R, true, kSlots>;
+}
 
 }  // namespace
 
@@ -559,6 +608,9 @@ void set_mode(core::RouteMode m) { route().set_mode(m); }
 core::RouteMode wide_mode() { return wide_route().mode(); }
 void set_wide_mode(core::RouteMode m) { wide_route().set_mode(m); }
 long wide_runs() { return g_wide_runs.load(); }
+core::RouteMode p_regs_mode() { return p_regs_route().mode(); }
+void set_p_regs_mode(core::RouteMode m) { p_regs_route().set_mode(m); }
+long p_regs_runs() { return g_p_regs_runs.load(); }
 long runs() { return g_runs.load(); }
 
 Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch) {
@@ -588,13 +640,16 @@ Status run(const SparseMlaPrefillDesc& d, const SparseMlaPrefillArgs& a, const c
     wide = s.ok() && Layout(p.Dp, kBf16, 0, 0, 0, kWideSlots, true).bytes <= limit;
   }
   if (wide) g_wide_runs.fetch_add(1);
+  // P in registers (wgmma, v_depth 512, rows with one scale or none): forced on only until a GPU
+  // has measured it.
+  const bool p_regs = wgmma && rows != kFp8Grouped && d.v_depth == kVMax && p_regs_route().mode() == core::RouteMode::on;
+  if (p_regs) g_p_regs_runs.fetch_add(1);
   const int slots = wide ? kWideSlots : kSlots;
   const Layout layout(p.Dp, rows, f.wq, f.wt, f.groups, slots, wgmma);
-  const auto kernel = wide ? ring_kernel<kBf16, true, kWideSlots>
-                      : rows == kBf16 ? (wgmma ? ring_kernel<kBf16, true, kSlots> : ring_kernel<kBf16, false, kSlots>)
-                      : rows == kFp8Row
-                          ? (wgmma ? ring_kernel<kFp8Row, true, kSlots> : ring_kernel<kFp8Row, false, kSlots>)
-                          : (wgmma ? ring_kernel<kFp8Grouped, true, kSlots> : ring_kernel<kFp8Grouped, false, kSlots>);
+  const Kernel kernel = wide ? (p_regs ? ring_kernel<kBf16, true, kWideSlots, true> : ring_kernel<kBf16, true, kWideSlots>)
+                        : rows == kBf16   ? step_kernel<kBf16>(wgmma, p_regs)
+                        : rows == kFp8Row ? step_kernel<kFp8Row>(wgmma, p_regs)
+                                          : step_kernel<kFp8Grouped>(wgmma, p_regs);
   return launch_kernel(kOp, "ring_kernel", kernel, dim3(static_cast<unsigned>(T * p.head_groups)), kThreads,
                        layout.bytes, as_stream(launch.stream), p);
 }

@@ -32,6 +32,15 @@ core::RouteMode wide_mode();
 void set_wide_mode(core::RouteMode m);
 long wide_runs();  // calls that took them since the process started
 
+// P in registers: with the products on wgmma and v_depth 512 (bf16 rows or one scale a row), each
+// warpgroup's P·V reads the P of its own slots from its score registers and starts before the
+// other half's P is published; only that half passes through shared memory (the same bits).
+// MLAKIT_CUDA_SPARSE_MLA_P_REGS ("on": every call that can; "auto" and "off": none, until a GPU
+// has measured it), set in process by tests and benchmarks.
+core::RouteMode p_regs_mode();
+void set_p_regs_mode(core::RouteMode m);
+long p_regs_runs();  // calls that took it since the process started
+
 // Queues the kernel for an eligible call (the arguments of cuda::sparse_mla_prefill).
 Status run(const SparseMlaPrefillDesc& desc, const SparseMlaPrefillArgs& a, const core::DeviceLaunch& launch);
 

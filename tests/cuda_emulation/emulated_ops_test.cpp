@@ -174,6 +174,7 @@ using WgmmaMode = ScopedMode<&cuda::wgmma_route::mode, &cuda::wgmma_route::set_m
 using PrefetchMode = ScopedMode<&cuda::mla_prefetch::mode, &cuda::mla_prefetch::set_mode>;
 using RingMode = ScopedMode<&cuda::sparse_mla_ring::mode, &cuda::sparse_mla_ring::set_mode>;
 using WideMode = ScopedMode<&cuda::sparse_mla_ring::wide_mode, &cuda::sparse_mla_ring::set_wide_mode>;
+using PRegsMode = ScopedMode<&cuda::sparse_mla_ring::p_regs_mode, &cuda::sparse_mla_ring::set_p_regs_mode>;
 
 // ---- op 5's GPTQ decode-once route --------------------------------------------------------------
 // Every GPTQ case with bf16 activations (zero points v1 and v2, g_idx, f16 and bf16 scales, an MLA
@@ -607,6 +608,50 @@ TEST(EmulatedCudaRing, WideStepsTakeTheBf16CasesAndMatchTheReference) {
     }
   });
   EXPECT_GE(taken_cases, 28) << "the bf16 cases of the matrix and of ring_cases";
+}
+
+// The ring kernel's cases with P in registers forced on and its products on wgmma, on 32-slot steps
+// and then on wide steps: taken exactly by the cases the ring kernel takes with v_depth 512 and
+// bf16 rows or one scale a row (most of the matrix: qk 576, v 512 by default), they pass the golden
+// comparison, overrun no output, give the same bits under every schedule of the emulator, and the
+// bits of P through shared memory. The products of a half's own P are issued before the barrier
+// that publishes the other half's, so with the warps run one after another a product reading the
+// other half's P early reads the last step's (or the poisoned start) and fails. The automatic mode
+// never takes it.
+TEST(EmulatedCudaRing, PInRegistersGivesTheBitsOfPThroughSharedMemory) {
+  const goldens::OpDriver* driver = goldens::find_driver("sparse_mla_prefill");
+  ASSERT_NE(driver, nullptr);
+  RingMode ring(core::RouteMode::on);
+  WgmmaMode wgmma(core::RouteMode::on);
+  for (const bool wide : {false, true}) {
+    SCOPED_TRACE(wide ? "wide steps" : "32-slot steps");
+    WideMode w(wide ? core::RouteMode::on : core::RouteMode::off);
+    int taken_cases = 0;
+    for_cases_and_seeds(*driver, ring_cases(*driver),
+                        [&](const json& knobs, std::uint64_t seed, const Bundle& inputs, const Bundle& expected) {
+      const bool bf16 = knobs.value("cache_dtype", "bf16") == "bf16";
+      if (wide && !bf16) return;  // fp8 rows take no wide steps: the first pass ran them
+      const std::int64_t qk = inputs.params.at("qk_depth").get<std::int64_t>();
+      const std::int64_t wt = knobs.value("tail_size", std::int64_t{0});
+      const std::int64_t gran = knobs.value("quant_granularity", std::int64_t{0});
+      const bool one_scale = wt == 0 && (gran == 0 || gran >= qk);
+      const bool takes = ring_takes(knobs, inputs) && inputs.params.at("v_depth").get<std::int64_t>() == 512 &&
+                         (bf16 || one_scale);
+      const Bundle actual =
+          run_forced_on<PRegsMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::p_regs_runs, takes, seed);
+      taken_cases += takes && seed == 1;
+      Bundle shared = inputs;
+      {
+        PRegsMode m(core::RouteMode::automatic);
+        const long before = cuda::sparse_mla_ring::p_regs_runs();
+        ASSERT_TRUE(run_staged(*driver, shared, RunOptions{Backend::cuda}).ok());
+        EXPECT_EQ(cuda::sparse_mla_ring::p_regs_runs(), before) << "taken in the automatic mode";
+      }
+      for (const auto& out : actual.output_names())
+        EXPECT_TRUE(actual.at(out).same_bytes(shared.at(out))) << "'" << out << "' differs from P through shared memory";
+    });
+    EXPECT_GE(taken_cases, wide ? 7 : 10) << "the cases of v_depth 512 (wide: bf16 only)";
+  }
 }
 
 // Each case (seeds 1 and 2) on the emulated cuda back-end against the reference: the golden
