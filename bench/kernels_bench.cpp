@@ -417,6 +417,30 @@ void register_gemm(Isa level) {
     st.counters["gbps"] = benchmark::Counter(64.0 * 128 * 8 * static_cast<double>(st.iterations()),
                                              benchmark::Counter::kIsRate);
   });
+  // Op 5's weight panels formed alone: 256 weight rows x 256 of k (eight panels of panel_cols
+  // columns) from bf16 rows and from fp8 rows with a scale per 128 of k. GB/s of f32 panel written
+  // (the rows read are a half and a quarter of it).
+  for (const bool fp8 : {false, true})
+    add(std::string("gemm/pack_panels_") + (fp8 ? "f8_scaled" : "bf16") + "_n256k256/" + lv, level,
+        [=](benchmark::State& st) {
+      constexpr std::size_t kN = 256, kK = 256;
+      const auto w16 = random_operand<std::uint16_t>(kN * kK, 1);
+      std::vector<std::uint8_t> w8(kN * kK);
+      for (std::size_t i = 0; i < w8.size(); ++i) w8[i] = static_cast<std::uint8_t>(i * 37 + i / 256);
+      const std::vector<float> scales = {0.5f, 0.25f};
+      std::vector<float> panels(kN * kK);
+      for (auto _ : st) {
+        for (std::size_t j0 = 0; j0 < kN; j0 += g->panel_cols) {
+          float* panel = panels.data() + j0 * kK;
+          if (fp8) g->pack_panel_f8_scaled(w8.data() + j0 * kK, kK, g->panel_cols, kK, scales.data(), 128, panel);
+          else g->pack_panel_bf16(w16.data() + j0 * kK, kK, g->panel_cols, kK, panel);
+        }
+        benchmark::DoNotOptimize(panels.data());
+        benchmark::ClobberMemory();
+      }
+      st.counters["gbps"] = benchmark::Counter(4.0 * kN * kK * static_cast<double>(st.iterations()),
+                                               benchmark::Counter::kIsRate);
+    });
   add("gemm/widen_bf16_n576/" + lv, level, [=](benchmark::State& st) {
     const auto x = random_operand<std::uint16_t>(576, 1);
     std::vector<float> d(576);

@@ -41,6 +41,10 @@ constexpr std::size_t kPackedAheadK = 0;
 constexpr std::size_t kPackedAheadK = 48;
 #endif
 constexpr std::size_t kPanelCols = 2 * kLanes;
+// The AVX-512 levels pack the strips of rows with kRow16 (fp8) 16 k at a time (pack_block8x16).
+#if !defined(MLAKIT_SIMD_LEVEL_generic) && !defined(MLAKIT_SIMD_LEVEL_avx2)
+#define MLAKIT_PANEL_ROW16 1
+#endif
 
 // Element p of rows [0, cols), ldb apart, asked for ahead of the packing.
 template <class T>
@@ -72,6 +76,9 @@ struct PlainRows {
     }
   }
 #endif
+  // Widening takes two instructions: the 8-k blocks' 256-bit shuffles, which run on two ports
+  // where the 512-bit ones run on one, packed bf16 panels 1.1x faster on an AVX-512 Xeon.
+  static constexpr bool kRow16 = false;
 };
 
 // fp8 (e4m3) weight rows times one scale per `block` elements of k, shared by the strip's rows:
@@ -101,6 +108,20 @@ struct Fp8ScaledRows {
   }
 #endif
   bool vector_ok() const { return block % 8 == 0; }
+#if defined(MLAKIT_PANEL_ROW16)
+  // The same on sixteen codes under one scale: the decode, most of a block's work, once per
+  // sixteen elements (pack_block8x16: panels formed 2.0x faster on an AVX-512 Xeon).
+  static constexpr bool kRow16 = true;
+  bool vector16_ok() const { return block % 16 == 0; }
+  __m512 row16(std::size_t j, std::size_t p0) const {
+    const __m256i code = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + j * ldb + p0)));
+    __m256i h = _mm256_and_si256(_mm256_slli_epi16(code, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
+    h = _mm256_xor_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x4180)));
+    const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+    return _mm512_mul_ps(v, _mm512_set1_ps(scales[p0 / block]));
+  }
+#endif
 };
 // GPTQ int4 columns (Int4Columns: column j's codes for k = 8r .. 8r + 7 in word r, code q in
 // bits 4q .. 4q + 3) as the values of their (column, group) tables: element p of column j is
@@ -119,6 +140,7 @@ struct Int4TableRows {
     for (std::size_t off = 0; off < cols * sizeof(std::uint32_t); off += 64) __builtin_prefetch(row + off);
   }
   bool vector_ok() const { return true; }  // k is a multiple of 8 and group_size of 32
+  static constexpr bool kRow16 = false;  // one word is eight k: the 8-k blocks
 #if !defined(MLAKIT_SIMD_LEVEL_generic)
   // One word, looked up in the column's table.
   __m256 row8(std::size_t j, std::size_t p0) const {
@@ -177,6 +199,39 @@ template <std::size_t W, class Src>
 }
 #endif
 
+#if defined(MLAKIT_PANEL_ROW16)
+// Lanes [j0, j0 + 8) of a strip W wide (j0 + 8 <= W) for p in [p0, p0 + 16): eight rows of sixteen
+// elements transposed in 512-bit registers. Within each 128-bit lane L the 8 x 8 block's first two
+// stages leave u[q] holding rows 0-3 (u[q + 4]: rows 4-7) of element 4L + q; one two-source permute
+// per pair of lanes then joins the halves of two elements' eight lanes: half the decodes and
+// shuffles of two 8 x 8 blocks.
+template <std::size_t W, class Src>
+[[gnu::always_inline]] inline void pack_block8x16(const Src& src, std::size_t j0, std::size_t cols, std::size_t p0,
+                                                  float* out) {
+  __m512 r[8], u[8];
+  for (std::size_t i = 0; i < 8; ++i) r[i] = j0 + i < cols ? src.row16(j0 + i, p0) : _mm512_setzero_ps();
+  for (std::size_t h = 0; h < 8; h += 4) {
+    const __m512 t0 = _mm512_unpacklo_ps(r[h], r[h + 1]), t1 = _mm512_unpackhi_ps(r[h], r[h + 1]);
+    const __m512 t2 = _mm512_unpacklo_ps(r[h + 2], r[h + 3]), t3 = _mm512_unpackhi_ps(r[h + 2], r[h + 3]);
+    u[h] = _mm512_shuffle_ps(t0, t2, 0x44);
+    u[h + 1] = _mm512_shuffle_ps(t0, t2, 0xEE);
+    u[h + 2] = _mm512_shuffle_ps(t1, t3, 0x44);
+    u[h + 3] = _mm512_shuffle_ps(t1, t3, 0xEE);
+  }
+  // Lanes L and L + 1 of u[q] and u[q + 4]: [rows 0-3, rows 4-7] of element 4L + q, then of 4L + 4 + q.
+  const __m512i lanes01 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i lanes23 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (std::size_t q = 0; q < 4; ++q) {
+    const __m512 lo = _mm512_permutex2var_ps(u[q], lanes01, u[q + 4]);
+    const __m512 hi = _mm512_permutex2var_ps(u[q], lanes23, u[q + 4]);
+    _mm256_storeu_ps(out + (p0 + q) * W + j0, _mm512_castps512_ps256(lo));
+    _mm256_storeu_ps(out + (p0 + q + 4) * W + j0, _mm512_extractf32x8_ps(lo, 1));
+    _mm256_storeu_ps(out + (p0 + q + 8) * W + j0, _mm512_castps512_ps256(hi));
+    _mm256_storeu_ps(out + (p0 + q + 12) * W + j0, _mm512_extractf32x8_ps(hi, 1));
+  }
+}
+#endif
+
 // transpose_f32 (simd/gemm.hpp): blocks of 8 rows by 8 columns transposed in registers as the
 // panel packer's (a strided 16-lane gather ran no faster than plain element copies); the rows and
 // columns past whole blocks element by element.
@@ -216,6 +271,21 @@ void pack_strip(const Src& src, std::size_t cols, std::size_t k, float* out) {
   // at a time each: too many short streams for the hardware prefetcher, so the loads stalled (7 %
   // of a projection's time); each row's line kAhead lines on is asked for as a line begins.
   constexpr std::size_t kLine = Src::kLine, kAhead = 4 * kLine;
+#if defined(MLAKIT_PANEL_ROW16)
+  if constexpr (Src::kRow16)
+    for (; src.vector16_ok() && p0 + 16 <= k; p0 += 16) {
+      if (p0 % kLine == 0 && p0 + kAhead < k) src.prefetch(cols, p0 + kAhead);
+      std::size_t j0 = 0;
+      for (; j0 + 8 <= W; j0 += 8) pack_block8x16<W>(src, j0, cols, p0, out);
+      for (const std::size_t p : {p0, p0 + 8}) {  // the strip's last W % 8 lanes
+        std::size_t j = j0;
+        if constexpr (W % 4 == 0)
+          for (; j < W; j += 4) pack_block4<W>(src, j, cols, p, out);
+        else if (j < W)
+          pack_block8<W>(src, j, cols, p, out);
+      }
+    }
+#endif
   if (src.vector_ok())
     for (; p0 + 8 <= k; p0 += 8) {
       if (p0 % kLine == 0 && p0 + kAhead < k) src.prefetch(cols, p0 + kAhead);
