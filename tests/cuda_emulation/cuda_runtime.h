@@ -83,7 +83,9 @@ void wgmma_bf16(float* d, int n, const std::uint16_t* a, std::uint32_t a_lbo, st
                 std::uint32_t b_lbo, std::uint32_t b_sbo, bool b_mn_major, bool accumulate);
 // The same with A in registers (wgmma's register-A form): a[4] is the issuing lane's share of A's
 // 64 x 16, mma.sync's m16n8k16 A fragment per warp (warp w: rows 16w .. 16w + 15), exchanged
-// within each warp as its 32 lanes issue; captured at the issue.
+// within each warp as its 32 lanes issue; captured at the issue, and the registers must still
+// hold those values at the wait for the product (checked there: the hardware reads them until it
+// completes).
 void wgmma_bf16_rs(float* d, int n, const std::uint32_t a[4], const std::uint16_t* b, std::uint32_t b_lbo,
                    std::uint32_t b_sbo, bool b_mn_major, bool accumulate);
 void wgmma_commit();

@@ -445,6 +445,23 @@ __global__ void wgmma_hazard_kernel(bool overwrite, bool wait) {
   if (wait) wgmma_wait<0>(d);
 }
 
+// A register-A product whose A registers one thread rewrites before the wait (`overwrite`), or
+// only after it; thread 0 writes its first accumulator to `out`.
+__global__ void wgmma_register_a_hazard_kernel(bool overwrite, float* out) {
+  __shared__ __align__(128) std::uint16_t Bs[16 * 128];
+  for (int e = threadIdx.x; e < 16 * 128; e += 128) Bs[e] = 0x3F80;
+  __syncthreads();
+  float d[64] = {};
+  std::uint32_t a[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
+  wgmma_fence(d, a);
+  wgmma_m64n128k16_rs_mn(d, a, Bs, 2048, 128, false);
+  wgmma_commit();
+  if (overwrite && threadIdx.x == 9) a[2] = 0;
+  wgmma_wait<0>(d, a);
+  if (!overwrite && threadIdx.x == 9) a[2] = 0;  // after the wait: free to reuse
+  if (threadIdx.x == 0) *out = d[0];
+}
+
 // ---- temporaries ---------------------------------------------------------------------------------
 TEST(DeviceCode, TemporariesAlignRegionsAndRefuseOverflow) {
   alignas(256) static unsigned char workspace[4096];
@@ -496,6 +513,21 @@ TEST(CudaEmulationDeathTest, WgmmaOperandOverwrittenBeforeTheWaitIsReported) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(mlakit_cuda_emu::launch(wgmma_hazard_kernel, dim3(1), dim3(128), 0, nullptr, true, true),
                "changed before the wait");
+}
+
+TEST(CudaEmulationDeathTest, WgmmaRegisterAOverwrittenBeforeTheWaitIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  float* out = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float)), cudaSuccess);
+  EXPECT_DEATH(mlakit_cuda_emu::launch(wgmma_register_a_hazard_kernel, dim3(1), dim3(128), 0, nullptr, true, out),
+               "register holding A changed before the wait");
+  // Rewritten only after the wait: no report, and the product is 16 k of 1 x 1.
+  mlakit_cuda_emu::launch(wgmma_register_a_hazard_kernel, dim3(1), dim3(128), 0, nullptr, false, out);
+  float got = 0.0f;
+  ASSERT_EQ(cudaMemcpyAsync(&got, out, sizeof got, cudaMemcpyDeviceToHost, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(got, 16.0f);
+  ASSERT_EQ(cudaFree(out), cudaSuccess);
 }
 
 TEST(CudaEmulationDeathTest, WgmmaNeverWaitedForIsReported) {

@@ -33,12 +33,16 @@ struct AsyncCopy {
 };
 
 // A wgmma product in flight: the issuing thread's accumulators, the values they receive at the
-// wait for its group, and the bytes of the core matrices it read (checked unchanged then).
+// wait for its group, and the bytes of the core matrices it read (checked unchanged then); with A
+// in registers, those registers and their values at the issue (the hardware reads them until the
+// product completes, so they too must hold until the wait).
 struct AsyncProduct {
   float* d;
   std::vector<float> result;
   std::vector<std::pair<const unsigned char*, std::vector<unsigned char>>> operands;
   long group;
+  const std::uint32_t* a_regs = nullptr;
+  std::uint32_t a_at_issue[4] = {0, 0, 0, 0};
 };
 
 struct Fiber {
@@ -542,6 +546,9 @@ void wgmma_bf16_rs(float* d, int n, const std::uint32_t a[4], const std::uint16_
     return static_cast<double>(k % 2 == 0 ? bf16_lo(r) : bf16_hi(r));
   };
   issue_product(d, n, a_element, nullptr, 0, 0, b, b_lbo, b_sbo, b_mn_major, accumulate);
+  AsyncProduct& p = self().products.back();
+  p.a_regs = a;
+  std::memcpy(p.a_at_issue, a, sizeof p.a_at_issue);
 }
 
 void wgmma_commit() { ++self().product_commits; }
@@ -558,6 +565,8 @@ void wgmma_wait(int pending_groups) {
     for (const auto& [at, bytes] : p.operands)
       if (std::memcmp(at, bytes.data(), bytes.size()) != 0)
         fail("wgmma: an operand in shared memory changed before the wait for its product");
+    if (p.a_regs != nullptr && std::memcmp(p.a_regs, p.a_at_issue, sizeof p.a_at_issue) != 0)
+      fail("wgmma: a register holding A changed before the wait for its product");
     std::memcpy(p.d, p.result.data(), p.result.size() * sizeof(float));
   }
   f.products.swap(left);
