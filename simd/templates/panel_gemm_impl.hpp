@@ -113,13 +113,9 @@ struct Fp8ScaledRows {
   // sixteen elements (pack_block8x16: panels formed 2.0x faster on an AVX-512 Xeon).
   static constexpr bool kRow16 = true;
   bool vector16_ok() const { return block % 16 == 0; }
+  // (The level's own vectors are these sixteen lanes: fp8_decode_impl.hpp's decode as it is.)
   __m512 row16(std::size_t j, std::size_t p0) const {
-    const __m256i code = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + j * ldb + p0)));
-    __m256i h = _mm256_and_si256(_mm256_slli_epi16(code, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
-    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x3F80)), _mm256_set1_epi16(0x3F80));
-    h = _mm256_xor_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x4180)));
-    const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
-    return _mm512_mul_ps(v, _mm512_set1_ps(scales[p0 / block]));
+    return (fp8_lanes_to_f32(hload_s8(b + j * ldb + p0)) * fsplat(scales[p0 / block])).v;
   }
 #endif
 };
