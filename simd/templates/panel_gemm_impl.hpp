@@ -76,8 +76,9 @@ struct PlainRows {
     }
   }
 #endif
-  // Widening takes two instructions: the 8-k blocks' 256-bit shuffles, which run on two ports
-  // where the 512-bit ones run on one, packed bf16 panels 1.1x faster on an AVX-512 Xeon.
+  // No 16-k blocks: widening is two instructions, so the shuffles dominate, and the 8-k blocks'
+  // 256-bit shuffles issue on two ports where 512-bit ones issue on one (bf16 panels packed 1.1x
+  // faster that way on an AVX-512 Xeon).
   static constexpr bool kRow16 = false;
 };
 
@@ -196,11 +197,11 @@ template <std::size_t W, class Src>
 #endif
 
 #if defined(MLAKIT_PANEL_ROW16)
-// Lanes [j0, j0 + 8) of a strip W wide (j0 + 8 <= W) for p in [p0, p0 + 16): eight rows of sixteen
-// elements transposed in 512-bit registers. Within each 128-bit lane L the 8 x 8 block's first two
-// stages leave u[q] holding rows 0-3 (u[q + 4]: rows 4-7) of element 4L + q; one two-source permute
-// per pair of lanes then joins the halves of two elements' eight lanes: half the decodes and
-// shuffles of two 8 x 8 blocks.
+// Lanes [j0, j0 + 8) of a strip W wide (W a multiple of 8) for p in [p0, p0 + 16): eight rows of
+// sixteen elements transposed in 512-bit registers. Within each 128-bit lane L the 8 x 8 block's
+// first two stages leave u[q] holding rows 0-3 (u[q + 4]: rows 4-7) of element 4L + q; one
+// two-source permute per pair of lanes then joins the halves of two elements' eight lanes: half the
+// decodes and shuffles of two 8 x 8 blocks.
 template <std::size_t W, class Src>
 [[gnu::always_inline]] inline void pack_block8x16(const Src& src, std::size_t j0, std::size_t cols, std::size_t p0,
                                                   float* out) {
@@ -268,18 +269,10 @@ void pack_strip(const Src& src, std::size_t cols, std::size_t k, float* out) {
   // of a projection's time); each row's line kAhead lines on is asked for as a line begins.
   constexpr std::size_t kLine = Src::kLine, kAhead = 4 * kLine;
 #if defined(MLAKIT_PANEL_ROW16)
-  if constexpr (Src::kRow16)
+  if constexpr (Src::kRow16 && W % 8 == 0)  // the panels: whole 8-lane blocks
     for (; src.vector16_ok() && p0 + 16 <= k; p0 += 16) {
       if (p0 % kLine == 0 && p0 + kAhead < k) src.prefetch(cols, p0 + kAhead);
-      std::size_t j0 = 0;
-      for (; j0 + 8 <= W; j0 += 8) pack_block8x16<W>(src, j0, cols, p0, out);
-      for (const std::size_t p : {p0, p0 + 8}) {  // the strip's last W % 8 lanes
-        std::size_t j = j0;
-        if constexpr (W % 4 == 0)
-          for (; j < W; j += 4) pack_block4<W>(src, j, cols, p, out);
-        else if (j < W)
-          pack_block8<W>(src, j, cols, p, out);
-      }
+      for (std::size_t j0 = 0; j0 < W; j0 += 8) pack_block8x16<W>(src, j0, cols, p0, out);
     }
 #endif
   if (src.vector_ok())
