@@ -715,6 +715,14 @@ void register_peak(Isa level) {
     for (auto _ : st) benchmark::DoNotOptimize(p->bf16_dot(10000, 1.0f));
     set_rate(st, "gflops", 10000 * p->bf16_flops_per_iter, peak().bf16_gflops_1t * 1e9);
   });
+  // The tile GEMM's step alone (amx_bf16_streamed): B held in L1 (16 KiB) or streamed from L2 (1
+  // MiB), against the tile probe's rate.
+  if (p->amx_bf16_streamed)
+    for (const std::size_t b_steps : {std::size_t{8}, std::size_t{512}})
+      add("peak/amx_tiles_streamed_b" + std::to_string(b_steps * 2) + "k/" + lv, level, [p, b_steps](benchmark::State& st) {
+        for (auto _ : st) benchmark::DoNotOptimize(p->amx_bf16_streamed(10000, 1.0f, b_steps));
+        set_rate(st, "gflops", 10000 * p->amx_flops_per_iter, peak().amx_gflops_1t * 1e9);
+      });
   // What one core can read from a paged cache with no arithmetic: 16384 pages of 16 KiB (an fp8
   // block of 128 keys x 128) in page order or shuffled, optionally prefetching the next page a
   // few lines per KiB read, as the block-score sweep does. The bound of a decode sweep's DRAM

@@ -25,6 +25,12 @@ struct PeakKernels {
   // chains on accumulator tiles, 2 * 16 * 16 * 32 flops per instruction.
   float (*amx_bf16)(std::size_t iters, float seed);
   double amx_flops_per_iter;
+  // The tile GEMM's step with nothing else (amx level only, else nullptr): per trip the same four
+  // products, each operand tile loaded just before its first product, two A tiles from a 32 KiB
+  // block (L1) and two B tiles from `b_steps` steps of 2 KiB cycled through (8: 16 KiB, held in
+  // L1 beside A; 512: 1 MiB, streamed from L2 with the kernel's prefetch two steps ahead). Against
+  // amx_bf16's rate: what the loads cost, and whether B from L2 bounds the kernel.
+  float (*amx_bf16_streamed)(std::size_t iters, float seed, std::size_t b_steps);
 };
 
 }  // namespace mlakit::simd

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "simd/vec/amx_tiles.hpp"
 #include "simd/templates/peak_impl.hpp"
@@ -54,6 +55,49 @@ float run(std::size_t iters, float seed) {
   return out[0][0] + out[1][17] + out[2][34] + out[3][255];
 }
 
+// The tile GEMM's step (simd/peak.hpp, amx_bf16_streamed): the kernel's load order and B
+// prefetch (simd/templates/tile_gemm_amx_impl.hpp) over buffers kept per thread.
+template <class Tiles>
+float run_streamed(std::size_t iters, float seed, std::size_t b_steps) {
+  constexpr std::size_t kStep = 2 * 16 * 32;  // two tiles of 16 rows x 32 bf16: 2 KiB
+  constexpr std::size_t kASteps = 16;         // the kernel's A block of a pass: 32 KiB
+  if (b_steps == 0) b_steps = 1;
+  static thread_local std::vector<std::uint16_t> a, b;
+  if (a.size() != kASteps * kStep) a.assign(kASteps * kStep, 0x3F80);  // 1.0
+  if (b.size() < b_steps * kStep) {
+    b.resize(b_steps * kStep);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint16_t>(0x3380 + (i & 7));  // ~2^-24
+  }
+  alignas(64) float c[16 * 16];
+  for (std::size_t i = 0; i < 16 * 16; ++i) c[i] = seed;
+  Tiles tiles(&kTileConfig);
+  tiles.template load<0>(c, 64);
+  tiles.template zero<1>();
+  tiles.template zero<2>();
+  tiles.template zero<3>();
+  for (std::size_t it = 0; it < iters; ++it) {
+    const std::uint16_t* as = a.data() + (it % kASteps) * kStep;
+    const std::uint16_t* bs = b.data() + (it % b_steps) * kStep;
+    const char* ahead = reinterpret_cast<const char*>(b.data() + ((it + 2) % b_steps) * kStep);
+    tiles.template load<4>(as, 64);
+    tiles.template load<6>(bs, 64);
+    tiles.template dp_bf16<0, 4, 6>();
+    for (int l = 0; l < 16; ++l) __builtin_prefetch(ahead + 64 * l, 0, 3);
+    tiles.template load<7>(bs + kStep / 2, 64);
+    tiles.template dp_bf16<1, 4, 7>();
+    for (int l = 16; l < 32; ++l) __builtin_prefetch(ahead + 64 * l, 0, 3);
+    tiles.template load<5>(as + kStep / 2, 64);
+    tiles.template dp_bf16<2, 5, 6>();
+    tiles.template dp_bf16<3, 5, 7>();
+  }
+  alignas(64) float out[4][16 * 16];
+  tiles.template store<0>(out[0], 64);
+  tiles.template store<1>(out[1], 64);
+  tiles.template store<2>(out[2], 64);
+  tiles.template store<3>(out[3], 64);
+  return out[0][0] + out[1][17] + out[2][34] + out[3][255];
+}
+
 }  // namespace amx_peak
 
 // The level's peak table with the tile probe over `Tiles`; `level` names the table ("amx" for the
@@ -64,6 +108,7 @@ constexpr PeakKernels make_peak_amx_kernels(const char* level) {
   k.level = level;
   k.amx_bf16 = &amx_peak::run<Tiles>;
   k.amx_flops_per_iter = amx_peak::kFlopsPerIter;
+  k.amx_bf16_streamed = &amx_peak::run_streamed<Tiles>;
   return k;
 }
 

@@ -103,7 +103,7 @@ float peak_read_sum(const float* p, std::size_t n) {
 // The amx level adds its tile probe (simd/templates/peak_amx_impl.hpp) to this table.
 constexpr PeakKernels make_peak_kernels() {
   return PeakKernels{kLevelName, &peak_f32_fma, kF32FlopsPerIter, &peak_bf16_dot, kBf16FlopsPerIter, kBf16Kind,
-                     &peak_read_sum, nullptr, 0.0};
+                     &peak_read_sum, nullptr, 0.0, nullptr};
 }
 
 }  // namespace

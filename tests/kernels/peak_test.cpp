@@ -21,9 +21,11 @@ TEST_P(Peak, ProbesRun) {
   EXPECT_TRUE(std::isfinite(p.f32_fma(1000, 1.0f)));
   EXPECT_TRUE(std::isfinite(p.bf16_dot(1000, 1.0f)));
   EXPECT_EQ(p.amx_bf16 != nullptr, GetParam() == Isa::amx);
+  EXPECT_EQ(p.amx_bf16_streamed != nullptr, GetParam() == Isa::amx);
   if (p.amx_bf16) {
     EXPECT_EQ(p.amx_flops_per_iter, 4.0 * 2 * 16 * 16 * 32);
     EXPECT_TRUE(std::isfinite(p.amx_bf16(1000, 1.0f)));
+    EXPECT_TRUE(std::isfinite(p.amx_bf16_streamed(1000, 1.0f, 512)));
   }
   for (std::size_t n : {0, 1, 7, 63, 64, 65, 1000}) {
     std::vector<float> x(n + 1);
@@ -45,6 +47,16 @@ TEST(PeakAmx, EmulatedTileProbeRuns) {
   EXPECT_TRUE(std::isfinite(r3));
   EXPECT_GT(r3, r0);
   EXPECT_FALSE(simd::amx_emulated_tiles_configured());
+  // The streamed step: the same chains, their operands loaded each trip (A 1.0, B about 2^-24:
+  // each trip adds 32 of those products to every accumulator element).
+  ASSERT_NE(p.amx_bf16_streamed, nullptr);
+  for (const std::size_t b_steps : {std::size_t{8}, std::size_t{512}}) {
+    const float s0 = p.amx_bf16_streamed(0, 1.0f, b_steps), s5 = p.amx_bf16_streamed(5, 1.0f, b_steps);
+    EXPECT_EQ(s0, 1.0f) << b_steps;
+    EXPECT_TRUE(std::isfinite(s5)) << b_steps;
+    EXPECT_GT(s5, s0) << b_steps;
+    EXPECT_FALSE(simd::amx_emulated_tiles_configured());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, Peak, ::testing::ValuesIn(levels_of("peak")), level_param_name);
