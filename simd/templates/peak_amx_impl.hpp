@@ -21,6 +21,27 @@ namespace amx_peak {
 constexpr std::size_t kChains = 4;
 constexpr double kFlopsPerIter = 2.0 * kTileRows * kTileRows * kChunkDims * kChains;  // 16 x 16 C, 32 dims
 
+// The four chains' start: tile 0 from `seed`, the others from zero.
+template <class Tiles>
+void start_chains(Tiles& tiles, float seed) {
+  alignas(64) float c[16 * 16];
+  for (std::size_t i = 0; i < 16 * 16; ++i) c[i] = seed;
+  tiles.template load<0>(c, 64);
+  tiles.template zero<1>();
+  tiles.template zero<2>();
+  tiles.template zero<3>();
+}
+// The result only keeps the chains from being optimised away.
+template <class Tiles>
+float end_chains(Tiles& tiles) {
+  alignas(64) float out[4][16 * 16];
+  tiles.template store<0>(out[0], 64);
+  tiles.template store<1>(out[1], 64);
+  tiles.template store<2>(out[2], 64);
+  tiles.template store<3>(out[3], 64);
+  return out[0][0] + out[1][17] + out[2][34] + out[3][255];
+}
+
 template <class Tiles>
 float run(std::size_t iters, float seed) {
   // Operands small enough that no chain overflows over any trip count: 1.0 x 2^-24 per product.
@@ -29,13 +50,8 @@ float run(std::size_t iters, float seed) {
     a[i] = 0x3F80;  // 1.0
     b[i] = static_cast<std::uint16_t>(0x3380 + (i & 7));
   }
-  alignas(64) float c[16 * 16];
-  for (std::size_t i = 0; i < 16 * 16; ++i) c[i] = seed;
   Tiles tiles(&kTileConfig);
-  tiles.template load<0>(c, 64);
-  tiles.template zero<1>();
-  tiles.template zero<2>();
-  tiles.template zero<3>();
+  start_chains(tiles, seed);
   tiles.template load<4>(a, 64);
   tiles.template load<5>(a, 64);
   tiles.template load<6>(b, 64);
@@ -46,13 +62,7 @@ float run(std::size_t iters, float seed) {
     tiles.template dp_bf16<2, 5, 6>();
     tiles.template dp_bf16<3, 5, 7>();
   }
-  // The result only keeps the chains from being optimised away.
-  alignas(64) float out[4][16 * 16];
-  tiles.template store<0>(out[0], 64);
-  tiles.template store<1>(out[1], 64);
-  tiles.template store<2>(out[2], 64);
-  tiles.template store<3>(out[3], 64);
-  return out[0][0] + out[1][17] + out[2][34] + out[3][255];
+  return end_chains(tiles);
 }
 
 // The tile GEMM's step (simd/peak.hpp, amx_bf16_streamed): the kernel's load order and B
@@ -68,13 +78,8 @@ float run_streamed(std::size_t iters, float seed, std::size_t b_steps) {
     b.resize(b_steps * kStep);
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint16_t>(0x3380 + (i & 7));  // ~2^-24
   }
-  alignas(64) float c[16 * 16];
-  for (std::size_t i = 0; i < 16 * 16; ++i) c[i] = seed;
   Tiles tiles(&kTileConfig);
-  tiles.template load<0>(c, 64);
-  tiles.template zero<1>();
-  tiles.template zero<2>();
-  tiles.template zero<3>();
+  start_chains(tiles, seed);
   for (std::size_t it = 0; it < iters; ++it) {
     const std::uint16_t* as = a.data() + (it % kASteps) * kStep;
     const std::uint16_t* bs = b.data() + (it % b_steps) * kStep;
@@ -90,12 +95,7 @@ float run_streamed(std::size_t iters, float seed, std::size_t b_steps) {
     tiles.template dp_bf16<2, 5, 6>();
     tiles.template dp_bf16<3, 5, 7>();
   }
-  alignas(64) float out[4][16 * 16];
-  tiles.template store<0>(out[0], 64);
-  tiles.template store<1>(out[1], 64);
-  tiles.template store<2>(out[2], 64);
-  tiles.template store<3>(out[3], 64);
-  return out[0][0] + out[1][17] + out[2][34] + out[3][255];
+  return end_chains(tiles);
 }
 
 }  // namespace amx_peak

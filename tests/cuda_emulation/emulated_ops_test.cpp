@@ -495,6 +495,11 @@ TEST(EmulatedCudaMla, WgmmaAttentionGivesTheBitsOfTheMmaKernelsUnderEverySchedul
 // Whether the ring kernel takes a case: bf16 caches; fp8 caches with qk_depth a multiple of 16 and
 // either one scale per row, or codes and tail in whole 16-byte copies with scale groups of a
 // multiple of 16 columns (the golden cases' rows are aligned, v_depth <= 512).
+// Whether an fp8 case's rows have one scale each (no bf16 tail, one scale group).
+bool one_scale_rows(const json& knobs, std::int64_t qk) {
+  const std::int64_t gran = knobs.value("quant_granularity", std::int64_t{0});
+  return knobs.value("tail_size", std::int64_t{0}) == 0 && (gran == 0 || gran >= qk);
+}
 bool ring_takes(const json& knobs, const Bundle& b) {
   if (b.at("q").shape()[0] == 0) return false;
   if (knobs.value("cache_dtype", "bf16") == "bf16") return true;
@@ -502,7 +507,7 @@ bool ring_takes(const json& knobs, const Bundle& b) {
   const std::int64_t wt = knobs.value("tail_size", std::int64_t{0}), wq = qk - wt;
   const std::int64_t gran = knobs.value("quant_granularity", std::int64_t{0}) == 0 ? wq : knobs.value("quant_granularity", std::int64_t{0});
   if (qk % 16 != 0) return false;
-  if (wt == 0 && gran >= wq) return true;
+  if (one_scale_rows(knobs, qk)) return true;
   return wq % 16 == 0 && wt % 8 == 0 && gran % 16 == 0;
 }
 
@@ -631,12 +636,8 @@ TEST(EmulatedCudaRing, PInRegistersGivesTheBitsOfPThroughSharedMemory) {
                         [&](const json& knobs, std::uint64_t seed, const Bundle& inputs, const Bundle& expected) {
       const bool bf16 = knobs.value("cache_dtype", "bf16") == "bf16";
       if (wide && !bf16) return;  // fp8 rows take no wide steps: the first pass ran them
-      const std::int64_t qk = inputs.params.at("qk_depth").get<std::int64_t>();
-      const std::int64_t wt = knobs.value("tail_size", std::int64_t{0});
-      const std::int64_t gran = knobs.value("quant_granularity", std::int64_t{0});
-      const bool one_scale = wt == 0 && (gran == 0 || gran >= qk);
       const bool takes = ring_takes(knobs, inputs) && inputs.params.at("v_depth").get<std::int64_t>() == 512 &&
-                         (bf16 || one_scale);
+                         (bf16 || one_scale_rows(knobs, inputs.params.at("qk_depth").get<std::int64_t>()));
       const Bundle actual =
           run_forced_on<PRegsMode>(*driver, inputs, expected, &cuda::sparse_mla_ring::p_regs_runs, takes, seed);
       taken_cases += takes && seed == 1;
